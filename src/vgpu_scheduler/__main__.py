@@ -1,0 +1,3 @@
+from vgpu_scheduler.cli import main
+
+raise SystemExit(main())

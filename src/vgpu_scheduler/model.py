@@ -1,0 +1,101 @@
+"""Plain data shared by the codecs, the engine and the cluster layer.
+
+Field names follow HAMi's Go structs (lower-cased) so the contract in hami-spec.md reads directly
+onto the code. Memory is MiB, cores are percent of one device.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+NVIDIA = "NVIDIA"
+"""Vendor key of the NVIDIA backend; also the TYPE field of allocation entries."""
+
+PERCENTAGE_UNSET = 101
+"""Sentinel for "no memory percentage requested" (hami-spec §5.1)."""
+
+
+@dataclass(slots=True, frozen=True)
+class MigPlacement:
+    start: int
+    size: int
+
+    def overlaps(self, other: MigPlacement) -> bool:
+        return self.start < other.start + other.size and other.start < self.start + self.size
+
+
+@dataclass(slots=True, frozen=True)
+class MigProfile:
+    name: str
+    memory_mb: int
+    core: int
+    slice_count: int
+    placements: tuple[MigPlacement, ...] = ()
+
+
+@dataclass(slots=True)
+class DeviceInfo:
+    """One physical device as advertised by a device plugin's register annotation (§3.2)."""
+
+    id: str
+    index: int = 0
+    count: int = 0
+    devmem: int = 0
+    devcore: int = 0
+    type: str = ""
+    numa: int = 0
+    mode: str = "hami-core"
+    health: bool = False
+    mig_profiles: tuple[MigProfile, ...] = ()
+    device_vendor: str = ""
+    # Pair scores from hami.io/node-nvidia-score: other device id -> link score (higher is better).
+    pair_scores: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(slots=True, frozen=True)
+class ContainerDevice:
+    """One device granted to one container (an entry of the §4.5 allocation list)."""
+
+    uuid: str
+    type: str
+    usedmem: int
+    usedcores: int
+    idx: int = 0
+    # How many vGPU slots this entry occupies after init/app collapse (§5.2); 0 is counted as 1.
+    slots: int = 0
+
+
+ContainerDevices = list[ContainerDevice]
+PodSingleDevice = list[ContainerDevices]
+"""Per container (init containers first, then app containers), the devices of one vendor."""
+PodDevices = dict[str, PodSingleDevice]
+"""Vendor key -> per-container devices."""
+
+
+@dataclass(slots=True, frozen=True)
+class ContainerDeviceRequest:
+    """What one container asks of one vendor (§5.1)."""
+
+    nums: int
+    type: str
+    memreq: int
+    mem_percentage_req: int = PERCENTAGE_UNSET
+    coresreq: int = 0
+
+
+ContainerRequests = dict[str, ContainerDeviceRequest]
+"""Vendor key -> request, for one container."""
+
+
+@dataclass(slots=True, frozen=True)
+class MigAllocation:
+    """One element of hami.io/vgpu-mig-allocations (§4.6)."""
+
+    container_index: int
+    device_index: int
+    gpu_uuid: str
+    profile: str
+    placement: MigPlacement
+    mig_uuid: str = ""
+    gpu_instance_id: int | None = None
+    compute_instance_id: int | None = None

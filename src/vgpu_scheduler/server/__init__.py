@@ -1,0 +1,1 @@
+"""The aiohttp application: filter, bind, webhook, health, metrics, TLS."""

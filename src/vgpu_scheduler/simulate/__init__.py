@@ -1,0 +1,1 @@
+"""A kube-scheduler-shaped loop over the embedded cluster."""

@@ -1,0 +1,1 @@
+"""External formats only: HAMi annotation codecs, extender and admission payloads."""
