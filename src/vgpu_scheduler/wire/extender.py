@@ -1,0 +1,158 @@
+"""kube-scheduler extender payloads (hami-spec §5.9).
+
+The Go types carry no JSON tags, so keys are Go field names on output and are matched
+case-insensitively on input, like encoding/json. Go's decoder also ignores unknown fields and
+stops after the first JSON value; both are kept so any body kube-scheduler accepts, we accept.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+
+MAX_BODY_BYTES = 1 << 20
+"""HAMi reads at most 1 MiB of a request body; a longer one decodes as truncated JSON."""
+
+
+class ExtenderDecodeError(ValueError):
+    """The body is not an acceptable extender payload; the message goes into the `Error` field."""
+
+
+@dataclass(slots=True)
+class ExtenderArgs:
+    pod: dict[str, Any] | None
+    nodes: dict[str, Any] | None
+    node_names: list[str] | None
+
+
+@dataclass(slots=True)
+class BindingArgs:
+    pod_name: str
+    pod_namespace: str
+    pod_uid: str
+    node: str
+
+
+_decoder = msgspec.json.Decoder()
+
+
+def _decode_object(body: bytes, type_name: str) -> dict[str, Any]:
+    if len(body) > MAX_BODY_BYTES:
+        # What Go's io.LimitReader + json.Decoder report for a body cut at 1 MiB.
+        raise ExtenderDecodeError("unexpected EOF")
+    try:
+        value = _decoder.decode(body)
+    except msgspec.DecodeError as exc:
+        text = str(exc)
+        if "truncated" in text:
+            raise ExtenderDecodeError("unexpected EOF") from exc
+        if not body.strip():
+            raise ExtenderDecodeError("EOF") from exc
+        # Go stops at the end of the first value; accept trailing data the same way.
+        value = _first_value(body, exc)
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ExtenderDecodeError(
+            f"json: cannot unmarshal {_go_kind(value)} into Go value of type {type_name}"
+        )
+    return value
+
+
+def _first_value(body: bytes, original: msgspec.DecodeError) -> Any:
+    import json
+
+    try:
+        value, _end = json.JSONDecoder().raw_decode(body.decode("utf-8", errors="replace").lstrip())
+    except json.JSONDecodeError as exc:
+        raise ExtenderDecodeError(f"invalid JSON: {original}") from exc
+    return value
+
+
+def _go_kind(value: Any) -> str:
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, int | float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list):
+        return "array"
+    return "object"
+
+
+def _fields(obj: dict[str, Any], names: tuple[str, ...]) -> dict[str, Any]:
+    """Pick Go struct fields: exact key first, else the last case-insensitive match."""
+    by_lower: dict[str, Any] = {}
+    for key, value in obj.items():
+        by_lower[key.lower()] = value
+    picked: dict[str, Any] = {}
+    for name in names:
+        if name in obj:
+            picked[name] = obj[name]
+        elif name.lower() in by_lower:
+            picked[name] = by_lower[name.lower()]
+    return picked
+
+
+def _typed(value: Any, want: type, struct: str, field: str, go_type: str) -> Any:
+    if value is None or isinstance(value, want):
+        return value
+    raise ExtenderDecodeError(
+        f"json: cannot unmarshal {_go_kind(value)} into Go struct field {struct}.{field} of type {go_type}"
+    )
+
+
+def decode_extender_args(body: bytes) -> ExtenderArgs:
+    obj = _decode_object(body, "v1.ExtenderArgs")
+    fields = _fields(obj, ("Pod", "Nodes", "NodeNames"))
+    pod = _typed(fields.get("Pod"), dict, "ExtenderArgs", "Pod", "v1.Pod")
+    nodes = _typed(fields.get("Nodes"), dict, "ExtenderArgs", "Nodes", "v1.NodeList")
+    names = _typed(fields.get("NodeNames"), list, "ExtenderArgs", "NodeNames", "[]string")
+    if names is not None:
+        for name in names:
+            _typed(name, str, "ExtenderArgs", "NodeNames", "string")
+    if nodes is not None:
+        items = _typed(nodes.get("items"), list, "ExtenderArgs", "Nodes.items", "[]v1.Node")
+        for item in items or ():
+            _typed(item, dict, "ExtenderArgs", "Nodes.items", "v1.Node")
+    return ExtenderArgs(pod=pod, nodes=nodes, node_names=names)
+
+
+def decode_binding_args(body: bytes) -> BindingArgs:
+    obj = _decode_object(body, "v1.ExtenderBindingArgs")
+    fields = _fields(obj, ("PodName", "PodNamespace", "PodUID", "Node"))
+    values = {
+        name: _typed(fields.get(name), str, "ExtenderBindingArgs", name, "string") or ""
+        for name in ("PodName", "PodNamespace", "PodUID", "Node")
+    }
+    return BindingArgs(values["PodName"], values["PodNamespace"], values["PodUID"], values["Node"])
+
+
+_encoder = msgspec.json.Encoder()
+
+
+def encode_filter_result(
+    *,
+    node_names: list[str] | None = None,
+    nodes: list[dict[str, Any]] | None = None,
+    failed: dict[str, str] | None = None,
+    failed_unresolvable: dict[str, str] | None = None,
+    error: str = "",
+) -> bytes:
+    """ExtenderFilterResult with Go field names, nulls for unset fields."""
+    return _encoder.encode(
+        {
+            "Nodes": None if nodes is None else {"metadata": {}, "items": nodes},
+            "NodeNames": node_names,
+            "FailedNodes": failed,
+            "FailedAndUnresolvableNodes": failed_unresolvable,
+            "Error": error,
+        }
+    )
+
+
+def encode_binding_result(error: str = "") -> bytes:
+    return _encoder.encode({"Error": error})

@@ -1,0 +1,94 @@
+import json
+from pathlib import Path
+
+import pytest
+
+from vgpu_scheduler.wire.extender import (
+    MAX_BODY_BYTES,
+    ExtenderDecodeError,
+    decode_binding_args,
+    decode_extender_args,
+    encode_binding_result,
+    encode_filter_result,
+)
+
+FIXTURES = Path(__file__).resolve().parents[3] / "shared" / "fixtures" / "kube-1.36" / "extender"
+
+
+def test_decodes_real_filter_args() -> None:
+    args = decode_extender_args((FIXTURES / "filter-args.single-gpu.json").read_bytes())
+    assert args.pod is not None and args.pod["metadata"]["name"] == "gpu-single"
+    assert args.nodes is None
+    assert args.node_names == ["gpu-node-1", "gpu-node-2", "cpu-node-1"]
+
+
+def test_decodes_full_nodes_request() -> None:
+    args = decode_extender_args((FIXTURES / "filter-args.node-cache-false.single-gpu.json").read_bytes())
+    assert args.node_names is None
+    assert args.nodes is not None and args.nodes["items"]
+
+
+def test_decodes_real_bind_args() -> None:
+    args = decode_binding_args((FIXTURES / "bind-args.json").read_bytes())
+    assert (args.pod_name, args.pod_namespace, args.node) == ("gpu-single", "default", "gpu-node-1")
+    assert args.pod_uid == "5748c399-a333-4761-a85d-302a5e301e11"
+
+
+@pytest.mark.parametrize(
+    ("body", "expected"),
+    [
+        (b'{"pod": {"metadata": {"name": "a"}}, "nodenames": ["n1"]}', ("a", ["n1"])),
+        (b'{"POD": {"metadata": {"name": "b"}}, "NODENAMES": null}', ("b", None)),
+        (b'{"Pod": null}', (None, None)),
+        (b'{"Pod": {"metadata": {"name": "c"}}, "Unknown": 1} trailing', ("c", None)),
+        (b"null", (None, None)),
+    ],
+)
+def test_case_insensitive_and_lenient(body: bytes, expected: tuple[str | None, list[str] | None]) -> None:
+    args = decode_extender_args(body)
+    name = None if args.pod is None else args.pod["metadata"]["name"]
+    assert (name, args.node_names) == expected
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        (b'{"Pod": {', "unexpected EOF"),
+        (b'{"Pod": 3}', "json: cannot unmarshal number into Go struct field ExtenderArgs.Pod of type v1.Pod"),
+        (b'{"NodeNames": "n1"}', "json: cannot unmarshal string into Go struct field ExtenderArgs.NodeNames"),
+        (b'{"NodeNames": [1]}', "json: cannot unmarshal number into Go struct field ExtenderArgs.NodeNames"),
+        (b"[1, 2]", "json: cannot unmarshal array into Go value of type v1.ExtenderArgs"),
+        (b"{not json", "invalid JSON"),
+    ],
+)
+def test_decode_errors(body: bytes, message: str) -> None:
+    with pytest.raises(ExtenderDecodeError) as err:
+        decode_extender_args(body)
+    assert str(err.value).startswith(message)
+
+
+def test_oversized_body_is_truncated_json() -> None:
+    body = b'{"NodeNames": ["' + b"x" * MAX_BODY_BYTES + b'"]}'
+    with pytest.raises(ExtenderDecodeError, match="unexpected EOF"):
+        decode_extender_args(body)
+
+
+def test_filter_result_uses_go_field_names() -> None:
+    out = json.loads(encode_filter_result(node_names=["n1"]))
+    assert out == {
+        "Nodes": None,
+        "NodeNames": ["n1"],
+        "FailedNodes": None,
+        "FailedAndUnresolvableNodes": None,
+        "Error": "",
+    }
+    out = json.loads(encode_filter_result(nodes=[{"metadata": {"name": "n"}}], failed={"m": "why"}))
+    assert out["Nodes"] == {"metadata": {}, "items": [{"metadata": {"name": "n"}}]}
+    assert out["FailedNodes"] == {"m": "why"}
+
+
+def test_binding_result() -> None:
+    assert json.loads(encode_binding_result()) == {"Error": ""}
+    assert json.loads(encode_binding_result("boom")) == {"Error": "boom"}
+    with pytest.raises(ExtenderDecodeError):
+        decode_binding_args(b'{"PodName": 1}')
