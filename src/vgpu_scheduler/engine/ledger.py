@@ -1,0 +1,331 @@
+"""The device ledger: live per-device usage of every registered node (hami-spec §5.2).
+
+HAMi rebuilds usage from every cached pod on every Filter. Here usage is maintained incrementally:
+a pod event costs O(devices of that pod), a node (re-)registration costs O(pods on that node). The
+result must always equal a from-scratch rebuild (`rebuild_from`), which the property tests check.
+
+Alongside the usage the ledger keeps, per node, the sums behind the node default score (§5.5), a
+score-ordered index of the nodes, and a lazily refreshed `NodeSummary` that lets the decision skip
+nodes that cannot possibly fit.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left, insort
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+
+from vgpu_scheduler.engine.nodeview import DeviceUsage, NodeView
+from vgpu_scheduler.engine.podinfo import PodAllocation
+from vgpu_scheduler.model import DeviceInfo
+
+MIG_MODE = "mig"
+
+
+@dataclass(slots=True, frozen=True)
+class NodeSummary:
+    """Upper bounds over the usable devices of a node, for cheap "cannot fit" tests.
+
+    Usable = healthy, not cordoned, no MIG conflict. Every field is a bound that any single device
+    accepting a request must satisfy, so a request exceeding it cannot fit anywhere on the node.
+    """
+
+    slot_free_devices: int
+    """Usable devices with used < count."""
+    max_free_mem: int
+    max_free_cores: int
+    min_devmem: int
+    """Smallest devmem among usable devices with a free slot (memory percentages scale with it)."""
+    has_mig: bool
+    """A MIG device may take several instances for one container, so device counts do not bound it."""
+
+
+EMPTY_SUMMARY = NodeSummary(0, -1, -1, 0, False)
+
+DeviceSnapshot = tuple[str, int, int, int, tuple[str, ...], bool]
+"""(id, used, usedmem, usedcores, sorted MIG placements, mig_conflict)."""
+
+
+class _Node:
+    __slots__ = (
+        "conflicts",
+        "index",
+        "score",
+        "sum_count",
+        "sum_devcore",
+        "sum_devmem",
+        "sum_used",
+        "sum_usedcores",
+        "sum_usedmem",
+        "summary",
+        "view",
+    )
+
+    def __init__(self, view: NodeView) -> None:
+        self.view = view
+        # First device wins on a duplicated id, as a linear search over the inventory would.
+        self.index: dict[str, int] = {}
+        for i, dev in enumerate(view.devices):
+            self.index.setdefault(dev.id, i)
+        self.conflicts = [0] * len(view.devices)
+        self.sum_count = sum(d.count for d in view.devices)
+        self.sum_devcore = sum(d.devcore for d in view.devices)
+        self.sum_devmem = sum(d.devmem for d in view.devices)
+        self.sum_used = 0
+        self.sum_usedcores = 0
+        self.sum_usedmem = 0
+        self.score = 0.0
+        self.summary: NodeSummary | None = None
+
+    def compute_score(self) -> float:
+        # ComputeDefaultScore (§5.5): existing usage only, 0 when any capacity sum is 0.
+        if self.sum_count == 0 or self.sum_devcore == 0 or self.sum_devmem == 0:
+            return 0.0
+        return 10 * (
+            self.sum_used / self.sum_count
+            + self.sum_usedcores / self.sum_devcore
+            + self.sum_usedmem / self.sum_devmem
+        )
+
+    def compute_summary(self) -> NodeSummary:
+        slot_free = 0
+        max_mem = max_cores = -1
+        min_devmem = -1
+        has_mig = False
+        cordoned = self.view.cordoned
+        for dev, use in zip(self.view.devices, self.view.usage, strict=True):
+            if not dev.health or use.mig_conflict or dev.id in cordoned:
+                continue
+            has_mig = has_mig or dev.mode == MIG_MODE
+            if use.used >= dev.count:
+                continue
+            slot_free += 1
+            max_mem = max(max_mem, dev.devmem - use.usedmem)
+            max_cores = max(max_cores, dev.devcore - use.usedcores)
+            min_devmem = dev.devmem if min_devmem < 0 else min(min_devmem, dev.devmem)
+        return NodeSummary(slot_free, max_mem, max_cores, max(min_devmem, 0), has_mig)
+
+
+class DeviceLedger:
+    """Per node inventory + usage; pods are added, updated and removed incrementally.
+
+    Views handed out by `view()` are live: callers must not mutate them (a fit works on `copy()`).
+    """
+
+    def __init__(self) -> None:
+        self._nodes: dict[str, _Node] = {}
+        self._pods: dict[str, PodAllocation] = {}
+        # Node name -> uids of pods placed there, kept even while the node has no inventory so a late
+        # registration counts them.
+        self._by_node: dict[str, set[str]] = {}
+        # (score, name) ascending over registered nodes.
+        self._order: list[tuple[float, str]] = []
+
+    # -- inventory -------------------------------------------------------------------------------
+
+    def set_node_devices(
+        self,
+        node_name: str,
+        devices: list[DeviceInfo],
+        cordoned: frozenset[str] = frozenset(),
+        annotations: Mapping[str, str] | None = None,
+    ) -> None:
+        """Register or refresh a node's inventory; usage is recounted only if the devices changed."""
+        annotations = dict(annotations or {})
+        old = self._nodes.get(node_name)
+        if old is not None and old.view.devices == devices:
+            old.view.cordoned = cordoned
+            old.view.annotations = annotations
+            old.summary = None
+            return
+        view = NodeView(node_name, list(devices), [DeviceUsage() for _ in devices], cordoned, annotations)
+        node = _Node(view)
+        for uid in self._by_node.get(node_name, ()):
+            self._apply(node, self._pods[uid], +1)
+        self._place(node_name, old, node)
+
+    def remove_node(self, node_name: str) -> None:
+        """Forget a node's inventory; its pods stay indexed and count again if it comes back."""
+        old = self._nodes.get(node_name)
+        if old is not None:
+            self._place(node_name, old, None)
+
+    def _place(self, name: str, old: _Node | None, new: _Node | None) -> None:
+        if old is not None:
+            self._unorder(old.score, name)
+            del self._nodes[name]
+        if new is not None:
+            new.score = new.compute_score()
+            self._nodes[name] = new
+            insort(self._order, (new.score, name))
+
+    def _unorder(self, score: float, name: str) -> None:
+        i = bisect_left(self._order, (score, name))
+        if i < len(self._order) and self._order[i] == (score, name):
+            del self._order[i]
+
+    # -- pods ------------------------------------------------------------------------------------
+
+    def upsert_pod(self, alloc: PodAllocation) -> PodAllocation | None:
+        """Count `alloc`, replacing any earlier allocation of the same uid; returns the replaced one."""
+        old = self.remove_pod(alloc.uid)
+        self._pods[alloc.uid] = alloc
+        self._by_node.setdefault(alloc.node, set()).add(alloc.uid)
+        node = self._nodes.get(alloc.node)
+        if node is not None:
+            self._apply(node, alloc, +1)
+            self._rescore(alloc.node, node)
+        return old
+
+    def remove_pod(self, uid: str) -> PodAllocation | None:
+        """Stop counting a pod; returns its allocation (None if it was not counted)."""
+        alloc = self._pods.pop(uid, None)
+        if alloc is None:
+            return None
+        on_node = self._by_node.get(alloc.node)
+        if on_node is not None:
+            on_node.discard(uid)
+            if not on_node:
+                del self._by_node[alloc.node]
+        node = self._nodes.get(alloc.node)
+        if node is not None:
+            self._apply(node, alloc, -1)
+            self._rescore(alloc.node, node)
+        return alloc
+
+    def rebuild_from(self, pods: Iterable[PodAllocation]) -> None:
+        """Drop every pod and count `pods` from scratch (relist; reference for the property tests)."""
+        self._pods = {}
+        self._by_node = {}
+        for p in pods:
+            self._pods[p.uid] = p
+            self._by_node.setdefault(p.node, set()).add(p.uid)
+        for name, old in list(self._nodes.items()):
+            view = old.view
+            fresh = _Node(NodeView(name, view.devices, [DeviceUsage() for _ in view.devices],
+                                   view.cordoned, view.annotations))
+            for uid in self._by_node.get(name, ()):
+                self._apply(fresh, self._pods[uid], +1)
+            self._place(name, old, fresh)
+
+    def _rescore(self, name: str, node: _Node) -> None:
+        node.summary = None
+        score = node.compute_score()
+        if score != node.score:
+            self._unorder(node.score, name)
+            node.score = score
+            insort(self._order, (score, name))
+
+    @staticmethod
+    def _apply(node: _Node, alloc: PodAllocation, sign: int) -> None:
+        """Add (sign=+1) or take back (sign=-1) one pod's contribution to a node; never below 0."""
+        devices = node.view.devices
+        usage = node.view.usage
+        index = node.index
+        mig_gpus = {m.gpu_uuid for m in alloc.mig}
+        for containers in alloc.devices.values():
+            for container in containers:
+                for dev in container:
+                    i = index.get(dev.uuid)
+                    if i is None:
+                        continue  # unknown UUIDs are ignored (§5.2)
+                    u = usage[i]
+                    slots = dev.slots if dev.slots > 0 else 1
+                    mem = max(dev.usedmem, 0)
+                    cores = max(dev.usedcores, 0)
+                    if sign < 0:
+                        slots = -min(slots, u.used)
+                        mem = -min(mem, u.usedmem)
+                        cores = -min(cores, u.usedcores)
+                    u.used += slots
+                    u.usedmem += mem
+                    u.usedcores += cores
+                    node.sum_used += slots
+                    node.sum_usedmem += mem
+                    node.sum_usedcores += cores
+                    if devices[i].mode == MIG_MODE and dev.uuid not in mig_gpus:
+                        # A MIG device used without a placement fails closed (§5.2).
+                        _conflict(node, i, sign)
+        for m in alloc.mig:
+            i = index.get(m.gpu_uuid)
+            if i is None:
+                continue
+            if devices[i].mode != MIG_MODE:
+                _conflict(node, i, sign)
+                continue
+            taken = usage[i].mig_taken
+            entry = (m.profile, m.placement)
+            if sign > 0:
+                taken.append(entry)
+            elif entry in taken:
+                taken.remove(entry)
+
+    # -- reads -----------------------------------------------------------------------------------
+
+    def view(self, node_name: str) -> NodeView | None:
+        node = self._nodes.get(node_name)
+        return node.view if node is not None else None
+
+    def __contains__(self, node_name: object) -> bool:
+        return node_name in self._nodes
+
+    def node_names(self) -> Iterable[str]:
+        return self._nodes.keys()
+
+    def score(self, node_name: str) -> float:
+        """Node default score (§5.5) of a registered node; 0 for unknown nodes."""
+        node = self._nodes.get(node_name)
+        return node.score if node is not None else 0.0
+
+    def summary(self, node_name: str) -> NodeSummary:
+        node = self._nodes.get(node_name)
+        if node is None:
+            return EMPTY_SUMMARY
+        if node.summary is None:
+            node.summary = node.compute_summary()
+        return node.summary
+
+    def allocation(self, uid: str) -> PodAllocation | None:
+        return self._pods.get(uid)
+
+    def pods(self) -> Iterable[PodAllocation]:
+        return self._pods.values()
+
+    def pods_on(self, node_name: str) -> list[PodAllocation]:
+        return [self._pods[uid] for uid in self._by_node.get(node_name, ())]
+
+    def by_score(self, descending: bool) -> Iterator[tuple[float, str]]:
+        """Registered nodes by score (ascending or descending); equal scores always by name ascending."""
+        order = self._order
+        if not descending:
+            yield from order
+            return
+        end = len(order)
+        while end > 0:
+            score = order[end - 1][0]
+            start = bisect_left(order, (score,), 0, end)  # (score,) sorts before (score, any name)
+            yield from order[start:end]
+            end = start
+
+    def snapshot(self) -> dict[str, tuple[float, tuple[DeviceSnapshot, ...]]]:
+        """Comparable picture of all usage: node -> (score, per device snapshot), for tests."""
+        out: dict[str, tuple[float, tuple[DeviceSnapshot, ...]]] = {}
+        for name, node in self._nodes.items():
+            devs = tuple(
+                (
+                    d.id,
+                    u.used,
+                    u.usedmem,
+                    u.usedcores,
+                    tuple(sorted(f"{p}@{pl.start}+{pl.size}" for p, pl in u.mig_taken)),
+                    u.mig_conflict,
+                )
+                for d, u in zip(node.view.devices, node.view.usage, strict=True)
+            )
+            out[name] = (node.score, devs)
+        return out
+
+
+def _conflict(node: _Node, i: int, sign: int) -> None:
+    node.conflicts[i] = max(node.conflicts[i] + sign, 0)
+    node.view.usage[i].mig_conflict = node.conflicts[i] > 0

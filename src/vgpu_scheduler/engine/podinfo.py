@@ -1,0 +1,180 @@
+"""What one scheduled pod takes from its node, as the ledger counts it (hami-spec §5.2).
+
+A pod is counted when it carries `hami.io/vgpu-node` and is not terminal. Its allocation is read from
+the `-allocated` keys (the `-to-allocate` keys are consumed by the device plugin) and **collapsed**:
+init containers run one after the other and before the app containers, so per device the pod holds
+at most max(init peak, app sum) — never the plain sum of every container.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from vgpu_scheduler.model import ContainerDevice, MigAllocation, PodDevices
+from vgpu_scheduler.wire import keys
+from vgpu_scheduler.wire.allocation import AllocationError, decode_pod_devices
+from vgpu_scheduler.wire.mig import MigAllocationError, decode_mig_allocations
+
+log = logging.getLogger(__name__)
+
+TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
+
+
+@dataclass(slots=True, frozen=True)
+class PodAllocation:
+    """The collapsed usage of one pod on one node."""
+
+    uid: str
+    namespace: str
+    name: str
+    node: str
+    devices: PodDevices
+    """Vendor key -> exactly one container entry, sorted by UUID, with `slots` set (§5.2)."""
+    mig: tuple[MigAllocation, ...] = ()
+    init_shrunk: bool = False
+    """True once usage was reduced to the app containers (all init containers exited 0)."""
+
+
+def _mapping(value: object) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def _sequence(value: object) -> Sequence[Any]:
+    return value if isinstance(value, list | tuple) else ()
+
+
+def pod_key(pod: Mapping[str, Any]) -> tuple[str, str, str]:
+    """(uid, namespace, name) of a pod dict; missing fields are empty strings."""
+    meta = _mapping(pod.get("metadata"))
+    return str(meta.get("uid") or ""), str(meta.get("namespace") or ""), str(meta.get("name") or "")
+
+
+def pod_annotations(pod: Mapping[str, Any]) -> Mapping[str, str]:
+    annotations = _mapping(_mapping(pod.get("metadata")).get("annotations"))
+    return {k: v for k, v in annotations.items() if isinstance(v, str)}
+
+
+def is_terminal(pod: Mapping[str, Any]) -> bool:
+    return _mapping(pod.get("status")).get("phase") in TERMINAL_PHASES
+
+
+def init_container_count(pod: Mapping[str, Any]) -> int:
+    return len(_sequence(_mapping(pod.get("spec")).get("initContainers")))
+
+
+def init_containers_finished(pod: Mapping[str, Any]) -> bool:
+    """Every init container of the spec reports `terminated` with exit code 0."""
+    n_init = init_container_count(pod)
+    if n_init == 0:
+        return False
+    statuses = _sequence(_mapping(pod.get("status")).get("initContainerStatuses"))
+    if len(statuses) < n_init:
+        return False
+    for status in statuses:
+        terminated = _mapping(_mapping(_mapping(status).get("state")).get("terminated"))
+        if not terminated or terminated.get("exitCode") != 0:
+            return False
+    return True
+
+
+@dataclass(slots=True)
+class _Acc:
+    type: str
+    idx: int
+    init_seen: bool = False
+    init_mem: int = 0
+    init_cores: int = 0
+    app_n: int = 0
+    app_mem: int = 0
+    app_cores: int = 0
+
+
+def collapse_pod_devices(devices: PodDevices, n_init: int, app_only: bool = False) -> PodDevices:
+    """Collapse per-container allocations into one entry per (vendor, uuid) (§5.2).
+
+    Containers `[0, n_init)` are init containers. Init peak = max mem / max cores / 1 slot; app sum =
+    Σ mem / Σ cores / one slot per entry; effective = max(init, app) per dimension with at least one
+    slot. `app_only` (init containers all finished) keeps the app sums alone; devices used only by init
+    containers then disappear.
+    """
+    out: PodDevices = {}
+    for vendor, containers in devices.items():
+        acc: dict[str, _Acc] = {}
+        for ci, container in enumerate(containers):
+            is_init = ci < n_init
+            for dev in container:
+                a = acc.get(dev.uuid)
+                if a is None:
+                    a = acc[dev.uuid] = _Acc(dev.type, dev.idx)
+                if is_init:
+                    a.init_seen = True
+                    a.init_mem = max(a.init_mem, dev.usedmem)
+                    a.init_cores = max(a.init_cores, dev.usedcores)
+                else:
+                    a.app_n += 1
+                    a.app_mem += dev.usedmem
+                    a.app_cores += dev.usedcores
+        entries: list[ContainerDevice] = []
+        for uuid in sorted(acc):
+            a = acc[uuid]
+            if app_only:
+                if a.app_n == 0:
+                    continue
+                entries.append(ContainerDevice(uuid, a.type, a.app_mem, a.app_cores, a.idx, a.app_n))
+            else:
+                slots = max(1 if a.init_seen else 0, a.app_n, 1)
+                mem = max(a.init_mem, a.app_mem)
+                cores = max(a.init_cores, a.app_cores)
+                entries.append(ContainerDevice(uuid, a.type, mem, cores, a.idx, slots))
+        if entries:
+            out[vendor] = [entries]
+    return out
+
+
+def pod_allocation(
+    pod: Mapping[str, Any],
+    node: str,
+    devices: PodDevices,
+    mig: Sequence[MigAllocation] = (),
+    *,
+    previously_shrunk: bool = False,
+) -> PodAllocation:
+    """Build the collapsed allocation of `pod` from its per-container devices (init first)."""
+    uid, namespace, name = pod_key(pod)
+    shrunk = previously_shrunk or init_containers_finished(pod)
+    collapsed = collapse_pod_devices(devices, init_container_count(pod), app_only=shrunk)
+    return PodAllocation(uid, namespace, name, node, collapsed, tuple(mig), shrunk)
+
+
+def pod_allocation_from_pod(
+    pod: Mapping[str, Any], *, previously_shrunk: bool = False
+) -> PodAllocation | None:
+    """The allocation a watched pod holds, or None when it holds nothing countable.
+
+    None for pods without `hami.io/vgpu-node`, terminal pods, and pods whose `-allocated` annotation
+    does not decode (logged; only that pod is affected). `previously_shrunk` carries the "init
+    containers finished" state of an earlier version of the pod: once shrunk, always shrunk (§5.2).
+    A MIG annotation that does not decode is logged and read as "no MIG placements", which makes any
+    MIG device the pod uses fail closed (§5.2).
+    """
+    annotations = pod_annotations(pod)
+    node = annotations.get(keys.VGPU_NODE)
+    if not node or is_terminal(pod):
+        return None
+    _, namespace, name = pod_key(pod)
+    try:
+        devices = decode_pod_devices(annotations)
+    except AllocationError as exc:
+        log.warning("ignoring pod %s/%s: bad allocation annotation: %s", namespace, name, exc)
+        return None
+    mig: list[MigAllocation] = []
+    raw_mig = annotations.get(keys.VGPU_MIG_ALLOCATIONS)
+    if raw_mig:
+        try:
+            mig = list(decode_mig_allocations(raw_mig))
+        except MigAllocationError as exc:
+            log.warning("pod %s/%s: ignoring bad %s: %s", namespace, name, keys.VGPU_MIG_ALLOCATIONS, exc)
+    return pod_allocation(pod, node, devices, mig, previously_shrunk=previously_shrunk)

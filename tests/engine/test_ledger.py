@@ -1,0 +1,365 @@
+"""Pod collapse (hami-spec §5.2) and the incremental device ledger."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import pytest
+
+from vgpu_scheduler.engine.ledger import DeviceLedger
+from vgpu_scheduler.engine.podinfo import (
+    PodAllocation,
+    collapse_pod_devices,
+    pod_allocation_from_pod,
+)
+from vgpu_scheduler.model import ContainerDevice, DeviceInfo, MigAllocation, MigPlacement, MigProfile
+from vgpu_scheduler.wire import keys
+
+
+def gpu(uuid: str, count: int = 10, devmem: int = 8000, devcore: int = 100, mode: str = "hami-core",
+        health: bool = True, index: int = 0) -> DeviceInfo:
+    return DeviceInfo(id=uuid, index=index, count=count, devmem=devmem, devcore=devcore,
+                      type="NVIDIA-A100", mode=mode, health=health)
+
+
+def make_pod(
+    name: str,
+    allocated: str | None = None,
+    node: str | None = "n1",
+    n_init: int = 0,
+    phase: str = "Pending",
+    init_exit: list[int | None] | None = None,
+    annotations: dict[str, str] | None = None,
+    deleting: bool = False,
+) -> dict[str, Any]:
+    ann: dict[str, str] = dict(annotations or {})
+    if node is not None:
+        ann[keys.VGPU_NODE] = node
+    if allocated is not None:
+        ann[keys.VGPU_ALLOCATED] = allocated
+    meta: dict[str, Any] = {"name": name, "namespace": "ns", "uid": f"uid-{name}", "annotations": ann}
+    if deleting:
+        meta["deletionTimestamp"] = "2026-11-29T10:00:00Z"
+    status: dict[str, Any] = {"phase": phase}
+    if init_exit is not None:
+        status["initContainerStatuses"] = [
+            {"name": f"init{i}",
+             "state": {"running": {}} if code is None else {"terminated": {"exitCode": code}}}
+            for i, code in enumerate(init_exit)
+        ]
+    spec: dict[str, Any] = {"containers": [{"name": "app"}]}
+    if n_init:
+        spec["initContainers"] = [{"name": f"init{i}"} for i in range(n_init)]
+    return {"metadata": meta, "spec": spec, "status": status}
+
+
+def entries(alloc: PodAllocation | None) -> list[tuple[str, int, int, int]]:
+    assert alloc is not None
+    return [(d.uuid, d.usedmem, d.usedcores, d.slots) for c in alloc.devices.get("NVIDIA", []) for d in c]
+
+
+# --- collapse -----------------------------------------------------------------------------------
+
+COLLAPSE_CASES = [
+    # (id, allocated annotation, number of init containers, expected (uuid, mem, cores, slots))
+    ("one container one gpu", "GPU-0,NVIDIA,3000,0:;", 0, [("GPU-0", 3000, 0, 1)]),
+    ("two app containers share a gpu: sums, two slots",
+     "GPU-x,NVIDIA,3000,10:;GPU-x,NVIDIA,5000,20:;", 0, [("GPU-x", 8000, 30, 2)]),
+    ("one container two gpus, sorted by uuid",
+     "GPU-b,NVIDIA,1000,30:GPU-a,NVIDIA,1000,30:;", 0, [("GPU-a", 1000, 30, 1), ("GPU-b", 1000, 30, 1)]),
+    ("init peak larger than app sum", "GPU-0,NVIDIA,6000,50:;GPU-0,NVIDIA,1000,30:;", 1,
+     [("GPU-0", 6000, 50, 1)]),
+    ("per dimension max of init peak and app sum",
+     "GPU-0,NVIDIA,6000,10:;GPU-0,NVIDIA,1000,30:;GPU-0,NVIDIA,1000,30:;", 1, [("GPU-0", 6000, 60, 2)]),
+    ("init peak is the max over init containers, not the sum",
+     "GPU-0,NVIDIA,2000,10:;GPU-0,NVIDIA,3000,5:;GPU-0,NVIDIA,500,0:;", 2, [("GPU-0", 3000, 10, 1)]),
+    ("init-only device keeps one slot", "GPU-i,NVIDIA,2000,0:;GPU-a,NVIDIA,1000,0:;", 1,
+     [("GPU-a", 1000, 0, 1), ("GPU-i", 2000, 0, 1)]),
+    ("empty leading container is padding", ";GPU-0,NVIDIA,1000,30:;;", 0, [("GPU-0", 1000, 30, 1)]),
+    ("nothing allocated", ";", 0, []),
+]
+
+
+@pytest.mark.parametrize(("allocated", "n_init", "expected"), [c[1:] for c in COLLAPSE_CASES],
+                         ids=[c[0] for c in COLLAPSE_CASES])
+def test_collapse(allocated: str, n_init: int, expected: list[tuple[str, int, int, int]]) -> None:
+    alloc = pod_allocation_from_pod(make_pod("p", allocated, n_init=n_init))
+    assert entries(alloc) == expected
+
+
+def test_collapse_is_one_container_per_vendor() -> None:
+    devices = {"NVIDIA": [[ContainerDevice("GPU-1", "NVIDIA", 1, 1)],
+                          [ContainerDevice("GPU-0", "NVIDIA", 2, 2)]]}
+    out = collapse_pod_devices(devices, 0)
+    assert len(out["NVIDIA"]) == 1
+    assert [d.uuid for d in out["NVIDIA"][0]] == ["GPU-0", "GPU-1"]
+
+
+INIT_SHRINK = "GPU-i,NVIDIA,2000,0:GPU-0,NVIDIA,6000,50:;GPU-0,NVIDIA,1000,30:;GPU-0,NVIDIA,500,5:;"
+
+
+@pytest.mark.parametrize(
+    ("init_exit", "previously_shrunk", "expected", "shrunk"),
+    [
+        ([0], False, [("GPU-0", 1500, 35, 2)], True),
+        ([1], False, [("GPU-0", 6000, 50, 2), ("GPU-i", 2000, 0, 1)], False),
+        ([None], False, [("GPU-0", 6000, 50, 2), ("GPU-i", 2000, 0, 1)], False),
+        (None, False, [("GPU-0", 6000, 50, 2), ("GPU-i", 2000, 0, 1)], False),
+        # Once shrunk, a later version of the pod stays shrunk even if its statuses no longer say so.
+        ([None], True, [("GPU-0", 1500, 35, 2)], True),
+    ],
+    ids=["all init exited 0", "init failed", "init running", "no statuses yet", "stays shrunk"],
+)
+def test_init_containers_finished_shrinks_to_app_sums(
+    init_exit: list[int | None] | None,
+    previously_shrunk: bool,
+    expected: list[tuple[str, int, int, int]],
+    shrunk: bool,
+) -> None:
+    pod = make_pod("p", INIT_SHRINK, n_init=1, init_exit=init_exit, phase="Running")
+    alloc = pod_allocation_from_pod(pod, previously_shrunk=previously_shrunk)
+    assert entries(alloc) == expected
+    assert alloc is not None and alloc.init_shrunk is shrunk
+
+
+def test_init_shrink_needs_every_init_container() -> None:
+    pod = make_pod("p", INIT_SHRINK, n_init=2, init_exit=[0], phase="Pending")
+    alloc = pod_allocation_from_pod(pod)
+    assert alloc is not None and not alloc.init_shrunk
+
+
+@pytest.mark.parametrize(
+    ("pod", "counted"),
+    [
+        (make_pod("p", "GPU-0,NVIDIA,1000,0:;", phase="Running"), True),
+        (make_pod("p", "GPU-0,NVIDIA,1000,0:;", phase="Pending"), True),
+        (make_pod("p", "GPU-0,NVIDIA,1000,0:;", phase="Running", deleting=True), True),
+        (make_pod("p", "GPU-0,NVIDIA,1000,0:;", phase="Succeeded"), False),
+        (make_pod("p", "GPU-0,NVIDIA,1000,0:;", phase="Failed"), False),
+        (make_pod("p", "GPU-0,NVIDIA,1000,0:;", node=None), False),
+        (make_pod("p", "GPU-0,NVIDIA,1000,0:;", node=""), False),
+    ],
+    ids=["running", "pending", "terminating keeps usage", "succeeded", "failed", "no vgpu-node",
+         "empty vgpu-node"],
+)
+def test_which_pods_count(pod: dict[str, Any], counted: bool) -> None:
+    assert (pod_allocation_from_pod(pod) is not None) is counted
+
+
+def test_pod_without_allocated_key_counts_nothing() -> None:
+    alloc = pod_allocation_from_pod(make_pod("p", None))
+    assert alloc is not None and alloc.devices == {}
+
+
+def test_decode_error_ignores_the_pod_and_logs(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.WARNING):
+        alloc = pod_allocation_from_pod(make_pod("broken", "GPU-0,NVIDIA,lots,0:;"))
+    assert alloc is None
+    assert "ns/broken" in caplog.text
+
+
+def test_bad_mig_annotation_reads_as_no_placements(caplog: pytest.LogCaptureFixture) -> None:
+    pod = make_pod("p", "GPU-0,NVIDIA,1000,0:;", annotations={keys.VGPU_MIG_ALLOCATIONS: "{not json"})
+    with caplog.at_level(logging.WARNING):
+        alloc = pod_allocation_from_pod(pod)
+    assert alloc is not None and alloc.mig == ()
+    assert keys.VGPU_MIG_ALLOCATIONS in caplog.text
+
+
+def test_garbage_shapes_do_not_crash() -> None:
+    assert pod_allocation_from_pod({}) is None
+    assert pod_allocation_from_pod({"metadata": None, "status": "x"}) is None
+    weird = make_pod("p", "GPU-0,NVIDIA,1000,0:;")
+    weird["spec"] = {"initContainers": "nope"}
+    weird["status"] = {"initContainerStatuses": [None, 3]}
+    assert entries(pod_allocation_from_pod(weird)) == [("GPU-0", 1000, 0, 1)]
+
+
+# --- ledger -------------------------------------------------------------------------------------
+
+
+def alloc(uid: str, node: str, *devs: tuple[str, int, int, int], mig: tuple[MigAllocation, ...] = (),
+          ns: str = "ns") -> PodAllocation:
+    return PodAllocation(uid, ns, uid, node,
+                         {"NVIDIA": [[ContainerDevice(u, "NVIDIA", m, c, 0, s) for u, m, c, s in devs]]}, mig)
+
+
+def usage(ledger: DeviceLedger, node: str) -> list[tuple[int, int, int]]:
+    view = ledger.view(node)
+    assert view is not None
+    return [(u.used, u.usedmem, u.usedcores) for u in view.usage]
+
+
+def two_gpu_ledger() -> DeviceLedger:
+    ledger = DeviceLedger()
+    ledger.set_node_devices("n1", [gpu("GPU-0"), gpu("GPU-1", index=1)])
+    return ledger
+
+
+def test_add_update_remove_is_exact() -> None:
+    ledger = two_gpu_ledger()
+    ledger.upsert_pod(alloc("a", "n1", ("GPU-0", 1000, 10, 2)))
+    ledger.upsert_pod(alloc("b", "n1", ("GPU-0", 500, 5, 1), ("GPU-1", 700, 0, 0)))
+    assert usage(ledger, "n1") == [(3, 1500, 15), (1, 700, 0)]  # slots 0 count as 1
+    # An update replaces the old contribution instead of adding to it.
+    ledger.upsert_pod(alloc("a", "n1", ("GPU-1", 100, 1, 1)))
+    assert usage(ledger, "n1") == [(1, 500, 5), (2, 800, 1)]
+    ledger.remove_pod("a")
+    ledger.remove_pod("b")
+    ledger.remove_pod("b")  # unknown uid: no-op
+    assert usage(ledger, "n1") == [(0, 0, 0), (0, 0, 0)]
+
+
+def test_unknown_uuid_is_ignored() -> None:
+    ledger = two_gpu_ledger()
+    ledger.upsert_pod(alloc("a", "n1", ("GPU-9", 1000, 10, 1), ("GPU-1", 10, 1, 1)))
+    assert usage(ledger, "n1") == [(0, 0, 0), (1, 10, 1)]
+
+
+def test_pod_on_unregistered_node_counts_when_inventory_arrives() -> None:
+    ledger = DeviceLedger()
+    ledger.upsert_pod(alloc("a", "late", ("GPU-0", 1000, 10, 1)))
+    assert ledger.view("late") is None
+    ledger.set_node_devices("late", [gpu("GPU-0")])
+    assert usage(ledger, "late") == [(1, 1000, 10)]
+    ledger.remove_node("late")
+    assert ledger.view("late") is None and "late" not in ledger
+    ledger.set_node_devices("late", [gpu("GPU-0")])
+    assert usage(ledger, "late") == [(1, 1000, 10)]
+
+
+def test_reregistration_recounts_only_on_change() -> None:
+    ledger = two_gpu_ledger()
+    ledger.upsert_pod(alloc("a", "n1", ("GPU-1", 1000, 10, 1)))
+    before = ledger.view("n1")
+    ledger.set_node_devices("n1", [gpu("GPU-0"), gpu("GPU-1", index=1)], frozenset({"GPU-0"}))
+    view = ledger.view("n1")
+    assert view is before and view is not None and view.cordoned == {"GPU-0"}
+    # Reordered inventory: usage follows the device, not the position.
+    ledger.set_node_devices("n1", [gpu("GPU-1", index=1), gpu("GPU-0")])
+    assert usage(ledger, "n1") == [(1, 1000, 10), (0, 0, 0)]
+
+
+def test_usage_never_negative_when_inventory_shrinks_under_a_pod() -> None:
+    ledger = two_gpu_ledger()
+    ledger.upsert_pod(alloc("a", "n1", ("GPU-1", 1000, 10, 1)))
+    ledger.set_node_devices("n1", [gpu("GPU-0")])
+    ledger.remove_pod("a")
+    ledger.set_node_devices("n1", [gpu("GPU-0"), gpu("GPU-1", index=1)])
+    assert usage(ledger, "n1") == [(0, 0, 0), (0, 0, 0)]
+
+
+def test_negative_amounts_in_an_annotation_do_not_push_usage_below_zero() -> None:
+    ledger = two_gpu_ledger()
+    ledger.upsert_pod(alloc("a", "n1", ("GPU-0", -1000, -10, 1)))
+    assert usage(ledger, "n1")[0] == (1, 0, 0)
+
+
+def mig_gpu(uuid: str) -> DeviceInfo:
+    profile = MigProfile("1g.10gb", 9856, 14, 1, (MigPlacement(0, 1), MigPlacement(1, 1)))
+    return DeviceInfo(id=uuid, count=7, devmem=80000, devcore=100, type="NVIDIA-A100", mode="mig",
+                      health=True, mig_profiles=(profile,))
+
+
+def mig_alloc(gpu_uuid: str, start: int) -> MigAllocation:
+    return MigAllocation(0, 0, gpu_uuid, "1g.10gb", MigPlacement(start, 1))
+
+
+def test_mig_placements_are_attached_and_released() -> None:
+    ledger = DeviceLedger()
+    ledger.set_node_devices("n1", [mig_gpu("GPU-m")])
+    ledger.upsert_pod(alloc("a", "n1", ("GPU-m", 9856, 14, 1), mig=(mig_alloc("GPU-m", 1),)))
+    view = ledger.view("n1")
+    assert view is not None
+    assert view.usage[0].mig_taken == [("1g.10gb", MigPlacement(1, 1))]
+    assert not view.usage[0].mig_conflict
+    ledger.remove_pod("a")
+    assert view.usage[0].mig_taken == []
+
+
+@pytest.mark.parametrize(
+    ("devices", "pod"),
+    [
+        ([gpu("GPU-0")], alloc("a", "n1", ("GPU-0", 100, 0, 1), mig=(mig_alloc("GPU-0", 0),))),
+        ([mig_gpu("GPU-0")], alloc("a", "n1", ("GPU-0", 9856, 14, 1))),
+        ([gpu("GPU-0")], alloc("a", "n1", mig=(mig_alloc("GPU-0", 0),))),
+    ],
+    ids=["MIG placement on a hami-core device", "MIG device used without placement",
+         "placement without device entry"],
+)
+def test_mig_conflict_fails_closed_and_clears(devices: list[DeviceInfo], pod: PodAllocation) -> None:
+    ledger = DeviceLedger()
+    ledger.set_node_devices("n1", devices)
+    ledger.upsert_pod(pod)
+    ledger.upsert_pod(PodAllocation("b", "ns", "b", "n1", pod.devices, pod.mig))
+    view = ledger.view("n1")
+    assert view is not None and view.usage[0].mig_conflict
+    assert ledger.summary("n1").slot_free_devices == 0
+    ledger.remove_pod("a")
+    assert view.usage[0].mig_conflict  # still held by the second pod
+    ledger.remove_pod("b")
+    assert not view.usage[0].mig_conflict
+
+
+def test_node_score_follows_usage() -> None:
+    ledger = two_gpu_ledger()  # 2 × (count 10, mem 8000, core 100)
+    assert ledger.score("n1") == 0.0
+    ledger.upsert_pod(alloc("a", "n1", ("GPU-0", 4000, 50, 2)))
+    assert ledger.score("n1") == pytest.approx(10 * (2 / 20 + 50 / 200 + 4000 / 16000))
+    ledger.remove_pod("a")
+    assert ledger.score("n1") == 0.0
+    ledger.set_node_devices("zero", [gpu("GPU-z", devcore=0)])
+    ledger.upsert_pod(alloc("z", "zero", ("GPU-z", 4000, 0, 1)))
+    assert ledger.score("zero") == 0.0  # a zero denominator gives 0
+
+
+def test_by_score_orders_with_name_tie_break() -> None:
+    ledger = DeviceLedger()
+    for name in ["c", "a", "b", "d"]:
+        ledger.set_node_devices(name, [gpu(f"GPU-{name}")])
+    ledger.upsert_pod(alloc("p1", "b", ("GPU-b", 4000, 0, 1)))
+    ledger.upsert_pod(alloc("p2", "d", ("GPU-d", 4000, 0, 1)))
+    assert [n for _, n in ledger.by_score(descending=True)] == ["b", "d", "a", "c"]
+    assert [n for _, n in ledger.by_score(descending=False)] == ["a", "c", "b", "d"]
+    ledger.remove_node("b")
+    assert [n for _, n in ledger.by_score(descending=True)] == ["d", "a", "c"]
+
+
+def test_summary_bounds_usable_devices() -> None:
+    ledger = DeviceLedger()
+    ledger.set_node_devices(
+        "n1",
+        [gpu("GPU-0", count=2, devmem=8000), gpu("GPU-1", devmem=4000), gpu("GPU-2", health=False),
+         gpu("GPU-3", devmem=16000)],
+        cordoned=frozenset({"GPU-3"}),
+    )
+    ledger.upsert_pod(alloc("a", "n1", ("GPU-0", 1000, 20, 2), ("GPU-1", 1000, 70, 1)))
+    s = ledger.summary("n1")
+    got = (s.slot_free_devices, s.max_free_mem, s.max_free_cores, s.min_devmem, s.has_mig)
+    assert got == (1, 3000, 30, 4000, False)
+    ledger.remove_pod("a")
+    assert ledger.summary("n1").max_free_mem == 8000
+
+
+def test_rebuild_from_matches_incremental() -> None:
+    ledger = two_gpu_ledger()
+    ledger.set_node_devices("n2", [mig_gpu("GPU-m")])
+    pods = [
+        alloc("a", "n1", ("GPU-0", 1000, 10, 2)),
+        alloc("b", "n2", ("GPU-m", 9856, 14, 1), mig=(mig_alloc("GPU-m", 0),)),
+        alloc("c", "n2", ("GPU-m", 9856, 14, 1)),
+        alloc("d", "n3", ("GPU-x", 1, 1, 1)),
+    ]
+    for p in pods:
+        ledger.upsert_pod(p)
+    ledger.remove_pod("c")
+    incremental = ledger.snapshot()
+    fresh = DeviceLedger()
+    fresh.set_node_devices("n1", [gpu("GPU-0"), gpu("GPU-1", index=1)])
+    fresh.set_node_devices("n2", [mig_gpu("GPU-m")])
+    fresh.rebuild_from([p for p in pods if p.uid != "c"])
+    assert fresh.snapshot() == incremental
+    ledger.rebuild_from(ledger.pods())
+    assert ledger.snapshot() == incremental
+    assert {p.uid for p in ledger.pods_on("n3")} == {"d"}
