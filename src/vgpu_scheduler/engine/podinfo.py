@@ -62,7 +62,8 @@ def is_terminal(pod: Mapping[str, Any]) -> bool:
 
 
 def init_container_count(pod: Mapping[str, Any]) -> int:
-    return len(_sequence(_mapping(pod.get("spec")).get("initContainers")))
+    # Same count as engine.requests: only well-formed container objects take a position.
+    return sum(isinstance(c, Mapping) for c in _sequence(_mapping(pod.get("spec")).get("initContainers")))
 
 
 def init_containers_finished(pod: Mapping[str, Any]) -> bool:

@@ -1,0 +1,168 @@
+"""ResourceQuota accounting (hami-spec §5.8)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from vgpu_scheduler.config import NvidiaConfig
+from vgpu_scheduler.engine.quota import QuotaEntry, QuotaManager
+from vgpu_scheduler.model import (
+    NVIDIA,
+    ContainerDevice,
+    ContainerDeviceRequest,
+    ContainerRequests,
+    PodDevices,
+)
+
+MEM = "nvidia.com/gpumem"
+CORES = "nvidia.com/gpucores"
+
+
+def quota(hard: dict[str, Any], name: str = "q", ns: str = "team") -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "ResourceQuota", "metadata": {"name": name, "namespace": ns},
+            "spec": {"hard": hard}}
+
+
+def devices(*mem_cores: tuple[int, int]) -> PodDevices:
+    return {NVIDIA: [[ContainerDevice(f"GPU-{i}", NVIDIA, m, c) for i, (m, c) in enumerate(mem_cores)]]}
+
+
+def manager(memory_factor: int = 1) -> QuotaManager:
+    return QuotaManager.for_config(NvidiaConfig(memory_factor=memory_factor))
+
+
+@pytest.mark.parametrize(
+    ("hard", "limits"),
+    [
+        ({f"limits.{MEM}": "4096", f"limits.{CORES}": "100"}, {MEM: 4096, CORES: 100}),
+        ({f"limits.{MEM}": "2k"}, {MEM: 2000}),
+        ({f"limits.{MEM}": "1Ki"}, {MEM: 1024}),
+        ({f"limits.{MEM}": "0"}, {MEM: 0}),
+        ({f"limits.{MEM}": "0.5"}, {}),  # not an integer
+        ({f"limits.{MEM}": "1500m"}, {}),
+        ({f"requests.{MEM}": "100", MEM: "100"}, {}),  # only limits.* count
+        ({"limits.nvidia.com/gpu": "2", "limits.cpu": "4"}, {}),  # not a memory/core name
+        ({f"limits.{MEM}": None, f"limits.{CORES}": ["x"]}, {}),
+    ],
+    ids=["mem and cores", "decimal suffix", "binary suffix", "explicit zero", "fraction", "milli",
+         "requests and bare names ignored", "unmanaged names", "garbage values"],
+)
+def test_parse_limits(hard: dict[str, Any], limits: dict[str, int]) -> None:
+    q = manager()
+    q.upsert_quota(quota(hard))
+    assert {r: q.limit("team", r) for r in (MEM, CORES) if q.limit("team", r) is not None} == limits
+
+
+FITS_CASES = [
+    # (id, hard, used (mem, cores), request (ns, vendor, mem, cores), memory factor, fits)
+    ("no quota", {}, (0, 0), ("team", NVIDIA, 10**9, 100), 1, True),
+    ("other namespace", {f"limits.{MEM}": "100"}, (0, 0), ("other", NVIDIA, 1000, 0), 1, True),
+    ("unknown vendor", {f"limits.{MEM}": "100"}, (0, 0), ("team", "MLU", 1000, 0), 1, True),
+    ("within memory", {f"limits.{MEM}": "4096"}, (1000, 0), ("team", NVIDIA, 3096, 0), 1, True),
+    ("over memory", {f"limits.{MEM}": "4096"}, (1000, 0), ("team", NVIDIA, 3097, 0), 1, False),
+    ("memory limit scaled by factor", {f"limits.{MEM}": "100"}, (0, 0), ("team", NVIDIA, 300, 0), 3, True),
+    ("memory limit scaled by factor, over", {f"limits.{MEM}": "100"}, (0, 0), ("team", NVIDIA, 301, 0), 3,
+     False),
+    ("cores only limit ignores memory", {f"limits.{CORES}": "50"}, (0, 40), ("team", NVIDIA, 10**6, 10), 1,
+     True),
+    ("over cores", {f"limits.{CORES}": "50"}, (0, 40), ("team", NVIDIA, 0, 11), 1, False),
+    ("explicit zero blocks any memory", {f"limits.{MEM}": "0"}, (0, 0), ("team", NVIDIA, 1, 0), 1, False),
+    ("explicit zero cores", {f"limits.{CORES}": "0"}, (0, 0), ("team", NVIDIA, 10, 1), 1, False),
+]
+
+
+@pytest.mark.parametrize(("hard", "used", "asked", "factor", "fits"), [c[1:] for c in FITS_CASES],
+                         ids=[c[0] for c in FITS_CASES])
+def test_fits(hard: dict[str, Any], used: tuple[int, int], asked: tuple[str, str, int, int], factor: int,
+              fits: bool) -> None:
+    q = manager(factor)
+    q.upsert_quota(quota(hard))
+    q.add_usage("team", devices(used))
+    assert q.fits(*asked) is fits
+
+
+def test_usage_add_remove_never_negative() -> None:
+    q = manager()
+    q.add_usage("team", devices((1000, 10), (500, 5)))
+    q.add_usage("team", devices((100, 1)))
+    assert (q.used("team", MEM), q.used("team", CORES)) == (1600, 16)
+    q.remove_usage("team", devices((1000, 10), (500, 5)))
+    q.remove_usage("team", devices((100, 1)))
+    q.remove_usage("team", devices((100, 1)))
+    q.remove_usage("nobody", devices((100, 1)))
+    assert (q.used("team", MEM), q.used("team", CORES)) == (0, 0)
+    q.add_usage("team", devices((-50, -5)))
+    assert (q.used("team", MEM), q.used("team", CORES)) == (0, 0)
+
+
+def test_usage_counts_before_the_quota_exists() -> None:
+    q = manager()
+    q.add_usage("team", devices((3000, 0)))
+    q.upsert_quota(quota({f"limits.{MEM}": "4000"}))
+    assert not q.fits("team", NVIDIA, 1001, 0)
+    assert q.fits("team", NVIDIA, 1000, 0)
+
+
+def test_update_replaces_old_limits() -> None:
+    q = manager()
+    q.upsert_quota(quota({f"limits.{MEM}": "100", f"limits.{CORES}": "10"}))
+    q.upsert_quota(quota({f"limits.{MEM}": "200"}))
+    assert (q.limit("team", MEM), q.limit("team", CORES)) == (200, None)
+    q.delete_quota(quota({f"limits.{MEM}": "200"}))
+    assert q.limit("team", MEM) is None
+    assert q.fits("team", NVIDIA, 10**6, 10**6)
+
+
+def test_delete_of_unseen_quota_clears_what_it_names() -> None:
+    q = manager()
+    q.upsert_quota(quota({f"limits.{MEM}": "100"}, name="a"))
+    q.delete_quota(quota({f"limits.{MEM}": "100"}, name="b"))
+    assert q.limit("team", MEM) is None
+
+
+def test_last_writer_wins_across_objects() -> None:
+    q = manager()
+    q.upsert_quota(quota({f"limits.{MEM}": "100"}, name="a"))
+    q.upsert_quota(quota({f"limits.{MEM}": "300"}, name="b"))
+    assert q.limit("team", MEM) == 300
+    q.delete_quota(quota({f"limits.{MEM}": "300"}, name="b"))
+    assert q.limit("team", MEM) is None  # as in HAMi: one limit per (namespace, resource)
+
+
+def test_entries_for_metrics() -> None:
+    q = manager()
+    q.upsert_quota(quota({f"limits.{MEM}": "100"}))
+    q.add_usage("team", devices((40, 5)))
+    assert list(q.entries()) == [QuotaEntry("team", CORES, 5, None), QuotaEntry("team", MEM, 40, 100)]
+
+
+def req(nums: int, mem: int, cores: int = 0, pct: int = 101) -> ContainerRequests:
+    return {NVIDIA: ContainerDeviceRequest(nums, NVIDIA, mem, pct, cores)}
+
+
+ADMISSION_CASES = [
+    # (id, per-container requests, n_init, mem limit, cores limit, fits)
+    ("app containers sum with nums", [req(2, 1000), req(1, 1000)], 0, 3000, None, True),
+    ("app sum over", [req(2, 1000), req(1, 1001)], 0, 3000, None, False),
+    ("init peak counts when larger", [req(1, 5000), req(1, 1000)], 1, 4000, None, False),
+    ("init max not sum", [req(1, 3000), req(1, 3000), req(1, 1000)], 2, 3000, None, True),
+    ("cores", [req(1, 0, 60, 100), req(1, 0, 50, 100)], 0, None, 100, False),
+    ("percentage memory counts as 0", [req(1, 0, 0, 50)], 0, 0, None, True),
+    ("no device request", [{}, {}], 0, 0, 0, True),
+]
+
+
+@pytest.mark.parametrize(("requests", "n_init", "mem_limit", "cores_limit", "fits"),
+                         [c[1:] for c in ADMISSION_CASES], ids=[c[0] for c in ADMISSION_CASES])
+def test_admission_fits(requests: list[ContainerRequests], n_init: int, mem_limit: int | None,
+                        cores_limit: int | None, fits: bool) -> None:
+    q = manager()
+    hard = {}
+    if mem_limit is not None:
+        hard[f"limits.{MEM}"] = str(mem_limit)
+    if cores_limit is not None:
+        hard[f"limits.{CORES}"] = str(cores_limit)
+    q.upsert_quota(quota(hard))
+    assert q.admission_fits("team", requests, n_init) is fits
