@@ -1,0 +1,162 @@
+"""Kubernetes `resource.Quantity` parsing and HAMi's "Quantity → int" conversion.
+
+HAMi reads container resources with `Quantity.AsInt64()`, which succeeds only for values held in
+Go's fast int64 form at a non-negative decimal scale. Which form a quantity has depends on its
+text, and the text HAMi sees is the API server's *canonical* one (objects from the API server
+are always re-serialised), so `quantity_as_int64` first canonicalises the value the way the API
+server does and then applies AsInt64 to the canonical text. Consequences, all as in Go:
+
+* "3" → 3, "2k" → 2000, "1Ki" → 1024, "16Gi" → 17179869184, "2000m" → 2 (canonical "2");
+* "0.5" (canonical "500m") and "1500m" → None: a negative scale is never an int;
+* values whose canonical form needs more digits than the fast path holds → None, e.g. a
+  19-digit integer, "100Ti" or "1Pi" (Go keeps these as inf.Dec), and anything beyond int64.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from fractions import Fraction
+
+INT64_MAX = 2**63 - 1
+INT64_MIN = -(2**63)
+
+_DECIMAL_SI = {"n": -9, "u": -6, "m": -3, "": 0, "k": 3, "M": 6, "G": 9, "T": 12, "P": 15, "E": 18}
+_DECIMAL_SI_BY_EXP = {e: s for s, e in _DECIMAL_SI.items()}
+_BINARY_SI = {"Ki": 10, "Mi": 20, "Gi": 30, "Ti": 40, "Pi": 50, "Ei": 60}
+_BINARY_SI_BY_EXP = {e: s for s, e in _BINARY_SI.items()}
+
+# Number part as Go's scanner reads it: sign, digits, optional '.', digits (all may be empty);
+# then a run of suffix letters, an optional sign and digits (the decimal exponent).
+_QUANTITY = re.compile(r"([+-]?)([0-9]*)(?:\.([0-9]*))?([eEinumkKMGTP]*[+-]?[0-9]*)\Z")
+_EXPONENT = re.compile(r"[+-]?[0-9]+\Z")
+
+_NANO = Fraction(1, 10**9)
+# Values of 10**40 and beyond are rejected instead of being computed exactly: no resource is
+# that large, and an exponent such as "1e2147483647" must not make us build a giant integer.
+_MAX_DIGITS = 40
+_MAX_TEXT_DIGITS = 1000
+
+DECIMAL_SI = "DecimalSI"
+BINARY_SI = "BinarySI"
+DECIMAL_EXPONENT = "DecimalExponent"
+
+
+class QuantityError(ValueError):
+    """Text that is not a Kubernetes quantity."""
+
+
+def _suffix(suffix: str, text: str) -> tuple[int, int, str]:
+    """(base, exponent, format) of a suffix, as Go's quantitySuffixer.interpret."""
+    if suffix in _DECIMAL_SI:
+        return 10, _DECIMAL_SI[suffix], DECIMAL_SI
+    if suffix in _BINARY_SI:
+        return 2, _BINARY_SI[suffix], BINARY_SI
+    if len(suffix) > 1 and suffix[0] in "eE" and _EXPONENT.match(suffix[1:]):
+        exp = int(suffix[1:])
+        if INT64_MIN <= exp <= INT64_MAX:
+            # Go truncates the parsed int64 exponent to int32.
+            return 10, (exp + 2**31) % 2**32 - 2**31, DECIMAL_EXPONENT
+    raise QuantityError(f"unable to parse quantity's suffix: {text!r}")
+
+
+def _parse(text: str) -> tuple[Fraction, str]:
+    s = text.strip()  # Quantity.UnmarshalJSON trims spaces before parsing
+    if not s:
+        raise QuantityError("quantities must not be empty")
+    m = _QUANTITY.match(s)
+    if m is None:
+        raise QuantityError(
+            f"quantities must match the regular expression "
+            f"'^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$': {text!r}"
+        )
+    sign, whole, frac, suffix = m.group(1), m.group(2), m.group(3) or "", m.group(4)
+    # Go's scanner reads a missing number as 0 ("-", ".", even "Ki"); the API server would
+    # canonicalise those to "0", so they are accepted as zero here too.
+    base, exponent, fmt = _suffix(suffix, text)
+    if len(whole) + len(frac) > _MAX_TEXT_DIGITS:
+        raise QuantityError(f"quantity has too many digits: {text[:40]!r}...")
+    digits = int(whole + frac or "0")
+    if digits == 0:
+        return Fraction(0), fmt
+    if base == 10:
+        exp10 = exponent - len(frac)
+        magnitude = len(str(digits)) + exp10  # value < 10**magnitude
+        if magnitude > _MAX_DIGITS:
+            raise QuantityError(f"quantity is too large to be represented: {text!r}")
+        # Below 1e-9 everything rounds up to the smallest quantity, 1n.
+        value = _NANO if magnitude < -9 else Fraction(digits) * Fraction(10) ** exp10
+    else:
+        value = Fraction(digits, 10 ** len(frac)) * 2**exponent
+    # Go rounds the magnitude up to a whole number of nano units ("0.1n" → "1n").
+    if value.denominator != 1:
+        value = Fraction(math.ceil(value / _NANO)) * _NANO
+    if sign == "-":
+        value = -value
+    return value, fmt
+
+
+def parse_quantity(text: str) -> Fraction:
+    """The exact value of a quantity (after Kubernetes' round-up to nano precision)."""
+    return _parse(text)[0]
+
+
+def _decimal_canonical(value: Fraction) -> tuple[int, int]:
+    """(mantissa, exponent) with exponent a multiple of 3, as AsCanonicalBytes."""
+    # value has at most 9 decimals; make it an integer at scale -9, strip factors of ten.
+    m = int(value / _NANO)
+    e = -9
+    while m % 10 == 0:
+        m //= 10
+        e += 1
+    r = e % 3  # Python's modulo is floor-based: lower e to the multiple of 3 below it
+    return m * 10**r, e - r
+
+
+def _fast_int(num: int, exponent: int) -> int | None:
+    """AsInt64 of the fast (int64Amount) form Go builds for a canonical decimal text."""
+    if len(str(abs(num))) > 18 or exponent < -9:
+        return None  # kept as inf.Dec by Go: AsInt64 fails
+    if exponent < 0:
+        return None
+    result = num * 10**exponent
+    return result if INT64_MIN <= result <= INT64_MAX else None
+
+
+def _binary_canonical_int(value: int) -> int | None:
+    """AsInt64 of a BinarySI integer >= 1024 in magnitude, via its canonical `<n><Ki..Ei>` text."""
+    n, k = value, 0
+    while n % 1024 == 0 and k < 6:
+        n //= 1024
+        k += 1
+    if k == 0:
+        return _fast_int(n, 0)  # canonical text has no suffix: re-read as DecimalSI
+    precision = 15 - len(str(abs(n))) - 3 * k - 1
+    if precision < 0:
+        return None
+    return value if INT64_MIN <= value <= INT64_MAX else None
+
+
+def quantity_as_int64(quantity: str | int | float) -> int | None:
+    """Go's `Quantity.AsInt64()` on the API server's canonical form of `quantity`, or None."""
+    if isinstance(quantity, bool):
+        return None
+    if isinstance(quantity, float):
+        if not math.isfinite(quantity):
+            return None
+        text = repr(quantity)
+    else:
+        text = str(quantity)
+    try:
+        value, fmt = _parse(text)
+    except QuantityError:
+        return None
+    if value == 0:
+        return 0
+    if fmt == BINARY_SI and abs(value) >= 1024 and value.denominator == 1:
+        return _binary_canonical_int(int(value))
+    # DecimalSI / DecimalExponent, and BinarySI values Go prints as DecimalSI.
+    num, exponent = _decimal_canonical(value)
+    if fmt != DECIMAL_EXPONENT and exponent not in _DECIMAL_SI_BY_EXP:
+        return None  # beyond "E": far outside int64
+    return _fast_int(num, exponent)
