@@ -422,7 +422,8 @@ def test_json_round_trip(devices: list[DeviceInfo]) -> None:
 _field = st.text(alphabet=st.characters(codec="utf-8", exclude_characters=",:"), max_size=12)
 _legacy_devices = st.builds(
     DeviceInfo,
-    id=_field.filter(lambda s: s.strip() != ""),
+    # An id starting with "[" would make the value look like JSON (the dialect switch).
+    id=_field.filter(lambda s: s.strip() != "" and not s.lstrip().startswith("[")),
     index=st.integers(0, 2**63 - 1),
     count=_int32,
     devmem=_int32,
