@@ -1,0 +1,114 @@
+"""GPU scheduling policy: device ordering (hami-spec §5.6) and the policy filters used by fit.
+
+Devices are sorted ascending by HAMi's `Less` and fit consumes the sorted list from the END, so
+"preferred" devices sort last. HAMi sorts with Go's `sort.Sort`, which is an insertion sort (and
+therefore stable) for up to 12 elements; we always sort stably, so ties keep the incoming order —
+inventory order for the first container, the previous container's sorted order afterwards
+(HAMi sorts the node copy in place between containers).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from functools import lru_cache
+
+from vgpu_scheduler.engine.nodeview import DeviceUsage
+from vgpu_scheduler.model import DeviceInfo
+
+BINPACK = "binpack"
+SPREAD = "spread"
+NUMA = "numa"
+MUTEX = "mutex"
+TOPOLOGY_AWARE = "topology-aware"
+
+DEFAULT_GPU_POLICY = SPREAD
+"""`--gpu-scheduler-policy` default."""
+
+_SORT_KEYS = (BINPACK, SPREAD, NUMA)
+
+_TRUE = frozenset({"1", "t", "T", "TRUE", "true", "True"})
+
+
+def parse_go_bool(s: str) -> bool:
+    """Go `strconv.ParseBool` where an invalid value counts as false (`nvidia.com/numa-bind`)."""
+    return s in _TRUE
+
+
+def policy_contains(policy: str, name: str) -> bool:
+    """HAMi `PolicyContains`: `name` is one of the comma-separated, space-trimmed tokens."""
+    return any(token.strip() == name for token in policy.split(","))
+
+
+@lru_cache(maxsize=256)
+def sort_chain(policy: str, numa_bind: bool) -> tuple[str, ...] | None:
+    """The comparison keys of chain mode, or None when `policy` is a single value.
+
+    Chain mode: the policy contains "," or is exactly "numa". Keys are the binpack/spread/numa
+    tokens in written order without repeats (others, e.g. mutex, are filters only); none ⇒
+    spread; with NumaBind, numa is moved (or added) to the front.
+    """
+    if "," not in policy and policy != NUMA:
+        return None
+    chain: list[str] = []
+    for token in policy.split(","):
+        name = token.strip()
+        if name in _SORT_KEYS and name not in chain:
+            chain.append(name)
+    if not chain:
+        chain = [SPREAD]
+    if numa_bind and chain[0] != NUMA:
+        chain = [NUMA, *(k for k in chain if k != NUMA)]
+    return tuple(chain)
+
+
+SortKey = Callable[[int], tuple[float, ...]]
+
+
+def sort_key(
+    policy: str,
+    numa_bind: bool,
+    devices: Sequence[DeviceInfo],
+    usage: Sequence[DeviceUsage],
+    scores: Sequence[float],
+) -> SortKey:
+    """Key function over device positions that orders them as HAMi's `Less` does.
+
+    `scores` is indexed by position like `devices`/`usage`.
+    """
+    chain = sort_chain(policy, numa_bind)
+    if chain is not None:
+        getters: list[Callable[[int], float]] = []
+        for key in chain:
+            if key == BINPACK:
+                getters.append(lambda p: scores[p])
+            elif key == SPREAD:
+                getters.append(lambda p: -scores[p])
+            else:
+                getters.append(lambda p: devices[p].numa)
+        # All chained keys equal ⇒ lower device index first.
+        return lambda p: (*(g(p) for g in getters), devices[p].index)
+    if policy == MUTEX:
+        # Busy devices first, idle ones at the tail so fit takes idle devices.
+        return lambda p: (-usage[p].used, devices[p].numa)
+    binpack = policy == BINPACK
+    if numa_bind:
+        # Keep NUMA groups contiguous for fit's same-NUMA accumulation.
+        if binpack:
+            return lambda p: (-devices[p].numa, scores[p])
+        return lambda p: (devices[p].numa, -scores[p])
+    if binpack:
+        return lambda p: (scores[p], devices[p].numa)
+    # spread, topology-aware and any unknown name.
+    return lambda p: (-scores[p], devices[p].numa)
+
+
+def sort_devices(
+    order: Sequence[int],
+    scores: Sequence[float],
+    devices: Sequence[DeviceInfo],
+    usage: Sequence[DeviceUsage],
+    policy: str,
+    numa_bind: bool,
+) -> list[int]:
+    """`order` (device positions) stably sorted ascending by the policy; fit takes from the end."""
+    return sorted(order, key=sort_key(policy, numa_bind, devices, usage, scores))
