@@ -1,0 +1,173 @@
+"""Kubernetes quantities and Go's `Quantity.AsInt64()` (top of hami-spec.md)."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from vgpu_scheduler.wire.quantity import QuantityError, parse_quantity, quantity_as_int64
+
+
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [
+        ("3", 3),
+        ("0", 0),
+        ("-0", 0),
+        ("+5", 5),
+        ("-5", -5),
+        ("1.5", Fraction(3, 2)),
+        (".5", Fraction(1, 2)),
+        ("5.", 5),
+        ("1n", Fraction(1, 10**9)),
+        ("1u", Fraction(1, 10**6)),
+        ("1m", Fraction(1, 1000)),
+        ("2k", 2000),
+        ("1M", 10**6),
+        ("1G", 10**9),
+        ("1T", 10**12),
+        ("1P", 10**15),
+        ("1E", 10**18),
+        ("1Ki", 1024),
+        ("1Mi", 2**20),
+        ("1Gi", 2**30),
+        ("1Ti", 2**40),
+        ("1Pi", 2**50),
+        ("1Ei", 2**60),
+        ("1.5Gi", 3 * 2**29),
+        ("1e3", 1000),
+        ("1E3", 1000),
+        ("1e+3", 1000),
+        ("15e-1", Fraction(3, 2)),
+        ("-2.5e2", -250),
+        ("0.1n", Fraction(1, 10**9)),  # rounded up to the smallest quantity
+        ("-0.1n", Fraction(-1, 10**9)),  # magnitude rounded up
+        ("1e-30", Fraction(1, 10**9)),
+        ("2.9999999999", 3),
+        (" 7 ", 7),  # Quantity.UnmarshalJSON trims spaces
+        ("-", 0),  # Go's scanner: no digits reads as zero
+        (".", 0),
+    ],
+)
+def test_parse_quantity(text: str, value: Fraction | int) -> None:
+    assert parse_quantity(text) == value
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "",
+        "   ",
+        "abc",
+        "1K",
+        "1ki",
+        "1e",
+        "1i",
+        "1Kib",
+        "1.5.5",
+        "1 Gi",
+        "--1",
+        "+-1",
+        "1e1.5",
+        "1Mi5",
+        "0x10",
+        "1_000",
+    ],
+)
+def test_parse_quantity_errors(text: str) -> None:
+    with pytest.raises(QuantityError):
+        parse_quantity(text)
+
+
+def test_absurd_exponent_is_rejected_quickly() -> None:
+    with pytest.raises(QuantityError, match="too large"):
+        parse_quantity("1e2147483647")
+
+
+@pytest.mark.parametrize(
+    ("quantity", "expected"),
+    [
+        # The examples of hami-spec.md.
+        ("3", 3),
+        ("2k", 2000),
+        ("1Ki", 1024),
+        ("16Gi", 17179869184),
+        ("2000m", 2),
+        ("0.5", None),
+        ("1500m", None),
+        # More of Go's behaviour.
+        ("0", 0),
+        ("-3", -3),
+        ("1", 1),
+        ("4096", 4096),
+        ("1M", 1_000_000),
+        ("1.5G", 1_500_000_000),
+        ("1e3", 1000),
+        ("100e-2", 1),
+        ("1Mi", 1_048_576),
+        ("1.5Ki", 1536),
+        ("1023", 1023),
+        ("512Ki", 524_288),
+        ("10Ti", 10 * 2**40),
+        ("2.9999999999", 3),  # Go rounds up to nano precision first
+        ("1n", None),
+        ("0.000000001", None),
+        ("1000000000000000000", 10**18),  # canonical "1E"
+        ("9E", 9 * 10**18),
+        ("123456789012345678", 123456789012345678),  # 18 digits: Go's fast path
+        ("1234567890123456789", None),  # 19 digits: kept as inf.Dec, AsInt64 fails
+        ("9223372036854775807", None),
+        ("9223372036854775808", None),
+        ("10E", None),
+        ("1e19", None),
+        ("1e40", None),
+        ("100Ti", None),  # Go keeps large binary quantities as inf.Dec
+        ("1Pi", None),
+        ("1024Ti", None),
+        ("8Ei", None),
+        ("abc", None),
+        ("", None),
+        ("1e2147483647", None),
+        # Non-string inputs (YAML workloads in the simulator).
+        (3, 3),
+        (2**63, None),
+        (2.0, 2),
+        (0.5, None),
+        (1e20, None),
+        (float("inf"), None),
+        (float("nan"), None),
+        (True, None),
+    ],
+)
+def test_quantity_as_int64(quantity: str | int | float, expected: int | None) -> None:
+    assert quantity_as_int64(quantity) == expected
+
+
+@given(st.integers(-(10**18), 10**18))
+def test_small_integers_always_convert(n: int) -> None:
+    # Whatever the canonical suffix, an integer of at most 18 digits converts exactly.
+    assert quantity_as_int64(str(n)) == n
+
+
+@given(st.integers(-(10**15), 10**15), st.sampled_from(["", "k", "M", "G"]))
+def test_decimal_suffixes_convert_when_in_range(n: int, suffix: str) -> None:
+    expected = n * {"": 1, "k": 10**3, "M": 10**6, "G": 10**9}[suffix]
+    result = quantity_as_int64(f"{n}{suffix}")
+    if -(2**63) <= expected < 2**63:
+        assert result == expected  # at most 16 significant digits: always Go's fast path
+    else:
+        assert result is None
+
+
+@given(st.integers(1, 10**6), st.integers(1, 999))
+def test_fractional_values_never_convert(whole: int, millis: int) -> None:
+    assert quantity_as_int64(f"{whole}.{millis:03d}".rstrip("0")) is None
+
+
+@given(st.text(max_size=20))
+def test_as_int64_never_raises(text: str) -> None:
+    result = quantity_as_int64(text)
+    assert result is None or -(2**63) <= result < 2**63
