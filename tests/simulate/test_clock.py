@@ -1,0 +1,33 @@
+import pytest
+
+from vgpu_scheduler.simulate.clock import DEFAULT_EPOCH, ClockError, SimClock
+
+
+def test_starts_at_zero_and_jumps_forward() -> None:
+    clock = SimClock()
+    assert clock.now == 0.0
+    clock.advance_to(2.5)
+    clock.advance(1.5)
+    assert clock.now == 4.0
+    clock.advance_to(4.0)  # same instant is fine
+    assert clock.now == 4.0
+
+
+@pytest.mark.parametrize("move", [lambda c: c.advance_to(0.5), lambda c: c.advance(-0.1)])
+def test_never_goes_backwards(move: object) -> None:
+    clock = SimClock(1.0)
+    with pytest.raises(ClockError, match="backwards|negative"):
+        move(clock)  # type: ignore[operator]
+    assert clock.now == 1.0
+
+
+def test_timestamps_come_from_the_fixed_epoch() -> None:
+    clock = SimClock(epoch=DEFAULT_EPOCH)
+    clock.advance(65.9)
+    assert clock.unix() == DEFAULT_EPOCH + 65
+    assert clock.rfc3339() == "2026-01-01T00:01:05Z"
+
+
+def test_negative_start_is_rejected() -> None:
+    with pytest.raises(ClockError):
+        SimClock(-1)
