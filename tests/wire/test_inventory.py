@@ -125,7 +125,10 @@ def test_decode_json(value: str, expected: list[DeviceInfo]) -> None:
         ('[{"id":"GPU-0","migProfiles":{}}]', "field 'migProfiles' must be an array"),
         ('[{"id":"GPU-0","migProfiles":[3]}]', "MIG profile must be an object"),
         ('[{"id":"GPU-0","migProfiles":[{"core":"x"}]}]', "field 'core' must be an int32"),
-        ('[{"id":"GPU-0","migProfiles":[{"placements":[{"start":-1}]}]}]', "field 'start' must be a uint32"),
+        (
+            '[{"id":"GPU-0","migProfiles":[{"placements":[{"start":-1}]}]}]',
+            "field 'start' must be a non-negative int32",
+        ),
         ('[{"id":"GPU-0","migProfiles":[{"placements":{}}]}]', "field 'placements' must be an array"),
         ('[{"id":"GPU-0","migProfiles":[{"placements":[7]}]}]', "placement must be an object"),
         ('[{"id":"GPU-0"},"GPU-1"]', "device 1 must be a JSON object, got string"),

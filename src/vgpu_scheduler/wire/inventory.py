@@ -105,8 +105,8 @@ def _placement(where: str, raw: Any) -> MigPlacement:
     start = obj.get("start")
     size = obj.get("size")
     return MigPlacement(
-        start=0 if start is None else _int_in(where, "start", start, 0, sc.INT32_MAX, "a uint32"),
-        size=0 if size is None else _int_in(where, "size", size, 0, sc.INT32_MAX, "a uint32"),
+        start=0 if start is None else _int_in(where, "start", start, 0, sc.INT32_MAX, "a non-negative int32"),
+        size=0 if size is None else _int_in(where, "size", size, 0, sc.INT32_MAX, "a non-negative int32"),
     )
 
 
