@@ -13,6 +13,7 @@ from vgpu_scheduler.engine.podinfo import (
     collapse_pod_devices,
     pod_allocation_from_pod,
 )
+from vgpu_scheduler.engine.scores import node_default_score
 from vgpu_scheduler.model import ContainerDevice, DeviceInfo, MigAllocation, MigPlacement, MigProfile
 from vgpu_scheduler.wire import keys
 
@@ -306,7 +307,12 @@ def test_node_score_follows_usage() -> None:
     ledger = two_gpu_ledger()  # 2 × (count 10, mem 8000, core 100)
     assert ledger.score("n1") == 0.0
     ledger.upsert_pod(alloc("a", "n1", ("GPU-0", 4000, 50, 2)))
-    assert ledger.score("n1") == pytest.approx(10 * (2 / 20 + 50 / 200 + 4000 / 16000))
+    ledger.upsert_pod(alloc("b", "n1", ("GPU-1", 333, 7, 1)))
+    assert ledger.score("n1") == pytest.approx(10 * (3 / 20 + 57 / 200 + 4333 / 16000), rel=1e-6)
+    view = ledger.view("n1")
+    assert view is not None
+    assert ledger.score("n1") == node_default_score(view.devices, view.usage)  # same float32 value
+    ledger.remove_pod("b")
     ledger.remove_pod("a")
     assert ledger.score("n1") == 0.0
     ledger.set_node_devices("zero", [gpu("GPU-z", devcore=0)])

@@ -15,11 +15,11 @@ from bisect import bisect_left, insort
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
+from vgpu_scheduler.engine.migfit import MIG_MODE
 from vgpu_scheduler.engine.nodeview import DeviceUsage, NodeView
 from vgpu_scheduler.engine.podinfo import PodAllocation
+from vgpu_scheduler.engine.scores import node_default_score
 from vgpu_scheduler.model import DeviceInfo
-
-MIG_MODE = "mig"
 
 
 @dataclass(slots=True, frozen=True)
@@ -48,16 +48,12 @@ DeviceSnapshot = tuple[str, int, int, int, tuple[str, ...], bool]
 
 class _Node:
     __slots__ = (
+        "capacity",
         "conflicts",
         "index",
         "score",
-        "sum_count",
-        "sum_devcore",
-        "sum_devmem",
-        "sum_used",
-        "sum_usedcores",
-        "sum_usedmem",
         "summary",
+        "total",
         "view",
     )
 
@@ -68,24 +64,20 @@ class _Node:
         for i, dev in enumerate(view.devices):
             self.index.setdefault(dev.id, i)
         self.conflicts = [0] * len(view.devices)
-        self.sum_count = sum(d.count for d in view.devices)
-        self.sum_devcore = sum(d.devcore for d in view.devices)
-        self.sum_devmem = sum(d.devmem for d in view.devices)
-        self.sum_used = 0
-        self.sum_usedcores = 0
-        self.sum_usedmem = 0
+        # ComputeDefaultScore only needs the node's capacity and usage totals, so it is evaluated on
+        # one aggregate "device": O(1) per pod event instead of O(devices of the node).
+        self.capacity = DeviceInfo(
+            id="",
+            count=sum(d.count for d in view.devices),
+            devcore=sum(d.devcore for d in view.devices),
+            devmem=sum(d.devmem for d in view.devices),
+        )
+        self.total = DeviceUsage()
         self.score = 0.0
         self.summary: NodeSummary | None = None
 
     def compute_score(self) -> float:
-        # ComputeDefaultScore (§5.5): existing usage only, 0 when any capacity sum is 0.
-        if self.sum_count == 0 or self.sum_devcore == 0 or self.sum_devmem == 0:
-            return 0.0
-        return 10 * (
-            self.sum_used / self.sum_count
-            + self.sum_usedcores / self.sum_devcore
-            + self.sum_usedmem / self.sum_devmem
-        )
+        return node_default_score((self.capacity,), (self.total,))
 
     def compute_summary(self) -> NodeSummary:
         slot_free = 0
@@ -240,9 +232,10 @@ class DeviceLedger:
                     u.used += slots
                     u.usedmem += mem
                     u.usedcores += cores
-                    node.sum_used += slots
-                    node.sum_usedmem += mem
-                    node.sum_usedcores += cores
+                    total = node.total
+                    total.used += slots
+                    total.usedmem += mem
+                    total.usedcores += cores
                     if devices[i].mode == MIG_MODE and dev.uuid not in mig_gpus:
                         # A MIG device used without a placement fails closed (§5.2).
                         _conflict(node, i, sign)
@@ -268,6 +261,9 @@ class DeviceLedger:
 
     def __contains__(self, node_name: object) -> bool:
         return node_name in self._nodes
+
+    def __len__(self) -> int:
+        return len(self._nodes)
 
     def node_names(self) -> Iterable[str]:
         return self._nodes.keys()

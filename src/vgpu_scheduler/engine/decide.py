@@ -1,0 +1,365 @@
+"""The filter decision: pick one node and concrete devices for a pod (hami-spec §5.7, §4.1).
+
+HAMi evaluates every candidate node, then takes the best node score among the nodes that fit
+(binpack: highest, spread: lowest). The node score (§5.5 ComputeDefaultScore, plus 0 for NVIDIA)
+depends only on the usage already on the node — never on the pod — and the ledger keeps it up to
+date. So the same answer is found by visiting nodes **in policy order** and stopping at the first
+one that fits:
+
+* binpack: score descending, spread: score ascending; equal scores by node name ascending — the
+  deterministic tie-break (HAMi's is goroutine completion order, i.e. random);
+* every node before the first fitting one does not fit, and every node after it is worse or equal
+  and later by name, so the first fit is exactly the node an all-nodes evaluation would pick;
+* a node whose `NodeSummary` shows that some request cannot fit on any of its devices (no free
+  slot, not enough free memory or cores anywhere) is skipped without running the fit. The summary
+  tests are necessary conditions of the per-device checks, so a skipped node never fits; when no
+  node fits, skipped nodes are evaluated anyway for their exact reason strings (and, as a guard, the
+  first of them that does fit would still be chosen in order).
+
+`evaluate_all=True` runs the fit on every node (for the event listing all fitting nodes, and for the
+tests proving both paths choose the same node and devices).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from vgpu_scheduler.config import NvidiaConfig
+from vgpu_scheduler.engine.fit import NodeFit, PodFitContext, evaluate_node, pod_fit_context
+from vgpu_scheduler.engine.ledger import DeviceLedger, NodeSummary
+from vgpu_scheduler.engine.nodeview import DeviceUsage, NodeView, QuotaCheck
+from vgpu_scheduler.engine.podinfo import init_container_count, pod_annotations, pod_key
+from vgpu_scheduler.engine.requests import pod_has_device_requests, pod_requests
+from vgpu_scheduler.engine.scores import ScoringWeightsError
+from vgpu_scheduler.engine.state import SchedulerState
+from vgpu_scheduler.model import PERCENTAGE_UNSET, ContainerRequests, MigAllocation, PodDevices
+from vgpu_scheduler.wire import keys
+from vgpu_scheduler.wire.allocation import AllocationError, encode_pod_devices
+from vgpu_scheduler.wire.inventory import (
+    InventoryError,
+    attach_pair_scores,
+    decode_cordon,
+    decode_node_devices,
+    decode_pair_scores,
+)
+from vgpu_scheduler.wire.mig import encode_mig_allocations
+
+log = logging.getLogger(__name__)
+
+NODE_UNREGISTERED = "node unregistered"
+SPREAD = "spread"
+BINPACK = "binpack"
+
+
+# ---------------------------------------------------------------------------------------------
+# Results
+
+
+@dataclass(slots=True, frozen=True)
+class Chosen:
+    """The pod fits on `node`: what to patch onto the pod and what to report."""
+
+    node: str
+    devices: PodDevices
+    """Per vendor, per container (init first, padded) — the uncollapsed allocation."""
+    mig: tuple[MigAllocation, ...]
+    annotations: dict[str, str]
+    """Exactly the §4.1 filter patch annotations."""
+    labels: dict[str, str]
+    score: float
+    scores: dict[str, float] = field(default_factory=dict)
+    """Score of every node known to fit (only `node` unless evaluated with `evaluate_all`)."""
+    failed: dict[str, str] = field(default_factory=dict)
+    """Reasons of the nodes evaluated (or unregistered) on the way; HAMi does not report them."""
+
+
+@dataclass(slots=True, frozen=True)
+class NoFit:
+    failed: dict[str, str]
+    """Node -> reason (GenReason string, NodeInsufficientDevice, or "node unregistered")."""
+
+
+@dataclass(slots=True, frozen=True)
+class Error:
+    message: str
+
+
+@dataclass(slots=True, frozen=True)
+class NoRequest:
+    """The pod asks for no device: Filter echoes the candidate nodes unchanged, no side effects."""
+
+
+Decision = Chosen | NoFit | Error | NoRequest
+
+
+def node_policy(annotations: Mapping[str, str], default: str) -> str:
+    """`hami.io/node-scheduler-policy` else the default; anything but spread acts as binpack."""
+    policy = annotations.get(keys.NODE_SCHEDULER_POLICY, default)
+    return SPREAD if policy == SPREAD else BINPACK
+
+
+def filter_annotations(
+    node: str, devices: PodDevices, mig: Sequence[MigAllocation], now: int
+) -> dict[str, str]:
+    """The §4.1 filter patch annotations (the caller adds label hami.io/vgpu-node = node)."""
+    out = {keys.VGPU_NODE: node, keys.VGPU_TIME: str(now)}
+    out.update(encode_pod_devices(devices))
+    if mig:
+        out[keys.VGPU_MIG_ALLOCATIONS] = encode_mig_allocations(mig)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Cheap "cannot fit" test
+
+
+@dataclass(slots=True, frozen=True)
+class _Need:
+    nums: int
+    memreq: int
+    pct: int
+    cores: int
+
+
+def _needs(requests: Sequence[ContainerRequests]) -> tuple[_Need, ...]:
+    return tuple(
+        _Need(r.nums, r.memreq, r.mem_percentage_req, min(r.coresreq, 100))
+        for creq in requests
+        for r in creq.values()
+    )
+
+
+def _may_fit(needs: tuple[_Need, ...], s: NodeSummary) -> bool:
+    """False only when some request cannot be met by any device of the node (see module doc).
+
+    Each container is checked against the pre-existing usage alone, which every container of the
+    pod must at least satisfy (§5.3 steps 6, 11, 12 on a usable device; memory from a percentage
+    is at least that percentage of the smallest usable device).
+    """
+    for need in needs:
+        if s.slot_free_devices == 0:
+            return False
+        if not s.has_mig and need.nums > s.slot_free_devices:
+            return False
+        memreq = need.memreq
+        if memreq <= 0 and need.pct != PERCENTAGE_UNSET:
+            memreq = s.min_devmem * need.pct // 100
+        if memreq > s.max_free_mem or need.cores > s.max_free_cores:
+            return False
+    return True
+
+
+# ---------------------------------------------------------------------------------------------
+# Live path
+
+
+def _ordered(ledger: DeviceLedger, candidates: list[str], descending: bool) -> Iterator[str]:
+    """`candidates` (all registered) in policy order, without sorting when they are most nodes."""
+    if len(candidates) * 4 >= len(ledger):
+        # Walking the ledger's score index beats sorting when the candidates are most nodes.
+        wanted = set(candidates)
+        return (name for _, name in ledger.by_score(descending) if name in wanted)
+    score = ledger.score
+    if descending:
+        return iter(sorted(candidates, key=lambda n: (-score(n), n)))
+    return iter(sorted(candidates, key=lambda n: (score(n), n)))
+
+
+def decide(
+    pod: Mapping[str, Any],
+    node_names: Sequence[str],
+    state: SchedulerState,
+    cfg: NvidiaConfig,
+    default_node_policy: str,
+    default_gpu_policy: str,
+    now: int,
+    *,
+    evaluate_all: bool = False,
+) -> Decision:
+    """Choose a node among `node_names` for `pod` using the live ledger and quotas.
+
+    Side effect (§5.2): the pod's own earlier allocation or reservation is dropped from `state`
+    first, so a pod filtered again is never counted twice. The decision itself is not recorded:
+    the caller calls `state.reserve(pod, chosen)` and then patches the pod.
+    """
+    requests = pod_requests(pod, cfg)
+    if not pod_has_device_requests(requests):
+        return NoRequest()
+    uid, _, name = pod_key(pod)
+    state.forget(uid)
+    n_init = init_container_count(pod)
+    try:
+        ctx = pod_fit_context(pod, default_policy=default_gpu_policy, quota=state.quota, n_init=n_init)
+    except ScoringWeightsError as exc:
+        return Error(f"calcScore failed {exc} for pod {name}")
+    annotations = pod_annotations(pod)
+    descending = node_policy(annotations, default_node_policy) == BINPACK
+    ledger = state.ledger
+
+    failed: dict[str, str] = {}
+    candidates: list[str] = []
+    seen: set[str] = set()
+    for node in node_names:
+        if node in seen:
+            continue
+        seen.add(node)
+        if node in ledger:
+            candidates.append(node)
+        else:
+            failed[node] = NODE_UNREGISTERED
+
+    if evaluate_all:
+        return _decide_all(requests, n_init, pod, ctx, ledger, candidates, descending, failed, now)
+
+    needs = _needs(requests)
+    skipped: list[str] = []
+    for node in _ordered(ledger, candidates, descending):
+        if not _may_fit(needs, ledger.summary(node)):
+            skipped.append(node)
+            continue
+        view = ledger.view(node)
+        assert view is not None
+        result = evaluate_node(requests, n_init, view, pod, ctx=ctx)
+        if isinstance(result, NodeFit):
+            return _chosen(node, result, ledger.score(node), {node: ledger.score(node)}, failed, now)
+        failed[node] = result.reason
+    # Nothing fits: the skipped nodes still need their exact reasons.
+    for node in skipped:
+        view = ledger.view(node)
+        assert view is not None
+        result = evaluate_node(requests, n_init, view, pod, ctx=ctx)
+        if isinstance(result, NodeFit):  # cannot happen if the summary bounds are right
+            log.error("node %s was skipped as hopeless but fits pod %s; choosing it", node, name)
+            return _chosen(node, result, ledger.score(node), {node: ledger.score(node)}, failed, now)
+        failed[node] = result.reason
+    return NoFit(failed)
+
+
+def _decide_all(
+    requests: Sequence[ContainerRequests],
+    n_init: int,
+    pod: Mapping[str, Any],
+    ctx: PodFitContext,
+    ledger: DeviceLedger,
+    candidates: list[str],
+    descending: bool,
+    failed: dict[str, str],
+    now: int,
+) -> Decision:
+    fits: dict[str, NodeFit] = {}
+    scores: dict[str, float] = {}
+    for node in candidates:
+        view = ledger.view(node)
+        assert view is not None
+        result = evaluate_node(requests, n_init, view, pod, ctx=ctx)
+        if isinstance(result, NodeFit):
+            fits[node] = result
+            scores[node] = ledger.score(node)
+        else:
+            failed[node] = result.reason
+    if not fits:
+        return NoFit(failed)
+    best = _best(scores, descending)
+    return _chosen(best, fits[best], scores[best], scores, failed, now)
+
+
+def _best(scores: Mapping[str, float], descending: bool) -> str:
+    if descending:
+        return min(scores, key=lambda n: (-scores[n], n))
+    return min(scores, key=lambda n: (scores[n], n))
+
+
+def _chosen(
+    node: str,
+    fit: NodeFit,
+    score: float,
+    scores: dict[str, float],
+    failed: dict[str, str],
+    now: int,
+) -> Decision:
+    try:
+        annotations = filter_annotations(node, fit.devices, fit.mig, now)
+    except AllocationError as exc:
+        return Error(str(exc))
+    return Chosen(
+        node=node,
+        devices=fit.devices,
+        mig=tuple(fit.mig),
+        annotations=annotations,
+        labels={keys.VGPU_NODE: node},
+        score=score,
+        scores=scores,
+        failed=failed,
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Simulation path
+
+
+def node_view_from_object(node: Mapping[str, Any]) -> NodeView | None:
+    """Inventory read straight from a Node object's annotations, with no usage; None if absent/bad."""
+    meta = node.get("metadata")
+    meta = meta if isinstance(meta, Mapping) else {}
+    name = str(meta.get("name") or "")
+    raw = meta.get("annotations")
+    annotations = {k: v for k, v in raw.items() if isinstance(v, str)} if isinstance(raw, Mapping) else {}
+    register = annotations.get(keys.NODE_NVIDIA_REGISTER)
+    if register is None:
+        return None
+    try:
+        devices = decode_node_devices(register)
+        pair_scores = annotations.get(keys.NODE_NVIDIA_SCORE)
+        if pair_scores is not None:
+            attach_pair_scores(devices, decode_pair_scores(pair_scores))
+    except InventoryError as exc:
+        log.warning("node %s: unusable device inventory: %s", name, exc)
+        return None
+    if not devices:
+        return None
+    cordoned = decode_cordon(annotations.get(keys.DEVICE_CORDON))
+    return NodeView(name, devices, [DeviceUsage() for _ in devices], cordoned, annotations)
+
+
+def decide_on_nodes(
+    pod: Mapping[str, Any],
+    nodes: Iterable[Mapping[str, Any]],
+    cfg: NvidiaConfig,
+    default_node_policy: str,
+    default_gpu_policy: str,
+    now: int,
+    quota: QuotaCheck | None = None,
+) -> Decision:
+    """The side-effect-free path for `Nodes` requests (template nodes, §5.7 "Simulation path").
+
+    Inventory comes from each node object, usage is empty, nothing is recorded. With no usage every
+    node score is 0, so the first fitting node by name is chosen (policy order degenerates to names).
+    """
+    requests = pod_requests(pod, cfg)
+    if not pod_has_device_requests(requests):
+        return NoRequest()
+    _, _, name = pod_key(pod)
+    n_init = init_container_count(pod)
+    try:
+        ctx = pod_fit_context(pod, default_policy=default_gpu_policy, quota=quota, n_init=n_init)
+    except ScoringWeightsError as exc:
+        return Error(f"calcScore failed {exc} for pod {name}")
+    failed: dict[str, str] = {}
+    views: dict[str, NodeView] = {}
+    for node in nodes:
+        view = node_view_from_object(node)
+        meta = node.get("metadata")
+        node_name = str(meta.get("name") or "") if isinstance(meta, Mapping) else ""
+        if view is None:
+            failed[node_name] = NODE_UNREGISTERED
+        elif node_name not in views:
+            views[node_name] = view
+    for node_name in sorted(views):
+        result = evaluate_node(requests, n_init, views[node_name], pod, ctx=ctx)
+        if isinstance(result, NodeFit):
+            return _chosen(node_name, result, 0.0, {node_name: 0.0}, failed, now)
+        failed[node_name] = result.reason
+    return NoFit(failed)

@@ -1,0 +1,141 @@
+"""Scheduler state: the device ledger and the quota manager, fed by plain watch objects.
+
+Every counted pod is in both the ledger (per-device usage) and the quota manager (namespace usage),
+with the same collapsed allocation, so they can never disagree. A filter decision is counted at once
+as a *reservation* (no API call here); it is confirmed when the pod's own annotations arrive through
+the watch, and dropped on `release` (patch failed), on deletion, or when the pod is filtered again.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from vgpu_scheduler.config import NvidiaConfig
+from vgpu_scheduler.engine.ledger import DeviceLedger
+from vgpu_scheduler.engine.podinfo import (
+    PodAllocation,
+    is_terminal,
+    pod_allocation,
+    pod_allocation_from_pod,
+    pod_annotations,
+    pod_key,
+)
+from vgpu_scheduler.engine.quota import QuotaManager
+from vgpu_scheduler.model import DeviceInfo
+from vgpu_scheduler.wire import keys
+
+if TYPE_CHECKING:
+    from vgpu_scheduler.engine.decide import Chosen
+
+log = logging.getLogger(__name__)
+
+
+class SchedulerState:
+    def __init__(self, cfg: NvidiaConfig | None = None, quota: QuotaManager | None = None) -> None:
+        self.ledger = DeviceLedger()
+        self.quota = quota if quota is not None else QuotaManager.for_config(cfg or NvidiaConfig())
+        # uid -> (node, vgpu-time) of decisions whose annotations have not been seen yet.
+        self._reserved: dict[str, tuple[str, str]] = {}
+
+    # -- nodes -----------------------------------------------------------------------------------
+
+    def set_node_devices(
+        self,
+        node_name: str,
+        devices: list[DeviceInfo],
+        cordoned: frozenset[str] = frozenset(),
+        annotations: Mapping[str, str] | None = None,
+    ) -> None:
+        self.ledger.set_node_devices(node_name, devices, cordoned, annotations)
+
+    def remove_node(self, node_name: str) -> None:
+        self.ledger.remove_node(node_name)
+
+    # -- pods ------------------------------------------------------------------------------------
+
+    def on_pod(self, pod: Mapping[str, Any]) -> None:
+        """A pod was added or updated (watch/list)."""
+        uid, namespace, name = pod_key(pod)
+        if not uid:
+            log.warning("ignoring pod %s/%s without uid", namespace, name)
+            return
+        if is_terminal(pod):
+            self._drop(uid)
+            return
+        annotations = pod_annotations(pod)
+        node = annotations.get(keys.VGPU_NODE)
+        if not node:
+            # Not ours, or our patch has not landed yet: a pending reservation stays counted.
+            return
+        reserved = self._reserved.get(uid)
+        if reserved is not None and _older(annotations.get(keys.VGPU_TIME, ""), reserved[1]):
+            # An event from before our patch (annotations of an earlier placement of this pod, e.g.
+            # after a failed bind): the reservation is newer, keep it until our annotations arrive.
+            return
+        previous = self.ledger.allocation(uid)
+        alloc = pod_allocation_from_pod(pod, previously_shrunk=previous is not None and previous.init_shrunk)
+        if alloc is None:
+            self._drop(uid)  # undecodable allocation: the pod is ignored (already logged)
+            return
+        self._count(alloc)
+        self._reserved.pop(uid, None)
+
+    def on_pod_deleted(self, pod: Mapping[str, Any]) -> None:
+        uid, _, _ = pod_key(pod)
+        self._drop(uid)
+
+    def reserve(self, pod: Mapping[str, Any], decision: Chosen) -> PodAllocation:
+        """Count a filter decision now; the pod's annotations confirm it later."""
+        uid, _, _ = pod_key(pod)
+        self._drop(uid)
+        alloc = pod_allocation(pod, decision.node, decision.devices, decision.mig)
+        self._count(alloc)
+        self._reserved[uid] = (decision.node, decision.annotations.get(keys.VGPU_TIME, ""))
+        return alloc
+
+    def release(self, uid: str) -> None:
+        """Drop a pod's allocation (reservation or confirmed), e.g. when the pod patch failed."""
+        self._drop(uid)
+
+    def forget(self, uid: str) -> None:
+        """Called when a pod is filtered again: its earlier allocation must not count twice (§5.2)."""
+        self._drop(uid)
+
+    def is_reserved(self, uid: str) -> bool:
+        return uid in self._reserved
+
+    def allocation(self, uid: str) -> PodAllocation | None:
+        return self.ledger.allocation(uid)
+
+    def pods(self) -> Iterable[PodAllocation]:
+        return self.ledger.pods()
+
+    def _count(self, alloc: PodAllocation) -> None:
+        old = self.ledger.upsert_pod(alloc)
+        if old is not None:
+            self.quota.remove_usage(old.namespace, old.devices)
+        self.quota.add_usage(alloc.namespace, alloc.devices)
+
+    def _drop(self, uid: str) -> None:
+        self._reserved.pop(uid, None)
+        old = self.ledger.remove_pod(uid)
+        if old is not None:
+            self.quota.remove_usage(old.namespace, old.devices)
+
+    # -- quotas ----------------------------------------------------------------------------------
+
+    def on_quota(self, obj: Mapping[str, Any]) -> None:
+        self.quota.upsert_quota(obj)
+
+    def on_quota_deleted(self, obj: Mapping[str, Any]) -> None:
+        self.quota.delete_quota(obj)
+
+
+def _older(event_time: str, reserved_time: str) -> bool:
+    """True when `event_time` (hami.io/vgpu-time, unix seconds) is strictly before the reservation."""
+    try:
+        return int(event_time) < int(reserved_time)
+    except ValueError:
+        return False
