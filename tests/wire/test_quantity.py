@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from vgpu_scheduler.wire.quantity import QuantityError, parse_quantity, quantity_as_int64
+from vgpu_scheduler.wire.quantity import QuantityError, canonical_quantity, parse_quantity, quantity_as_int64
 
 
 @pytest.mark.parametrize(
@@ -171,3 +171,63 @@ def test_fractional_values_never_convert(whole: int, millis: int) -> None:
 def test_as_int64_never_raises(text: str) -> None:
     result = quantity_as_int64(text)
     assert result is None or -(2**63) <= result < 2**63
+
+
+@pytest.mark.parametrize(
+    ("text", "canonical"),
+    [
+        # Observed on a kube-apiserver 1.36 (fixtures/kube-1.36/README.md and the pod fixtures).
+        ("1000m", "1"),
+        ("2000m", "2"),
+        ("1024Mi", "1Gi"),
+        ("65536Mi", "64Gi"),
+        ("3000", "3k"),
+        ("1000", "1k"),
+        ("100m", "100m"),
+        ("128Mi", "128Mi"),
+        ("16", "16"),
+        ("64Gi", "64Gi"),
+        # Go's CanonicalizeBytes rules.
+        ("0", "0"),
+        ("0.0", "0"),
+        ("-1000m", "-1"),
+        ("1.5", "1500m"),
+        ("0.5", "500m"),
+        ("1024", "1024"),
+        ("1500000", "1500k"),
+        ("0.1n", "1n"),
+        ("12e6", "12e6"),
+        ("1e3", "1e3"),
+        ("1.5e0", "1500e-3"),
+        ("1Ki", "1Ki"),
+        ("2048Ki", "2Mi"),
+        ("1.5Gi", "1536Mi"),
+        ("1.5Ki", "1536"),
+        ("0.5Ki", "512"),
+        ("512Ki", "512Ki"),
+        ("100Ei", "9223372036854775807"),  # BinarySI magnitudes are capped at 2^63-1
+        ("1000E", "1e21"),
+    ],
+)
+def test_canonical_quantity(text: str, canonical: str) -> None:
+    assert canonical_quantity(text) == canonical
+
+
+_quantities = st.builds(
+    lambda sign, whole, frac, suffix: f"{sign}{whole}{frac}{suffix}",
+    st.sampled_from(["", "-", "+"]),
+    st.integers(0, 10**12).map(str),
+    st.one_of(st.just(""), st.integers(0, 999_999).map(lambda f: f".{f}")),
+    st.sampled_from(
+        ["", "n", "u", "m", "k", "M", "G", "T", "P", "E", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei", "e3", "e-2"]
+    ),
+)
+
+
+@given(_quantities)
+def test_canonical_form_is_stable(text: str) -> None:
+    canonical = canonical_quantity(text)
+    assert canonical_quantity(canonical) == canonical
+    assert quantity_as_int64(canonical) == quantity_as_int64(text)
+    if abs(parse_quantity(text)) <= 2**63 - 1:
+        assert parse_quantity(canonical) == parse_quantity(text)

@@ -10,6 +10,11 @@ server does and then applies AsInt64 to the canonical text. Consequences, all as
 * "0.5" (canonical "500m") and "1500m" → None: a negative scale is never an int;
 * values whose canonical form needs more digits than the fast path holds → None, e.g. a
   19-digit integer, "100Ti" or "1Pi" (Go keeps these as inf.Dec), and anything beyond int64.
+
+`canonical_quantity` gives that canonical text ("1000m" → "1", "1024Mi" → "1Gi", "3000" → "3k",
+as observed on a 1.36 API server). Not modelled: Go rejects a few degenerate texts on its inf.Dec
+path (e.g. "Pi" with no digits) that are read here as zero, and values of 10^40 or more are
+rejected here although Go would hold them.
 """
 
 from __future__ import annotations
@@ -113,28 +118,57 @@ def _decimal_canonical(value: Fraction) -> tuple[int, int]:
     return m * 10**r, e - r
 
 
-def _fast_int(num: int, exponent: int) -> int | None:
-    """AsInt64 of the fast (int64Amount) form Go builds for a canonical decimal text."""
-    if len(str(abs(num))) > 18 or exponent < -9:
-        return None  # kept as inf.Dec by Go: AsInt64 fails
-    if exponent < 0:
-        return None
-    result = num * 10**exponent
+def _canonical_parts(value: Fraction, fmt: str) -> tuple[int, int, str]:
+    """(mantissa, exponent, format) of the canonical text, as CanonicalizeBytes.
+
+    The value is mantissa * 1024**exponent for BinarySI and mantissa * 10**exponent otherwise.
+    """
+    if value == 0:
+        return 0, 0, DECIMAL_SI
+    if fmt == BINARY_SI:
+        if abs(value) > INT64_MAX:
+            # ParseQuantity caps BinarySI magnitudes at 2^63-1.
+            value = Fraction(INT64_MAX if value > 0 else -INT64_MAX)
+        if abs(value) >= 1024 and value.denominator == 1:
+            n, k = int(value), 0
+            while n % 1024 == 0 and k < 6:
+                n //= 1024
+                k += 1
+            return (n, k, BINARY_SI) if k else (n, 0, DECIMAL_SI)
+        fmt = DECIMAL_SI  # small or fractional binary quantities print as DecimalSI
+    num, exponent = _decimal_canonical(value)
+    if fmt == DECIMAL_SI and exponent not in _DECIMAL_SI_BY_EXP:
+        fmt = DECIMAL_EXPONENT  # beyond "E" (>= 10^21); Go has no suffix for it either
+    return num, exponent, fmt
+
+
+def canonical_quantity(text: str) -> str:
+    """The text the API server stores for `text` ("1000m" → "1", "1024Mi" → "1Gi", "3000" → "3k")."""
+    num, exponent, fmt = _canonical_parts(*_parse(text))
+    if fmt == BINARY_SI:
+        return f"{num}{_BINARY_SI_BY_EXP[10 * exponent]}"
+    if fmt == DECIMAL_SI:
+        return f"{num}{_DECIMAL_SI_BY_EXP[exponent]}"
+    return f"{num}e{exponent}" if exponent else str(num)
+
+
+def _as_int64(num: int, exponent: int, fmt: str) -> int | None:
+    """AsInt64 of a quantity re-read from its canonical text.
+
+    Go's ParseQuantity keeps the int64 fast form only while the digits fit its precision budget
+    (18 decimal digits; fewer for binary suffixes) and otherwise falls back to inf.Dec, for which
+    AsInt64 always fails; a negative decimal scale also fails.
+    """
+    digits = len(str(abs(num)))
+    if fmt == BINARY_SI:
+        if 15 - digits - 3 * exponent - 1 < 0:
+            return None
+        result = num * 1024**exponent
+    else:
+        if digits > 18 or exponent < 0:
+            return None
+        result = num * 10**exponent
     return result if INT64_MIN <= result <= INT64_MAX else None
-
-
-def _binary_canonical_int(value: int) -> int | None:
-    """AsInt64 of a BinarySI integer >= 1024 in magnitude, via its canonical `<n><Ki..Ei>` text."""
-    n, k = value, 0
-    while n % 1024 == 0 and k < 6:
-        n //= 1024
-        k += 1
-    if k == 0:
-        return _fast_int(n, 0)  # canonical text has no suffix: re-read as DecimalSI
-    precision = 15 - len(str(abs(n))) - 3 * k - 1
-    if precision < 0:
-        return None
-    return value if INT64_MIN <= value <= INT64_MAX else None
 
 
 def quantity_as_int64(quantity: str | int | float) -> int | None:
@@ -151,12 +185,4 @@ def quantity_as_int64(quantity: str | int | float) -> int | None:
         value, fmt = _parse(text)
     except QuantityError:
         return None
-    if value == 0:
-        return 0
-    if fmt == BINARY_SI and abs(value) >= 1024 and value.denominator == 1:
-        return _binary_canonical_int(int(value))
-    # DecimalSI / DecimalExponent, and BinarySI values Go prints as DecimalSI.
-    num, exponent = _decimal_canonical(value)
-    if fmt != DECIMAL_EXPONENT and exponent not in _DECIMAL_SI_BY_EXP:
-        return None  # beyond "E": far outside int64
-    return _fast_int(num, exponent)
+    return _as_int64(*_canonical_parts(value, fmt))
