@@ -1,0 +1,697 @@
+"""hami-spec §5.3 (per-device checks, exact reason strings), §5.4 (per-node evaluation) and the
+chosen devices of every GPU policy (§5.6) on nodes with existing usage."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from vgpu_scheduler.engine.fit import (
+    DEVICE_TYPE_NOT_FOUND,
+    NodeFailure,
+    NodeFit,
+    PodFitContext,
+    evaluate_node,
+    fit_container,
+    fit_request,
+    pod_fit_context,
+)
+from vgpu_scheduler.engine.nodeview import DeviceUsage, NodeView
+from vgpu_scheduler.engine.reasons import gen_reason, parse_reason
+from vgpu_scheduler.engine.scores import ScoringWeightsError
+from vgpu_scheduler.model import (
+    NVIDIA,
+    PERCENTAGE_UNSET,
+    ContainerDevice,
+    ContainerDeviceRequest,
+    ContainerRequests,
+    DeviceInfo,
+)
+
+# --------------------------------------------------------------------------------------------
+# builders
+
+
+def gpu(
+    i: int,
+    *,
+    numa: int = 0,
+    type_: str = "NVIDIA-A100",
+    count: int = 10,
+    devmem: int = 16000,
+    devcore: int = 100,
+    health: bool = True,
+    pairs: dict[str, int] | None = None,
+) -> DeviceInfo:
+    return DeviceInfo(
+        id=f"GPU-{i}",
+        index=i,
+        count=count,
+        devmem=devmem,
+        devcore=devcore,
+        type=type_,
+        numa=numa,
+        health=health,
+        pair_scores=pairs or {},
+    )
+
+
+def use(used: int = 0, mem: int = 0, cores: int = 0) -> DeviceUsage:
+    return DeviceUsage(used=used, usedmem=mem, usedcores=cores)
+
+
+def make_node(
+    devs: list[DeviceInfo], usage: dict[int, DeviceUsage] | None = None, cordoned: tuple[str, ...] = ()
+) -> NodeView:
+    usage = usage or {}
+    return NodeView(
+        "node-1", devs, [usage.get(i, DeviceUsage()) for i in range(len(devs))], frozenset(cordoned)
+    )
+
+
+def creq(nums: int = 1, mem: int = 1000, pct: int = PERCENTAGE_UNSET, cores: int = 0) -> ContainerRequests:
+    return {NVIDIA: ContainerDeviceRequest(nums, NVIDIA, mem, pct, cores)}
+
+
+def pod(annotations: dict[str, str] | None = None, namespace: str = "team-a") -> dict[str, Any]:
+    return {"metadata": {"name": "p", "namespace": namespace, "annotations": annotations or {}}, "spec": {}}
+
+
+@dataclass
+class FakeQuota:
+    """ResourceQuota stand-in: limits on the pod's total NVIDIA memory/cores in a namespace."""
+
+    memory: int | None = None
+    cores: int | None = None
+    calls: list[tuple[str, str, int, int]] = field(default_factory=list)
+
+    def fits(self, namespace: str, vendor: str, memory: int, cores: int) -> bool:
+        self.calls.append((namespace, vendor, memory, cores))
+        return (self.memory is None or memory <= self.memory) and (self.cores is None or cores <= self.cores)
+
+
+def uuids(result: NodeFit | NodeFailure) -> list[list[str]]:
+    assert isinstance(result, NodeFit), result
+    return [[d.uuid for d in ctr] for ctr in result.devices[NVIDIA]]
+
+
+def four(numa: tuple[int, ...] = (0, 0, 1, 1), **kw: Any) -> list[DeviceInfo]:
+    return [gpu(i, numa=numa[i], **kw) for i in range(4)]
+
+
+# --------------------------------------------------------------------------------------------
+# reason string format
+
+
+@pytest.mark.parametrize(
+    ("counts", "total", "expected"),
+    [
+        ({"CardNotHealth": 1}, 1, "1/1 CardNotHealth"),
+        (
+            {"ResourceQuotaNotFit": 3, "AllocatedCardsInsufficientRequest": 1},
+            4,
+            "1/4 AllocatedCardsInsufficientRequest, 3/4 ResourceQuotaNotFit",
+        ),
+        ({"CardTypeMismatch": 2, "CardNotHealth": 10}, 12, "10/12 CardNotHealth, 2/12 CardTypeMismatch"),
+        ({"CardUuidMismatch": 1, "CardCordoned": 1}, 2, "1/2 CardCordoned, 1/2 CardUuidMismatch"),
+        ({}, 3, ""),
+    ],
+)
+def test_gen_reason(counts: dict[str, int], total: int, expected: str) -> None:
+    assert gen_reason(counts, total) == expected
+
+
+def test_parse_reason() -> None:
+    assert parse_reason("1/4 AllocatedCardsInsufficientRequest, 3/4 ResourceQuotaNotFit") == {
+        "AllocatedCardsInsufficientRequest": 1,
+        "ResourceQuotaNotFit": 3,
+    }
+    assert parse_reason("NodeInsufficientDevice") == {"NodeInsufficientDevice": 1}
+    assert parse_reason("AddResourceUsage failed for device GPU-0: boom") == {}
+
+
+# --------------------------------------------------------------------------------------------
+# §5.3: one row per check (single container, default policy spread)
+
+
+@pytest.mark.parametrize(
+    ("devs", "usage", "creqs", "annotations", "cordoned", "expected"),
+    [
+        # 1. health
+        ([gpu(0, health=False)], {}, creq(), {}, (), "1/1 CardNotHealth"),
+        (
+            [gpu(0, health=False), gpu(1)],
+            {},
+            creq(2),
+            {},
+            (),
+            "1/2 AllocatedCardsInsufficientRequest, 1/2 CardNotHealth",
+        ),
+        # 2. cordon (health is checked first)
+        ([gpu(0), gpu(1)], {}, creq(), {}, ("GPU-0", "GPU-1"), "2/2 CardCordoned"),
+        (
+            [gpu(0, health=False), gpu(1)],
+            {},
+            creq(),
+            {},
+            ("GPU-0", "GPU-1"),
+            "1/2 CardCordoned, 1/2 CardNotHealth",
+        ),
+        # 3. type filters and vgpu-mode
+        ([gpu(0), gpu(1)], {}, creq(), {"nvidia.com/use-gputype": "V100"}, (), "2/2 CardTypeMismatch"),
+        ([gpu(0), gpu(1)], {}, creq(), {"nvidia.com/use-gputype": "V100,"}, (), "2/2 CardTypeMismatch"),
+        ([gpu(0), gpu(1)], {}, creq(), {"nvidia.com/nouse-gputype": "a100"}, (), "2/2 CardTypeMismatch"),
+        ([gpu(0), gpu(1)], {}, creq(), {"nvidia.com/vgpu-mode": "mps"}, (), "2/2 CardTypeMismatch"),
+        # 5. uuid filters
+        ([gpu(0), gpu(1)], {}, creq(), {"nvidia.com/use-gpuuuid": "GPU-9"}, (), "2/2 CardUuidMismatch"),
+        (
+            [gpu(0), gpu(1)],
+            {},
+            creq(),
+            {"nvidia.com/nouse-gpuuuid": "GPU-0, GPU-1"},
+            (),
+            "2/2 CardUuidMismatch",
+        ),
+        (
+            [gpu(0)],
+            {},
+            creq(),
+            {"nvidia.com/use-gpuuuid": "GPU-0", "nvidia.com/nouse-gpuuuid": "GPU-0"},
+            (),
+            "1/1 CardUuidMismatch",
+        ),
+        (
+            [gpu(0)],
+            {},
+            creq(),
+            {"nvidia.com/use-gpuuuid": "gpu-0"},
+            (),
+            "1/1 CardUuidMismatch",
+        ),  # exact match
+        # type is checked before uuid
+        (
+            [gpu(0)],
+            {},
+            creq(),
+            {"nvidia.com/use-gputype": "V100", "nvidia.com/use-gpuuuid": "GPU-9"},
+            (),
+            "1/1 CardTypeMismatch",
+        ),
+        # 6. split count
+        ([gpu(0, count=2)], {0: use(2)}, creq(), {}, (), "1/1 CardTimeSlicingExhausted"),
+        # 7. mutex: any existing user blocks the device
+        (
+            [gpu(0), gpu(1)],
+            {0: use(1), 1: use(1)},
+            creq(),
+            {"hami.io/gpu-scheduler-policy": "mutex"},
+            (),
+            "2/2 ExclusiveDeviceAllocateConflict",
+        ),
+        (
+            [gpu(0), gpu(1)],
+            {0: use(1), 1: use(1)},
+            creq(),
+            {"hami.io/gpu-scheduler-policy": "binpack,mutex"},
+            (),
+            "2/2 ExclusiveDeviceAllocateConflict",
+        ),
+        # mutex is checked after the split count
+        (
+            [gpu(0, count=1)],
+            {0: use(1)},
+            creq(),
+            {"hami.io/gpu-scheduler-policy": "mutex"},
+            (),
+            "1/1 CardTimeSlicingExhausted",
+        ),
+        # 11. memory
+        ([gpu(0)], {}, creq(mem=20000), {}, (), "1/1 CardInsufficientMemory"),
+        ([gpu(0)], {0: use(1, 15500)}, creq(mem=1000), {}, (), "1/1 CardInsufficientMemory"),
+        # percentage memory: 16000*50/100 = 8000 > 16000-8001
+        ([gpu(0)], {0: use(1, 8001)}, creq(mem=0, pct=50), {}, (), "1/1 CardInsufficientMemory"),
+        # 12. cores (memory is checked first)
+        ([gpu(0)], {0: use(1, 0, 60)}, creq(cores=50), {}, (), "1/1 CardInsufficientCore"),
+        ([gpu(0)], {0: use(1, 15500, 60)}, creq(cores=50), {}, (), "1/1 CardInsufficientMemory"),
+        # 13. a whole-card request (cores 100) cannot share
+        ([gpu(0)], {0: use(1, 0, 0)}, creq(cores=100), {}, (), "1/1 ExclusiveDeviceAllocateConflict"),
+        # 8. cores > 100 are clamped to 100 (no failure) -> then the whole-card rule applies
+        ([gpu(0)], {0: use(1, 0, 0)}, creq(cores=150), {}, (), "1/1 ExclusiveDeviceAllocateConflict"),
+        # 14. a full card cannot take a cores=0 task
+        ([gpu(0)], {0: use(1, 0, 100)}, creq(cores=0), {}, (), "1/1 CardComputeUnitsExhausted"),
+        ([gpu(0)], {0: use(1, 0, 100)}, creq(cores=10), {}, (), "1/1 CardInsufficientCore"),
+        # pre-check: more devices than the node has (not a MIG request)
+        ([gpu(0), gpu(1)], {}, creq(3), {}, (), "NodeInsufficientDevice"),
+        # some collected, not enough
+        (
+            [gpu(0), gpu(1, health=False), gpu(2)],
+            {},
+            creq(3),
+            {},
+            (),
+            "1/3 CardNotHealth, 2/3 AllocatedCardsInsufficientRequest",
+        ),
+        (
+            four(),
+            {3: use(1, 15500)},
+            creq(4),
+            {},
+            (),
+            "1/4 CardInsufficientMemory, 3/4 AllocatedCardsInsufficientRequest",
+        ),
+    ],
+)
+def test_fit_reasons(
+    devs: list[DeviceInfo],
+    usage: dict[int, DeviceUsage],
+    creqs: ContainerRequests,
+    annotations: dict[str, str],
+    cordoned: tuple[str, ...],
+    expected: str,
+) -> None:
+    assert evaluate_node([creqs], 0, make_node(devs, usage, cordoned), pod(annotations)) == NodeFailure(
+        expected
+    )
+
+
+@pytest.mark.parametrize(
+    ("devs", "usage", "creqs", "annotations", "cordoned", "expected"),
+    [
+        # cordon one device: the other is used
+        ([gpu(0), gpu(1)], {}, creq(), {}, ("GPU-1",), [["GPU-0"]]),
+        # existing usage on a cordoned device does not matter
+        ([gpu(0), gpu(1)], {1: use(1, 64, 50)}, creq(), {}, ("GPU-1",), [["GPU-0"]]),
+        # type filters: case-insensitive substring, any member matches, blanks mean no constraint
+        (
+            [gpu(0, type_="NVIDIA-V100"), gpu(1)],
+            {},
+            creq(),
+            {"nvidia.com/use-gputype": "v100"},
+            (),
+            [["GPU-0"]],
+        ),
+        (
+            [gpu(0, type_="NVIDIA-V100"), gpu(1)],
+            {},
+            creq(),
+            {"nvidia.com/use-gputype": "T4, V100"},
+            (),
+            [["GPU-0"]],
+        ),
+        (
+            [gpu(0, type_="NVIDIA-V100"), gpu(1)],
+            {},
+            creq(),
+            {"nvidia.com/nouse-gputype": "A100"},
+            (),
+            [["GPU-0"]],
+        ),
+        ([gpu(0), gpu(1)], {}, creq(), {"nvidia.com/use-gputype": "   "}, (), [["GPU-1"]]),
+        ([gpu(0), gpu(1)], {}, creq(), {"nvidia.com/nouse-gputype": ""}, (), [["GPU-1"]]),
+        # vgpu-mode must contain the device mode
+        ([gpu(0), gpu(1)], {}, creq(), {"nvidia.com/vgpu-mode": "hami-core,mps"}, (), [["GPU-1"]]),
+        # uuid filters: exact after trimming; use and nouse both apply; blank = no constraint
+        ([gpu(0), gpu(1)], {}, creq(), {"nvidia.com/use-gpuuuid": " GPU-0 , GPU-9"}, (), [["GPU-0"]]),
+        ([gpu(0), gpu(1)], {}, creq(), {"nvidia.com/nouse-gpuuuid": "GPU-1"}, (), [["GPU-0"]]),
+        (
+            [gpu(0), gpu(1)],
+            {},
+            creq(),
+            {"nvidia.com/use-gpuuuid": "GPU-0,GPU-1", "nvidia.com/nouse-gpuuuid": "GPU-1"},
+            (),
+            [["GPU-0"]],
+        ),
+        ([gpu(0), gpu(1)], {}, creq(), {"nvidia.com/use-gpuuuid": " "}, (), [["GPU-1"]]),
+        # mutex picks the idle device
+        ([gpu(0), gpu(1)], {1: use(1)}, creq(), {"hami.io/gpu-scheduler-policy": "mutex"}, (), [["GPU-0"]]),
+        # the whole-card rule needs devcore == 100
+        ([gpu(0, devcore=200)], {0: use(1, 0, 0)}, creq(cores=100), {}, (), [["GPU-0"]]),
+        # devcore 0 never runs out of compute units
+        ([gpu(0, devcore=0)], {0: use(1)}, creq(cores=0), {}, (), [["GPU-0"]]),
+        # devices of other vendors on the node are ignored
+        ([gpu(0, type_="MLU370"), gpu(1)], {}, creq(), {}, (), [["GPU-1"]]),
+    ],
+)
+def test_fit_choices(
+    devs: list[DeviceInfo],
+    usage: dict[int, DeviceUsage],
+    creqs: ContainerRequests,
+    annotations: dict[str, str],
+    cordoned: tuple[str, ...],
+    expected: list[list[str]],
+) -> None:
+    assert uuids(evaluate_node([creqs], 0, make_node(devs, usage, cordoned), pod(annotations))) == expected
+
+
+def test_allocated_entry_values() -> None:
+    # percentage memory uses integer division of this device's memory; cores > 100 are clamped.
+    node = make_node([gpu(0, devmem=10001)])
+    result = evaluate_node([creq(mem=0, pct=50, cores=150)], 0, node, pod())
+    assert isinstance(result, NodeFit)
+    assert result.devices == {NVIDIA: [[ContainerDevice("GPU-0", NVIDIA, 5000, 100, 0)]]}
+    assert result.mig == []
+
+
+def test_other_vendor_devices_do_not_count_in_total() -> None:
+    node = make_node([gpu(0), gpu(1, type_="MLU370"), gpu(2)])
+    assert evaluate_node([creq(mem=20000)], 0, node, pod()) == NodeFailure("2/2 CardInsufficientMemory")
+    assert evaluate_node([creq(3)], 0, node, pod()) == NodeFailure("NodeInsufficientDevice")
+
+
+def test_fit_request_rejects_other_request_type() -> None:
+    node = make_node([gpu(0)])
+    req = ContainerDeviceRequest(1, "OtherType", 100, PERCENTAGE_UNSET, 0)
+    result = fit_request(req, node.devices, node.usage, [0], PodFitContext())
+    assert (result.ok, result.reason) == (False, "1/1 CardTypeMismatch")
+
+
+def test_unknown_vendor_in_request() -> None:
+    req = {"MLU": ContainerDeviceRequest(1, "MLU", 100, PERCENTAGE_UNSET, 0)}
+    assert evaluate_node([req], 0, make_node([gpu(0)]), pod()) == NodeFailure(DEVICE_TYPE_NOT_FOUND)
+
+
+# --------------------------------------------------------------------------------------------
+# NUMA binding (step 4)
+
+
+def test_numa_bind_groups() -> None:
+    # Sorted (numa asc, score desc): GPU-0, GPU-1, GPU-3, GPU-2. From the end: GPU-2 (numa 1)
+    # collected, GPU-3 lacks memory, GPU-1 opens numa 0: the one numa-1 device counts NumaNotFit.
+    devs, usage = four(), {3: use(1, 15500)}
+    bind = {"nvidia.com/numa-bind": "true"}
+    assert uuids(evaluate_node([creq(2)], 0, make_node(devs, usage), pod(bind))) == [["GPU-1", "GPU-0"]]
+    assert evaluate_node([creq(3)], 0, make_node(devs, usage), pod(bind)) == NodeFailure(
+        "1/4 CardInsufficientMemory, 1/4 NumaNotFit, 2/4 AllocatedCardsInsufficientRequest"
+    )
+
+
+@pytest.mark.parametrize("value", ["false", "0", "yes", ""])
+def test_numa_bind_off(value: str) -> None:
+    # Spread without binding: GPU-3 (busy) sorts first, then GPU-0, GPU-1 (numa 0), GPU-2 (numa 1).
+    node = make_node(four(), {3: use(1, 15500)})
+    result = evaluate_node([creq(2)], 0, node, pod({"nvidia.com/numa-bind": value}))
+    assert uuids(result) == [["GPU-2", "GPU-1"]]
+
+
+def test_numa_bind_with_topology_never_counts_numa_not_fit() -> None:
+    # HAMi only counts NumaNotFit when Nums was decremented, which topology-aware never does.
+    node = make_node(four(), {3: use(1, 15500)})
+    annos = {"nvidia.com/numa-bind": "true", "hami.io/gpu-scheduler-policy": "topology-aware"}
+    assert evaluate_node([creq(3)], 0, node, pod(annos)) == NodeFailure(
+        "1/4 CardInsufficientMemory, 2/4 AllocatedCardsInsufficientRequest"
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# ResourceQuota (step 10)
+
+
+def test_quota_spec_example() -> None:
+    quota = FakeQuota(memory=1000)
+    node = make_node(four())
+    result = evaluate_node([creq(2, mem=1000)], 0, node, pod(), quota=quota)
+    assert result == NodeFailure("1/4 AllocatedCardsInsufficientRequest, 3/4 ResourceQuotaNotFit")
+    # whole-pod hypothetical usage: this device, then collected + this device
+    assert quota.calls[:2] == [("team-a", NVIDIA, 1000, 0), ("team-a", NVIDIA, 2000, 0)]
+
+
+def test_quota_is_checked_before_memory() -> None:
+    node = make_node([gpu(0)])
+    result = evaluate_node([creq(mem=20000)], 0, node, pod(), quota=FakeQuota(memory=1000))
+    assert result == NodeFailure("1/1 ResourceQuotaNotFit")
+
+
+def test_quota_counts_earlier_containers_and_cores() -> None:
+    node = make_node([gpu(0), gpu(1)])
+    quota = FakeQuota(cores=50)
+    result = evaluate_node([creq(cores=30), creq(cores=30)], 0, node, pod(), quota=quota)
+    assert result == NodeFailure("2/2 ResourceQuotaNotFit")
+    assert quota.calls[-1] == ("team-a", NVIDIA, 2000, 60)
+
+
+def test_quota_sequential_init_containers_count_peak() -> None:
+    # Two init containers on the same GPU: 1500 each counts max(1500, 1500), not 3000.
+    node = make_node([gpu(0), gpu(1)])
+    quota = FakeQuota(memory=2000)
+    result = evaluate_node([creq(mem=1500), creq(mem=1500), creq(mem=500)], 2, node, pod(), quota=quota)
+    assert uuids(result) == [["GPU-1"], ["GPU-1"], ["GPU-1"]]
+
+
+def test_quota_app_list_indices_follow_hami() -> None:
+    # HAMi passes the app-container list (which starts at index 0) to the quota check, so with one
+    # init container the first app container is collapsed as if it were an init container:
+    # max(1000, 1000) = 1000 <= 1500 on the one GPU, where a plain sum would be 2000.
+    node = make_node([gpu(0)])
+    result = evaluate_node([{}, creq(mem=1000), creq(mem=1000)], 1, node, pod(), quota=FakeQuota(memory=1500))
+    assert uuids(result) == [[], ["GPU-0"], ["GPU-0"]]
+
+
+# --------------------------------------------------------------------------------------------
+# §5.6 end to end: which devices each policy takes on a node with existing usage
+#
+# GPU-0 (numa 0): 1 task, 4000 MiB, 30 cores -> score ~6.5
+# GPU-1 (numa 0): idle                       -> 0
+# GPU-2 (numa 1): 2 tasks, 8000 MiB, 60 cores -> ~13
+# GPU-3 (numa 1): idle                       -> 0
+
+BUSY = {0: use(1, 4000, 30), 2: use(2, 8000, 60)}
+
+
+@pytest.mark.parametrize(
+    ("policy", "numa_bind", "nums", "expected"),
+    [
+        ("binpack", False, 1, ["GPU-2"]),
+        ("binpack", False, 2, ["GPU-2", "GPU-0"]),
+        ("binpack", False, 3, ["GPU-2", "GPU-0", "GPU-3"]),
+        ("spread", False, 1, ["GPU-3"]),
+        ("spread", False, 2, ["GPU-3", "GPU-1"]),
+        ("pack", False, 1, ["GPU-3"]),  # unknown -> spread
+        ("mutex", False, 1, ["GPU-3"]),
+        ("mutex", False, 2, ["GPU-3", "GPU-1"]),
+        ("binpack,numa", False, 1, ["GPU-2"]),
+        ("numa,binpack", False, 2, ["GPU-2", "GPU-3"]),
+        ("numa", False, 2, ["GPU-3", "GPU-2"]),
+        ("spread,numa", False, 1, ["GPU-3"]),
+        ("binpack", True, 2, ["GPU-0", "GPU-1"]),
+        ("spread", True, 2, ["GPU-3", "GPU-2"]),
+        ("binpack,numa", True, 2, ["GPU-2", "GPU-3"]),
+    ],
+)
+def test_policy_choice_with_usage(policy: str, numa_bind: bool, nums: int, expected: list[str]) -> None:
+    annos = {"hami.io/gpu-scheduler-policy": policy}
+    if numa_bind:
+        annos["nvidia.com/numa-bind"] = "true"
+    assert uuids(evaluate_node([creq(nums)], 0, make_node(four(), BUSY), pod(annos))) == [expected]
+
+
+def test_mutex_not_enough_idle() -> None:
+    result = evaluate_node(
+        [creq(3)], 0, make_node(four(), BUSY), pod({"hami.io/gpu-scheduler-policy": "mutex"})
+    )
+    assert result == NodeFailure("2/4 AllocatedCardsInsufficientRequest, 2/4 ExclusiveDeviceAllocateConflict")
+
+
+@pytest.mark.parametrize("policy", ["spread", "binpack", "mutex", "binpack,numa"])
+def test_ties_take_last_inventory_device(policy: str) -> None:
+    node = make_node(four(numa=(0, 0, 0, 0)))
+    assert uuids(evaluate_node([creq()], 0, node, pod({"hami.io/gpu-scheduler-policy": policy}))) == [
+        ["GPU-3"]
+    ]
+
+
+def test_default_policy_argument() -> None:
+    node = make_node(four(), BUSY)
+    assert uuids(evaluate_node([creq()], 0, node, pod(), default_policy="binpack")) == [["GPU-2"]]
+    # the pod annotation wins over the default
+    annos = {"hami.io/gpu-scheduler-policy": "spread"}
+    assert uuids(evaluate_node([creq()], 0, node, pod(annos), default_policy="binpack")) == [["GPU-3"]]
+
+
+def test_request_terms_count_only_for_devices_typed_like_the_request() -> None:
+    # Typed "NVIDIA": 10*(1/10 + 5000/10000) = 6 vs 10*(1/10 + 5000/20000) = 3.5 -> binpack GPU-0.
+    devs = [gpu(0, type_=NVIDIA, devmem=10000), gpu(1, type_=NVIDIA, devmem=20000)]
+    binpack = pod({"hami.io/gpu-scheduler-policy": "binpack"})
+    assert uuids(evaluate_node([creq(mem=5000)], 0, make_node(devs), binpack)) == [["GPU-0"]]
+    # Model-typed devices: both score 0, the tie takes the last device.
+    devs = [gpu(0, devmem=10000), gpu(1, devmem=20000)]
+    assert uuids(evaluate_node([creq(mem=5000)], 0, make_node(devs), binpack)) == [["GPU-1"]]
+
+
+def test_scoring_weights_change_the_order() -> None:
+    # default: GPU-0 10*0.3 = 3, GPU-1 10*(0.1 + 0.75) = 8.5; slots only: 3 vs 1.
+    devs, usage = [gpu(0), gpu(1)], {0: use(3), 1: use(1, 12000)}
+    annos = {"hami.io/gpu-scheduler-policy": "binpack"}
+    assert uuids(evaluate_node([creq()], 0, make_node(devs, usage), pod(annos))) == [["GPU-1"]]
+    annos["hami.io/device-scoring-weights"] = "slot=1,core=0,memory=0"
+    assert uuids(evaluate_node([creq()], 0, make_node(devs, usage), pod(annos))) == [["GPU-0"]]
+    assert uuids(evaluate_node([creq()], 0, make_node(devs, usage), pod(annos), weights=(1, 1, 1))) == [
+        ["GPU-1"]
+    ]
+
+
+def test_invalid_scoring_weights_raise() -> None:
+    with pytest.raises(ScoringWeightsError):
+        evaluate_node([creq()], 0, make_node([gpu(0)]), pod({"hami.io/device-scoring-weights": "slot=1"}))
+
+
+# --------------------------------------------------------------------------------------------
+# topology-aware
+
+
+def quad_scores(
+    i: int, n: int, good: set[frozenset[int]], good_score: int = 100, bad: int = 10
+) -> dict[str, int]:
+    return {f"GPU-{j}": good_score if frozenset((i, j)) in good else bad for j in range(n) if j != i}
+
+
+def four_linked(pairs: set[frozenset[int]]) -> list[DeviceInfo]:
+    return [gpu(i, pairs=quad_scores(i, 4, pairs)) for i in range(4)]
+
+
+TOPO = {"hami.io/gpu-scheduler-policy": "topology-aware"}
+PAIRS = {frozenset((0, 1)), frozenset((2, 3))}
+
+
+@pytest.mark.parametrize(
+    ("pairs", "usage", "nums", "policy", "expected"),
+    [
+        # all collected [3,2,1,0]; first best pair in collection order is (GPU-3, GPU-2)
+        (PAIRS, {}, 2, "topology-aware", ["GPU-3", "GPU-2"]),
+        (PAIRS, {}, 2, "spread,topology-aware", ["GPU-3", "GPU-2"]),
+        # GPU-3 lacks memory: collected [2,1,0] -> (GPU-1, GPU-0) is the linked pair
+        (PAIRS, {3: use(1, 15500)}, 2, "topology-aware", ["GPU-1", "GPU-0"]),
+        # Nums 1: the worst-connected card; GPU-2 links only at 10 to everyone
+        ({frozenset((0, 1)), frozenset((0, 3)), frozenset((1, 3))}, {}, 1, "topology-aware", ["GPU-2"]),
+        # all equal: the first collected (GPU-3) wins
+        (PAIRS, {}, 1, "topology-aware", ["GPU-3"]),
+        # exactly Nums collected: taken as collected
+        (PAIRS, {0: use(1, 15500), 1: use(1, 15500)}, 2, "topology-aware", ["GPU-3", "GPU-2"]),
+    ],
+)
+def test_topology_aware_four_gpus(
+    pairs: set[frozenset[int]], usage: dict[int, DeviceUsage], nums: int, policy: str, expected: list[str]
+) -> None:
+    node = make_node(four_linked(pairs), usage)
+    result = evaluate_node([creq(nums)], 0, node, pod({"hami.io/gpu-scheduler-policy": policy}))
+    assert uuids(result) == [expected]
+
+
+def test_topology_aware_not_enough() -> None:
+    node = make_node(four_linked(PAIRS)[:2], {1: use(1, 15500)})
+    assert evaluate_node([creq(2)], 0, node, pod(TOPO)) == NodeFailure(
+        "1/2 AllocatedCardsInsufficientRequest, 1/2 CardInsufficientMemory"
+    )
+
+
+def eight_gpus() -> list[DeviceInfo]:
+    quads = [set(range(4)), set(range(4, 8))]
+    good = {frozenset((a, b)) for q in quads for a in q for b in q if a != b}
+    return [gpu(i, pairs=quad_scores(i, 8, good, 100, 20)) for i in range(8)]
+
+
+@pytest.mark.parametrize(
+    ("nums", "expected"),
+    [
+        # GPU-5 is full, so only the first quad is complete: 6 links x 100 beats any mix (360).
+        (4, ["GPU-3", "GPU-2", "GPU-1", "GPU-0"]),
+        (2, ["GPU-7", "GPU-6"]),
+        (1, ["GPU-7"]),  # totals: GPU-7/6/4 = 2*100 + 4*20 = 280 ties; GPU-0..3 = 300 + 3*20 = 360
+    ],
+)
+def test_topology_aware_eight_gpus_with_usage(nums: int, expected: list[str]) -> None:
+    node = make_node(eight_gpus(), {5: use(3, 15900, 50)})
+    assert uuids(evaluate_node([creq(nums)], 0, node, pod(TOPO))) == [expected]
+
+
+# --------------------------------------------------------------------------------------------
+# §5.4 per-node evaluation
+
+
+def test_init_containers_each_on_a_fresh_copy() -> None:
+    node = make_node([gpu(0)])
+    result = evaluate_node([creq(mem=10000), creq(mem=10000), creq(mem=10000)], 2, node, pod())
+    assert isinstance(result, NodeFit)
+    assert result.devices == {NVIDIA: [[ContainerDevice("GPU-0", NVIDIA, 10000, 0, 0)]] * 3}
+
+
+def test_app_containers_share_one_copy() -> None:
+    node = make_node([gpu(0)])
+    assert evaluate_node([creq(mem=10000), creq(mem=10000)], 0, node, pod()) == NodeFailure(
+        "1/1 CardInsufficientMemory"
+    )
+    assert node.usage[0] == DeviceUsage()  # never mutated
+
+
+def test_init_container_failure_reason() -> None:
+    node = make_node([gpu(0)])
+    assert evaluate_node([creq(mem=20000), creq()], 1, node, pod()) == NodeFailure(
+        "1/1 CardInsufficientMemory"
+    )
+
+
+def test_allocation_list_init_first_padded_per_vendor() -> None:
+    node = make_node([gpu(0), gpu(1)])
+    reqs: list[ContainerRequests] = [creq(), {}, {}, creq(), {}]
+    assert uuids(evaluate_node(reqs, 2, node, pod())) == [["GPU-1"], [], [], ["GPU-1"], []]
+
+
+def test_pod_without_requests() -> None:
+    assert evaluate_node([{}, {}], 0, make_node([gpu(0)]), pod()) == NodeFit({}, [])
+
+
+@pytest.mark.parametrize(
+    ("policy", "expected"),
+    [
+        ("spread", [["GPU-1"], ["GPU-0"]]),
+        ("binpack", [["GPU-1"], ["GPU-1"]]),
+    ],
+)
+def test_usage_updated_between_app_containers(policy: str, expected: list[list[str]]) -> None:
+    node = make_node([gpu(0), gpu(1)])
+    result = evaluate_node([creq(), creq()], 0, node, pod({"hami.io/gpu-scheduler-policy": policy}))
+    assert uuids(result) == expected
+
+
+def test_cores_used_by_earlier_app_container() -> None:
+    node = make_node([gpu(0), gpu(1)])
+    result = evaluate_node(
+        [creq(cores=60), creq(cores=60)], 0, node, pod({"hami.io/gpu-scheduler-policy": "binpack"})
+    )
+    assert uuids(result) == [["GPU-1"], ["GPU-0"]]
+
+
+def test_init_usage_does_not_reach_app_containers() -> None:
+    node = make_node([gpu(0), gpu(1)])
+    result = evaluate_node([creq(mem=15000), creq(mem=15000)], 1, node, pod())
+    assert uuids(result) == [["GPU-1"], ["GPU-1"]]
+
+
+def test_sorted_order_carries_over_between_containers() -> None:
+    # HAMi sorts the node copy in place, so ties keep the previous container's order:
+    # c3 sorts [GPU-2, GPU-0, GPU-1] into [GPU-2, GPU-1, GPU-0] and takes GPU-0 then GPU-1
+    # (from inventory order it would take GPU-0 then GPU-2).
+    node = make_node([gpu(0), gpu(1), gpu(2)])
+    result = evaluate_node([creq(), creq(), creq(2)], 0, node, pod())
+    assert uuids(result) == [["GPU-2"], ["GPU-1"], ["GPU-0", "GPU-1"]]
+
+
+def test_context_reuse_across_nodes() -> None:
+    ctx = pod_fit_context(pod({"hami.io/gpu-scheduler-policy": "binpack"}), n_init=0)
+    assert ctx.policy == "binpack" and ctx.namespace == "team-a"
+    busy = make_node(four(), BUSY)
+    idle = make_node(four())
+    assert uuids(evaluate_node([creq()], 0, busy, ctx=ctx)) == [["GPU-2"]]
+    assert uuids(evaluate_node([creq()], 0, idle, ctx=ctx)) == [["GPU-3"]]
+
+
+def test_fit_container_updates_the_given_copy() -> None:
+    node = make_node([gpu(0), gpu(1)], {0: use(1, 1000, 10)})
+    ctx = pod_fit_context(pod({"hami.io/gpu-scheduler-policy": "binpack"}))
+    result, migs = fit_container(ContainerDeviceRequest(1, NVIDIA, 2000, PERCENTAGE_UNSET, 20), node, ctx)
+    assert result.ok and result.positions == [0] and migs == []
+    assert result.devices == [ContainerDevice("GPU-0", NVIDIA, 2000, 20, 0)]
+    assert node.usage[0] == DeviceUsage(2, 3000, 30)
+    failed, _ = fit_container(ContainerDeviceRequest(3, NVIDIA, 2000, PERCENTAGE_UNSET, 20), node, ctx)
+    assert (failed.ok, failed.reason) == (False, "NodeInsufficientDevice")
