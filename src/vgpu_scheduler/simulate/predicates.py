@@ -16,7 +16,7 @@ import math
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeGuard
 
 from vgpu_scheduler.config import NvidiaConfig
 from vgpu_scheduler.simulate.queue import pod_key
@@ -265,7 +265,9 @@ class NodeInfo:
         self.remove_pod(key)
         res = compute_pod_resources(pod)
         self._pods[key] = res
-        _add(self.requested, res.requests)
+        for k, v in res.requests.items():
+            if v:  # keep only non-zero totals, so the aggregate equals a fresh recount
+                self.requested[k] = self.requested.get(k, 0) + v
         self.non_zero_requested[CPU] += res.non_zero_cpu
         self.non_zero_requested[MEMORY] += res.non_zero_memory
 
@@ -292,10 +294,22 @@ class NodeInfo:
 class PodFitsResources:
     """cpu, memory, ephemeral-storage, pod count and extended resources against allocatable."""
 
-    __slots__ = ("ignored",)
+    __slots__ = ("_last", "ignored")
 
     def __init__(self, ignored_resources: Iterable[str] = DEFAULT_IGNORED_RESOURCES) -> None:
         self.ignored = frozenset(ignored_resources)
+        self._last: tuple[PodResources, tuple[tuple[str, int], ...]] | None = None
+
+    def _checks(self, res: PodResources) -> tuple[tuple[str, int], ...]:
+        """(resource, amount) to compare, in reason order; computed once per pod, not per node."""
+        if self._last is not None and self._last[0] is res:
+            return self._last[1]
+        fixed = (CPU, MEMORY, EPHEMERAL_STORAGE)
+        extended = sorted(k for k in res.requests if k not in fixed and k != PODS and k not in self.ignored)
+        checks = tuple((k, res.requests.get(k, 0)) for k in (*fixed, *extended))
+        checks = tuple((k, v) for k, v in checks if v > 0)  # a zero request never fails
+        self._last = (res, checks)
+        return checks
 
     def __call__(self, pod: Mapping[str, Any], node: Mapping[str, Any], node_info: NodeInfo) -> str | None:
         res = pod_resources(pod)
@@ -304,11 +318,9 @@ class PodFitsResources:
         reasons: list[str] = []
         if node_info.pod_count + 1 > node_info.allocatable.get(PODS, 0):
             reasons.append(REASON_TOO_MANY_PODS)
-        fixed = (CPU, MEMORY, EPHEMERAL_STORAGE)
-        extended = sorted(k for k in res.requests if k not in fixed and k != PODS and k not in self.ignored)
-        for name in (*fixed, *extended):
-            want = res.requests.get(name, 0)
-            if want > 0 and want > node_info.allocatable.get(name, 0) - node_info.requested.get(name, 0):
+        allocatable, requested = node_info.allocatable, node_info.requested
+        for name, want in self._checks(res):
+            if want > allocatable.get(name, 0) - requested.get(name, 0):
                 reasons.append(f"Insufficient {name}")
         return ", ".join(reasons) if reasons else None
 
@@ -354,12 +366,17 @@ def _term_matches(term: object, labels: Mapping[str, str], fields: Mapping[str, 
     )
 
 
+def _is_map(value: object) -> TypeGuard[Mapping[str, Any]]:
+    # `type is dict` first: objects are plain dicts almost always and the ABC check is slow.
+    return type(value) is dict or isinstance(value, Mapping)
+
+
 def _node_labels(node: Mapping[str, Any]) -> tuple[str, Mapping[str, str]]:
     meta = node.get("metadata")
-    if not isinstance(meta, Mapping):
+    if not _is_map(meta):
         return "", {}
     labels = meta.get("labels")
-    return str(meta.get("name", "")), labels if isinstance(labels, Mapping) else {}
+    return str(meta.get("name", "")), labels if _is_map(labels) else {}
 
 
 def pod_match_node_selector(
@@ -369,15 +386,15 @@ def pod_match_node_selector(
     del node_info
     name, labels = _node_labels(node)
     spec = pod.get("spec")
-    spec = spec if isinstance(spec, Mapping) else {}
+    spec = spec if _is_map(spec) else {}
     selector = spec.get("nodeSelector") or {}
-    if not isinstance(selector, Mapping) or any(labels.get(k) != v for k, v in selector.items()):
+    if not _is_map(selector) or any(labels.get(k) != v for k, v in selector.items()):
         return REASON_NODE_SELECTOR
     affinity = spec.get("affinity")
-    node_affinity = affinity.get("nodeAffinity") if isinstance(affinity, Mapping) else None
+    node_affinity = affinity.get("nodeAffinity") if _is_map(affinity) else None
     required = (
         node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution")
-        if isinstance(node_affinity, Mapping)
+        if _is_map(node_affinity)
         else None
     )
     if required is None:
@@ -393,7 +410,7 @@ def pod_match_node_selector(
 
 def _tolerations(pod: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     spec = pod.get("spec")
-    raw = spec.get("tolerations") if isinstance(spec, Mapping) else None
+    raw = spec.get("tolerations") if _is_map(spec) else None
     return [t for t in raw if isinstance(t, Mapping)] if isinstance(raw, list) else []
 
 
@@ -423,7 +440,7 @@ def pod_tolerates_node_taints(
     """Every NoSchedule/NoExecute taint must be tolerated (PreferNoSchedule never blocks)."""
     del node_info
     spec = node.get("spec")
-    taints = spec.get("taints") if isinstance(spec, Mapping) else None
+    taints = spec.get("taints") if _is_map(spec) else None
     if not isinstance(taints, list):
         return None
     tolerations = _tolerations(pod)
@@ -441,7 +458,7 @@ def check_node_unschedulable(
     """A cordoned node (`spec.unschedulable`) takes only pods tolerating its NoSchedule taint."""
     del node_info
     spec = node.get("spec")
-    if not (isinstance(spec, Mapping) and spec.get("unschedulable") is True):
+    if not (_is_map(spec) and spec.get("unschedulable") is True):
         return None
     taint = {"key": UNSCHEDULABLE_TAINT_KEY, "effect": "NoSchedule"}
     return None if _tolerated(_tolerations(pod), taint) else REASON_UNSCHEDULABLE
@@ -451,7 +468,7 @@ def pod_fits_host(pod: Mapping[str, Any], node: Mapping[str, Any], node_info: No
     """A pod that names its node (`spec.nodeName`) fits only there."""
     del node_info
     spec = pod.get("spec")
-    wanted = spec.get("nodeName") if isinstance(spec, Mapping) else None
+    wanted = spec.get("nodeName") if _is_map(spec) else None
     if not wanted:
         return None
     return None if wanted == _node_labels(node)[0] else REASON_NODE_NAME
