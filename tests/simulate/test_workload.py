@@ -6,9 +6,10 @@ from typing import Any
 import pytest
 
 from vgpu_scheduler.config import NvidiaConfig
+from vgpu_scheduler.engine.decide import Chosen, NoRequest, decide_on_nodes
 from vgpu_scheduler.engine.requests import pod_requests
 from vgpu_scheduler.model import NVIDIA, PERCENTAGE_UNSET
-from vgpu_scheduler.simulate.fleet import demo_gpu_uuids
+from vgpu_scheduler.simulate.fleet import A100_80GB, demo_fleet, demo_gpu_uuids
 from vgpu_scheduler.simulate.predicates import compute_pod_resources
 from vgpu_scheduler.simulate.workload import (
     DURATION_ANNOTATION,
@@ -142,3 +143,30 @@ def test_duration_seconds(annotations: dict[str, str], expected: float | None) -
 def test_malformed_duration_is_a_clear_error(raw: str) -> None:
     with pytest.raises(InvalidDurationError, match=DURATION_ANNOTATION):
         duration_seconds({"metadata": {"annotations": {DURATION_ANNOTATION: raw}}})
+
+
+def test_demo_workload_fits_the_empty_demo_fleet_through_the_engine() -> None:
+    """Interop: the engine's side-effect-free decision places every GPU pod on the empty demo fleet,
+    A100-only pods on A100 nodes and use-gpuuuid pods on one of the listed GPUs."""
+    nodes = demo_fleet()
+    a100_nodes = {
+        n["metadata"]["name"]
+        for n in nodes
+        if A100_80GB.type in n["metadata"]["annotations"]["hami.io/node-nvidia-register"]
+    }
+    checked: Counter[str] = Counter()
+    for p in demo_workload(200, 2):
+        decision = decide_on_nodes(p, nodes, CFG, "binpack", "spread", 0)
+        annotations = p["metadata"].get("annotations", {})
+        if p["metadata"]["labels"][KIND_LABEL] == "cpu":
+            assert isinstance(decision, NoRequest)
+            continue
+        assert isinstance(decision, Chosen), (p["metadata"]["name"], decision)
+        if USE_GPUTYPE in annotations:
+            assert decision.node in a100_nodes
+            checked["type"] += 1
+        if USE_GPUUUID in annotations:
+            used = {d.uuid for container in decision.devices[NVIDIA] for d in container}
+            assert used <= set(annotations[USE_GPUUUID].split(","))
+            checked["uuid"] += 1
+    assert checked["type"] > 0 and checked["uuid"] > 0
