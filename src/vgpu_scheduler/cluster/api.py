@@ -1,0 +1,725 @@
+"""What the Kubernetes API *is*, independent of any transport: the resource table, REST paths,
+label/field selectors, continue tokens, merge/JSON patches and the two Event representations.
+
+Pure functions only (no I/O, no clock), shared by the client (to build requests) and by the
+in-memory cluster (to serve them).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote, unquote
+
+Obj = dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class ResourceType:
+    """One REST resource. `storage` names the object store; two resources can share one
+    (core/v1 `events` and `events.k8s.io/v1` events are the same objects in two shapes)."""
+
+    plural: str
+    kind: str
+    group: str
+    version: str
+    namespaced: bool
+    storage: str
+    etcd_prefix: str  # for StorageError messages: "/registry/<prefix>/<ns>/<name>"
+    has_status: bool  # a /status subresource exists and the main resource ignores status changes
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+    @property
+    def list_kind(self) -> str:
+        return self.kind + "List"
+
+    @property
+    def qualified(self) -> str:
+        """`pods`, `leases.coordination.k8s.io`: how the API names the resource in messages."""
+        return f"{self.plural}.{self.group}" if self.group else self.plural
+
+    @property
+    def qualified_kind(self) -> str:
+        return f"{self.kind}.{self.group}" if self.group else self.kind
+
+
+PODS = ResourceType("pods", "Pod", "", "v1", True, "pods", "pods", True)
+NODES = ResourceType("nodes", "Node", "", "v1", False, "nodes", "minions", True)
+RESOURCEQUOTAS = ResourceType(
+    "resourcequotas", "ResourceQuota", "", "v1", True, "resourcequotas", "resourcequotas", True
+)
+LEASES = ResourceType("leases", "Lease", "coordination.k8s.io", "v1", True, "leases", "leases", False)
+EVENTS = ResourceType("events", "Event", "", "v1", True, "events", "events", False)
+EVENTS_V1 = ResourceType("events", "Event", "events.k8s.io", "v1", True, "events", "events", False)
+NAMESPACES = ResourceType("namespaces", "Namespace", "", "v1", False, "namespaces", "namespaces", True)
+
+ALL_RESOURCES: tuple[ResourceType, ...] = (PODS, NODES, RESOURCEQUOTAS, LEASES, EVENTS, EVENTS_V1, NAMESPACES)
+_BY_NAME: dict[str, ResourceType] = {}
+for _rt in ALL_RESOURCES:
+    _BY_NAME[_rt.qualified] = _rt
+    _BY_NAME.setdefault(_rt.plural, _rt)  # bare "events" is core/v1, like kubectl
+_BY_NAME["events.events.k8s.io"] = EVENTS_V1
+_BY_KIND: dict[tuple[str, str], ResourceType] = {(rt.api_version, rt.kind): rt for rt in ALL_RESOURCES}
+
+
+def resource_type(name: str | ResourceType) -> ResourceType:
+    """Look up `pods`, `nodes`, `resourcequotas`, `leases`, `events` (core/v1),
+    `events.events.k8s.io`, `namespaces` (also `<plural>.<group>` spellings)."""
+    if isinstance(name, ResourceType):
+        return name
+    try:
+        return _BY_NAME[name]
+    except KeyError:
+        raise ValueError(f"unknown resource {name!r}") from None
+
+
+def resource_for_kind(api_version: str, kind: str) -> ResourceType | None:
+    return _BY_KIND.get((api_version, kind))
+
+
+# --------------------------------------------------------------------------- paths
+
+
+def resource_path(
+    rt: ResourceType, namespace: str | None = None, name: str | None = None, subresource: str | None = None
+) -> str:
+    """The REST path, e.g. /api/v1/namespaces/default/pods/x/binding."""
+    base = f"/apis/{rt.group}/{rt.version}" if rt.group else f"/api/{rt.version}"
+    if rt.namespaced and namespace:
+        base += f"/namespaces/{quote(namespace, safe='')}"
+    base += f"/{rt.plural}"
+    if name is not None:
+        base += f"/{quote(name, safe='')}"
+        if subresource:
+            base += f"/{subresource}"
+    return base
+
+
+@dataclass(frozen=True, slots=True)
+class PathInfo:
+    rt: ResourceType
+    namespace: str | None
+    name: str | None
+    subresource: str | None
+
+
+def parse_path(path: str) -> PathInfo | None:
+    """Inverse of `resource_path`; None for anything that is not one of our resources."""
+    parts = [unquote(p) for p in path.split("?", 1)[0].strip("/").split("/")]
+    if len(parts) >= 2 and parts[0] == "api":
+        group, version, rest = "", parts[1], parts[2:]
+    elif len(parts) >= 3 and parts[0] == "apis":
+        group, version, rest = parts[1], parts[2], parts[3:]
+    else:
+        return None
+    namespace: str | None = None
+    # /namespaces/{ns}/{plural}... is a namespaced resource; /namespaces/{name}[/status] is a Namespace.
+    if len(rest) >= 3 and rest[0] == "namespaces" and rest[2] != "status":
+        namespace, rest = rest[1], rest[2:]
+    if not rest or len(rest) > 3:
+        return None
+    rt = next(
+        (r for r in ALL_RESOURCES if r.group == group and r.version == version and r.plural == rest[0]), None
+    )
+    if rt is None or (namespace is not None and not rt.namespaced):
+        return None
+    name = rest[1] if len(rest) >= 2 else None
+    sub = rest[2] if len(rest) == 3 else None
+    return PathInfo(rt, namespace, name, sub)
+
+
+def object_key(namespace: str | None, name: str) -> str:
+    """Store key: `ns/name` for namespaced objects, `name` otherwise (etcd key order)."""
+    return f"{namespace}/{name}" if namespace else name
+
+
+def key_of(obj: Mapping[str, Any]) -> str:
+    meta = obj.get("metadata") or {}
+    return object_key(meta.get("namespace"), meta.get("name", ""))
+
+
+# --------------------------------------------------------------------------- names and labels
+
+_LABEL_VALUE_RE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+_QUALIFIED_NAME_RE = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
+_DNS1123_SUBDOMAIN_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+
+LABEL_VALUE_MSG = (
+    "a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', "
+    "and must start and end with an alphanumeric character (e.g. 'MyValue',  or 'my_value',  or '12345', "
+    "regex used for validation is '(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?')"
+)
+QUALIFIED_NAME_MSG = (
+    "name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an "
+    "alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for validation is "
+    "'([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')"
+)
+
+
+def label_value_error(value: str) -> str | None:
+    if len(value) > 63:
+        return "must be no more than 63 characters"
+    return None if _LABEL_VALUE_RE.match(value) else LABEL_VALUE_MSG
+
+
+def qualified_name_error(key: str) -> str | None:
+    """Label and annotation keys: optional DNS subdomain prefix + '/' + name of ≤ 63 characters."""
+    prefix, _, name = key.rpartition("/")
+    if "/" in key and (not prefix or len(prefix) > 253 or not _DNS1123_SUBDOMAIN_RE.match(prefix)):
+        return "prefix part must be a lowercase RFC 1123 subdomain"
+    if not name:
+        return "name part must be non-empty"
+    if len(name) > 63:
+        return "name part must be no more than 63 characters"
+    return None if _QUALIFIED_NAME_RE.match(name) else QUALIFIED_NAME_MSG
+
+
+# --------------------------------------------------------------------------- label selectors
+
+
+@dataclass(frozen=True, slots=True)
+class Requirement:
+    key: str
+    op: str  # "=", "!=", "in", "notin", "exists", "!", "gt", "lt"
+    values: tuple[str, ...]
+
+    def matches(self, labels: Mapping[str, str]) -> bool:
+        has = self.key in labels
+        if self.op == "exists":
+            return has
+        if self.op == "!":
+            return not has
+        if self.op in ("=", "in"):
+            return has and labels[self.key] in self.values
+        if self.op in ("!=", "notin"):
+            return not has or labels[self.key] not in self.values
+        if not has:
+            return False
+        try:  # gt/lt compare integers, like apimachinery
+            return (
+                int(labels[self.key]) > int(self.values[0])
+                if self.op == "gt"
+                else (int(labels[self.key]) < int(self.values[0]))
+            )
+        except ValueError:
+            return False
+
+
+@dataclass(frozen=True, slots=True)
+class LabelSelector:
+    requirements: tuple[Requirement, ...] = ()
+
+    def matches(self, labels: Mapping[str, str] | None) -> bool:
+        labels = labels or {}
+        return all(r.matches(labels) for r in self.requirements)
+
+    @property
+    def empty(self) -> bool:
+        return not self.requirements
+
+
+_SELECTOR_STOP = set(" \t=!,()<>")
+
+
+def parse_label_selector(text: str | None) -> LabelSelector:
+    """Equality (`a=b`, `a==b`, `a!=b`), existence (`a`, `!a`), set (`a in (x,y)`, `a notin (x)`)
+    and `a>1`/`a<1`. Raises ValueError with the apiserver's wording on bad input."""
+    s = text or ""
+    i, n = 0, len(s)
+    reqs: list[Requirement] = []
+
+    def skip_ws() -> None:
+        nonlocal i
+        while i < n and s[i] in " \t":
+            i += 1
+
+    def read_word() -> str:
+        nonlocal i
+        start = i
+        while i < n and s[i] not in _SELECTOR_STOP:
+            i += 1
+        return s[start:i]
+
+    while True:
+        skip_ws()
+        if i >= n:
+            break
+        negate = s[i] == "!"
+        if negate:
+            i += 1
+            skip_ws()
+        key = read_word()
+        if not key:
+            raise ValueError(f"unable to parse requirement: found '{s[i : i + 1]}', expected: identifier")
+        if (err := qualified_name_error(key)) is not None:
+            raise ValueError(f"unable to parse requirement: key: Invalid value: {key!r}: {err}")
+        skip_ws()
+        if negate:
+            reqs.append(Requirement(key, "!", ()))
+        elif i >= n or s[i] == ",":
+            reqs.append(Requirement(key, "exists", ()))
+        elif s.startswith("==", i) or s.startswith("!=", i) or s[i] in "=<>":
+            op = "!=" if s.startswith("!=", i) else {"<": "lt", ">": "gt"}.get(s[i], "=")
+            i += 2 if s.startswith(("==", "!="), i) else 1
+            skip_ws()
+            value = read_word()
+            _check_value(value)
+            if op in ("gt", "lt") and not re.fullmatch(r"-?\d+", value):
+                raise ValueError(
+                    f"unable to parse requirement: for 'gt', 'lt' operators, the value must "
+                    f"be an integer: {value!r}"
+                )
+            reqs.append(Requirement(key, op, (value,)))
+        else:
+            word = read_word()
+            if word not in ("in", "notin"):
+                raise ValueError(
+                    f"unable to parse requirement: found '{word or s[i]}', expected: "
+                    "in, notin, =, ==, !=, gt, lt"
+                )
+            skip_ws()
+            if i >= n or s[i] != "(":
+                raise ValueError("unable to parse requirement: found '', expected: '('")
+            i += 1
+            values: list[str] = []
+            while True:
+                skip_ws()
+                values.append(read_word())
+                skip_ws()
+                if i < n and s[i] == ",":
+                    i += 1
+                    continue
+                if i < n and s[i] == ")":
+                    i += 1
+                    break
+                raise ValueError("unable to parse requirement: found '', expected: ',', ')'")
+            for v in values:
+                _check_value(v)
+            reqs.append(Requirement(key, word, tuple(values)))
+        skip_ws()
+        if i < n:
+            if s[i] != ",":
+                raise ValueError(f"found '{s[i]}', expected: ',' or 'end of string'")
+            i += 1
+    return LabelSelector(tuple(reqs))
+
+
+def _check_value(value: str) -> None:
+    if (err := label_value_error(value)) is not None:
+        raise ValueError(f"unable to parse requirement: values[0]: Invalid value: {value!r}: {err}")
+
+
+# --------------------------------------------------------------------------- field selectors
+
+_COMMON_FIELDS = ("metadata.name", "metadata.namespace")
+_EVENT_REF = ("kind", "namespace", "name", "uid", "apiVersion", "resourceVersion", "fieldPath")
+# Which fields each resource can be selected on (the apiserver rejects all others).
+SELECTABLE_FIELDS: dict[ResourceType, tuple[str, ...]] = {
+    PODS: (
+        *_COMMON_FIELDS,
+        "spec.nodeName",
+        "spec.restartPolicy",
+        "spec.schedulerName",
+        "spec.serviceAccountName",
+        "spec.hostNetwork",
+        "status.phase",
+        "status.podIP",
+        "status.nominatedNodeName",
+    ),
+    NODES: (*_COMMON_FIELDS, "spec.unschedulable"),
+    RESOURCEQUOTAS: _COMMON_FIELDS,
+    LEASES: _COMMON_FIELDS,
+    NAMESPACES: (*_COMMON_FIELDS, "status.phase"),
+    EVENTS: (
+        *_COMMON_FIELDS,
+        *(f"involvedObject.{f}" for f in _EVENT_REF),
+        "reason",
+        "reportingComponent",
+        "source",
+        "type",
+    ),
+    EVENTS_V1: (
+        *_COMMON_FIELDS,
+        *(f"regarding.{f}" for f in _EVENT_REF),
+        "reason",
+        "reportingController",
+        "type",
+    ),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class FieldSelector:
+    terms: tuple[tuple[str, bool, str], ...] = ()  # (field path, equal?, value)
+
+    def matches(self, obj: Mapping[str, Any]) -> bool:
+        return all((field_value(obj, path) == value) == eq for path, eq, value in self.terms)
+
+    @property
+    def empty(self) -> bool:
+        return not self.terms
+
+
+def parse_field_selector(text: str | None, rt: ResourceType) -> FieldSelector:
+    """`a=b,c!=d` (also `==`); only the resource's selectable fields. ValueError on bad input."""
+    terms: list[tuple[str, bool, str]] = []
+    allowed = SELECTABLE_FIELDS.get(rt, _COMMON_FIELDS)
+    for part in (text or "").split(","):
+        part = part.strip()
+        if not part:
+            continue
+        m = re.fullmatch(r"([^=!]+?)\s*(==|!=|=)\s*(.*)", part)
+        if m is None:
+            raise ValueError(f"invalid selector: '{text}'; can't understand '{part}'")
+        path, op, value = m.group(1), m.group(2), m.group(3)
+        if path not in allowed:
+            raise ValueError(f"field label not supported: {path}")
+        terms.append((path, op != "!=", value))
+    return FieldSelector(tuple(terms))
+
+
+def field_value(obj: Mapping[str, Any], path: str) -> str:
+    """The string a field selector compares with: missing → "", booleans → "true"/"false"."""
+    cur: Any = obj
+    for part in path.split("."):
+        if not isinstance(cur, Mapping):
+            return ""
+        cur = cur.get(part)
+    if cur is None:
+        return ""
+    if isinstance(cur, bool):
+        return "true" if cur else "false"
+    return str(cur)
+
+
+# --------------------------------------------------------------------------- continue tokens
+
+
+def encode_continue(rv: int, start: str) -> str:
+    """Unpadded base64url of {"v":"meta.k8s.io/v1","rv":R,"start":"<next key>"} (as the apiserver)."""
+    raw = json.dumps(
+        {"v": "meta.k8s.io/v1", "rv": rv, "start": start}, separators=(",", ":"), ensure_ascii=False
+    )
+    return base64.urlsafe_b64encode(raw.encode()).rstrip(b"=").decode()
+
+
+def decode_continue(token: str) -> tuple[int, str]:
+    """(resourceVersion, start key); ValueError with the apiserver's message when malformed."""
+    try:
+        data = json.loads(base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)))
+    except Exception as exc:  # binascii.Error, UnicodeDecodeError, JSONDecodeError
+        raise ValueError(f"continue key is not valid: {exc}") from None
+    if not isinstance(data, dict) or data.get("v") != "meta.k8s.io/v1":
+        raise ValueError(
+            "continue key is not valid: incorrect encoded start resourceVersion (version meta.k8s.io/v1)"
+        )
+    rv, start = data.get("rv"), data.get("start")
+    if not isinstance(rv, int) or not isinstance(start, str) or not start:
+        raise ValueError("continue key is not valid: encoded start key empty")
+    return rv, start
+
+
+# --------------------------------------------------------------------------- patches
+
+
+def merge_patch(target: Any, patch: Any) -> Any:
+    """RFC 7386 JSON merge patch. Never mutates `target`; `null` deletes a key; lists are replaced."""
+    if not isinstance(patch, dict):
+        return patch
+    result = dict(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            result.pop(key, None)
+        else:
+            result[key] = merge_patch(result.get(key), value)
+    return result
+
+
+class PatchError(ValueError):
+    """A JSON patch that cannot be applied (bad pointer, failed test)."""
+
+
+def json_patch(target: Any, ops: Any) -> Any:
+    """RFC 6902 JSON patch on a deep copy of `target`."""
+    if not isinstance(ops, list):
+        raise PatchError("json patch must be a list of operations")
+    doc = json.loads(json.dumps(target))
+    for op in ops:
+        if not isinstance(op, dict) or not all(isinstance(op.get(k), str) for k in ("op", "path")):
+            raise PatchError(f"invalid operation {op!r}")
+        kind, path = op["op"], op["path"]
+        if kind == "add":
+            doc = _pointer_set(doc, path, op.get("value"), insert=True)
+        elif kind == "remove":
+            doc, _ = _pointer_remove(doc, path)
+        elif kind == "replace":
+            _pointer_get(doc, path)
+            doc = _pointer_set(doc, path, op.get("value"), insert=False)
+        elif kind in ("move", "copy"):
+            src = op.get("from")
+            if not isinstance(src, str):
+                raise PatchError(f"{kind} operation needs 'from'")
+            if kind == "move":
+                doc, value = _pointer_remove(doc, src)
+            else:
+                value = json.loads(json.dumps(_pointer_get(doc, src)))
+            doc = _pointer_set(doc, path, value, insert=True)
+        elif kind == "test":
+            if _pointer_get(doc, path) != op.get("value"):
+                raise PatchError(f"testing value {path} failed")
+        else:
+            raise PatchError(f"unknown json patch operation {kind!r}")
+    return doc
+
+
+def _pointer_parts(path: str) -> list[str]:
+    if path == "":
+        return []
+    if not path.startswith("/"):
+        raise PatchError(f"invalid JSON pointer {path!r}")
+    return [p.replace("~1", "/").replace("~0", "~") for p in path[1:].split("/")]
+
+
+def _walk(doc: Any, parts: list[str]) -> Any:
+    cur = doc
+    for p in parts:
+        if isinstance(cur, dict) and p in cur:
+            cur = cur[p]
+        elif isinstance(cur, list) and p.isdigit() and int(p) < len(cur):
+            cur = cur[int(p)]
+        else:
+            raise PatchError(f"path /{'/'.join(parts)} does not exist")
+    return cur
+
+
+def _pointer_get(doc: Any, path: str) -> Any:
+    return _walk(doc, _pointer_parts(path))
+
+
+def _pointer_set(doc: Any, path: str, value: Any, *, insert: bool) -> Any:
+    parts = _pointer_parts(path)
+    if not parts:
+        return value
+    parent = _walk(doc, parts[:-1])
+    last = parts[-1]
+    if isinstance(parent, dict):
+        parent[last] = value
+    elif isinstance(parent, list):
+        if last == "-" and insert:
+            parent.append(value)
+        elif last.isdigit() and int(last) <= len(parent) - (0 if insert else 1):
+            if insert:
+                parent.insert(int(last), value)
+            else:
+                parent[int(last)] = value
+        else:
+            raise PatchError(f"invalid array index {last!r}")
+    else:
+        raise PatchError(f"path {path} has no parent object")
+    return doc
+
+
+def _pointer_remove(doc: Any, path: str) -> tuple[Any, Any]:
+    parts = _pointer_parts(path)
+    if not parts:
+        raise PatchError("cannot remove the whole document")
+    parent = _walk(doc, parts[:-1])
+    last = parts[-1]
+    if isinstance(parent, dict) and last in parent:
+        return doc, parent.pop(last)
+    if isinstance(parent, list) and last.isdigit() and int(last) < len(parent):
+        return doc, parent.pop(int(last))
+    raise PatchError(f"path {path} does not exist")
+
+
+# --------------------------------------------------------------------------- object shape
+
+_META_ORDER = (
+    "name",
+    "generateName",
+    "namespace",
+    "selfLink",
+    "uid",
+    "resourceVersion",
+    "generation",
+    "creationTimestamp",
+    "deletionTimestamp",
+    "deletionGracePeriodSeconds",
+    "labels",
+    "annotations",
+    "ownerReferences",
+    "finalizers",
+    "managedFields",
+)
+
+
+def order_metadata(meta: Mapping[str, Any]) -> Obj:
+    """ObjectMeta in Go field order (what kube-apiserver writes)."""
+    out = {k: meta[k] for k in _META_ORDER if k in meta}
+    out.update((k, v) for k, v in meta.items() if k not in out)
+    return out
+
+
+def order_object(obj: Mapping[str, Any]) -> Obj:
+    """kind, apiVersion, metadata first; the other top-level keys keep their order."""
+    out: Obj = {}
+    for k in ("kind", "apiVersion"):
+        if k in obj:
+            out[k] = obj[k]
+    if "metadata" in obj:
+        out["metadata"] = order_metadata(obj["metadata"] or {})
+    out.update((k, v) for k, v in obj.items() if k not in out)
+    return out
+
+
+# Zero-valued objects of each kind, as Go serialises them inside BOOKMARK events.
+_BOOKMARK_BODY: dict[str, Obj] = {
+    "Pod": {"spec": {"containers": None}, "status": {}},
+    "Node": {
+        "spec": {},
+        "status": {
+            "daemonEndpoints": {"kubeletEndpoint": {"Port": 0}},
+            "nodeInfo": {
+                "machineID": "",
+                "systemUUID": "",
+                "bootID": "",
+                "kernelVersion": "",
+                "osImage": "",
+                "containerRuntimeVersion": "",
+                "kubeletVersion": "",
+                "kubeProxyVersion": "",
+                "operatingSystem": "",
+                "architecture": "",
+            },
+        },
+    },
+    "ResourceQuota": {"spec": {}, "status": {}},
+    "Lease": {"spec": {}},
+    "Namespace": {"spec": {}, "status": {}},
+}
+
+
+def bookmark_object(rt: ResourceType, rv: int, annotations: Mapping[str, str] | None = None) -> Obj:
+    meta: Obj = {"resourceVersion": str(rv)}
+    if annotations:
+        meta["annotations"] = dict(annotations)
+    if rt.kind == "Event":
+        body: Obj = (
+            {
+                "eventTime": None,
+                "reportingController": "",
+                "reportingInstance": "",
+                "regarding": {},
+                "deprecatedSource": {},
+                "deprecatedFirstTimestamp": None,
+                "deprecatedLastTimestamp": None,
+            }
+            if rt.group
+            else {
+                "involvedObject": {},
+                "source": {},
+                "firstTimestamp": None,
+                "lastTimestamp": None,
+                "eventTime": None,
+                "reportingComponent": "",
+                "reportingInstance": "",
+            }
+        )
+    else:
+        body = json.loads(json.dumps(_BOOKMARK_BODY.get(rt.kind, {})))
+    return {"kind": rt.kind, "apiVersion": rt.api_version, "metadata": meta, **body}
+
+
+# --------------------------------------------------------------------------- Events, two shapes
+
+# (core/v1 key, events.k8s.io/v1 key) for fields that are only renamed.
+_EVENT_RENAMES = (
+    ("involvedObject", "regarding"),
+    ("message", "note"),
+    ("source", "deprecatedSource"),
+    ("firstTimestamp", "deprecatedFirstTimestamp"),
+    ("lastTimestamp", "deprecatedLastTimestamp"),
+    ("count", "deprecatedCount"),
+    ("reportingComponent", "reportingController"),
+)
+
+
+def event_to_core(ev: Mapping[str, Any]) -> Obj:
+    """An events.k8s.io/v1 Event as core/v1 stores it (no kind/apiVersion)."""
+    rename = {new: old for old, new in _EVENT_RENAMES}
+    src = {rename.get(k, k): v for k, v in ev.items() if k not in ("kind", "apiVersion")}
+    return core_event_shape(src)
+
+
+def core_event_shape(ev: Mapping[str, Any]) -> Obj:
+    """core/v1 Event with Go's field order and zero values (source {}, null timestamps, empty
+    reportingComponent/Instance), as in fixtures event.*.core-v1.raw.json."""
+    out: Obj = {"metadata": ev.get("metadata") or {}, "involvedObject": ev.get("involvedObject") or {}}
+    for k in ("reason", "message"):
+        if ev.get(k):
+            out[k] = ev[k]
+    out["source"] = ev.get("source") or {}
+    out["firstTimestamp"] = ev.get("firstTimestamp")
+    out["lastTimestamp"] = ev.get("lastTimestamp")
+    if ev.get("count"):
+        out["count"] = ev["count"]
+    if ev.get("type"):
+        out["type"] = ev["type"]
+    out["eventTime"] = ev.get("eventTime")
+    for k in ("series", "action", "related"):
+        if ev.get(k):
+            out[k] = ev[k]
+    out["reportingComponent"] = ev.get("reportingComponent") or ""
+    out["reportingInstance"] = ev.get("reportingInstance") or ""
+    return out
+
+
+def event_to_events_v1(core: Mapping[str, Any]) -> Obj:
+    """The events.k8s.io/v1 view of a stored core/v1 Event (fixture key order)."""
+    out: Obj = {
+        "kind": "Event",
+        "apiVersion": "events.k8s.io/v1",
+        "metadata": core.get("metadata") or {},
+        "eventTime": core.get("eventTime"),
+    }
+    if core.get("series"):
+        out["series"] = core["series"]
+    for k_core, k_new in (
+        ("reportingComponent", "reportingController"),
+        ("reportingInstance", None),
+        ("action", None),
+        ("reason", None),
+    ):
+        if core.get(k_core):
+            out[k_new or k_core] = core[k_core]
+    out["regarding"] = core.get("involvedObject") or {}
+    if core.get("related"):
+        out["related"] = core["related"]
+    if core.get("message"):
+        out["note"] = core["message"]
+    if core.get("type"):
+        out["type"] = core["type"]
+    out["deprecatedSource"] = core.get("source") or {}
+    out["deprecatedFirstTimestamp"] = core.get("firstTimestamp")
+    out["deprecatedLastTimestamp"] = core.get("lastTimestamp")
+    if core.get("count"):
+        out["deprecatedCount"] = core["count"]
+    return out
+
+
+def with_kind(rt: ResourceType, obj: Mapping[str, Any]) -> Obj:
+    """A stored object (no kind/apiVersion) as the API returns a single object."""
+    if rt is EVENTS_V1:
+        return event_to_events_v1(obj)
+    return {
+        "kind": rt.kind,
+        "apiVersion": rt.api_version,
+        **{k: v for k, v in obj.items() if k not in ("kind", "apiVersion")},
+    }

@@ -1,0 +1,281 @@
+"""How requests reach "the API server": over HTTP(S) with aiohttp, or straight into a MemoryCluster.
+
+Both transports speak the same tiny protocol, so `KubeClient` (and everything above it) runs the
+same code against a real cluster, the fake API server, and the in-process cluster.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import ssl
+import time
+from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Protocol
+
+import aiohttp
+import msgspec
+
+from vgpu_scheduler.cluster.errors import ApiConnectionError, ApiError
+
+if TYPE_CHECKING:
+    from vgpu_scheduler.cluster.memory import MemoryCluster
+
+log = logging.getLogger(__name__)
+
+_encode = msgspec.json.Encoder().encode
+_decode = msgspec.json.Decoder().decode
+
+
+class Transport(Protocol):
+    async def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: Mapping[str, str] | None = None,
+        json_body: Any = None,
+        content_type: str | None = None,
+    ) -> tuple[int, dict[str, Any]]:
+        """One request; returns (HTTP status, decoded JSON body). Non-2xx statuses are returned,
+        not raised; a request that got no answer raises ApiConnectionError."""
+        ...
+
+    def stream(
+        self, path: str, params: Mapping[str, str] | None = None
+    ) -> AsyncGenerator[dict[str, Any], None]:
+        """A watch: yields each decoded line. Raises ApiError when the server answers non-200 and
+        ApiConnectionError when the stream is cut; ends normally when the server ends it."""
+        ...
+
+    async def close(self) -> None: ...
+
+
+class AuthProvider(Protocol):
+    async def authorization(self) -> str | None:
+        """The Authorization header value (e.g. "Bearer ..."), refreshed as the source requires."""
+        ...
+
+    async def invalidate(self) -> None:
+        """Called after a 401: the next authorization() must re-read its source."""
+        ...
+
+
+class StaticAuth:
+    def __init__(self, header: str | None) -> None:
+        self._header = header
+
+    async def authorization(self) -> str | None:
+        return self._header
+
+    async def invalidate(self) -> None:
+        return None
+
+
+def decode_body(raw: bytes) -> dict[str, Any]:
+    """JSON object body, or {"message": text} for anything else (proxy pages, empty bodies)."""
+    try:
+        body = _decode(raw) if raw else {}
+    except msgspec.DecodeError:
+        return {"message": raw[:512].decode("utf-8", "replace").strip()}
+    return body if isinstance(body, dict) else {"message": str(body)}
+
+
+class TokenBucket:
+    """Client-side rate limiter like client-go's: `qps` tokens per second, at most `burst` saved.
+    Waiters reserve a token first (the count may go negative), so they are served in order."""
+
+    def __init__(
+        self,
+        qps: float,
+        burst: int,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep,
+    ) -> None:
+        self.qps = qps
+        self.burst = max(burst, 1)
+        self._clock = clock
+        self._sleep = sleep
+        self._tokens = float(self.burst)
+        self._last = clock()
+
+    async def acquire(self) -> None:
+        if self.qps <= 0:
+            return
+        now = self._clock()
+        self._tokens = min(float(self.burst), self._tokens + (now - self._last) * self.qps)
+        self._last = now
+        self._tokens -= 1
+        if self._tokens < 0:
+            await self._sleep(-self._tokens / self.qps)
+
+
+class HttpTransport:
+    """aiohttp over one ClientSession (created lazily inside the running loop)."""
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        ssl_context: ssl.SSLContext | None = None,
+        auth: AuthProvider | None = None,
+        qps: float = 5.0,
+        burst: int = 10,
+        timeout: float = 0.0,
+        server_hostname: str | None = None,
+        user_agent: str = "vgpu-scheduler",
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        self._ssl: ssl.SSLContext | bool = ssl_context if ssl_context is not None else True
+        self._auth = auth or StaticAuth(None)
+        self.limiter = TokenBucket(qps, burst)
+        self.timeout = timeout
+        self._server_hostname = server_hostname
+        self._user_agent = user_agent
+        self._session: aiohttp.ClientSession | None = None
+
+    def _get_session(self) -> aiohttp.ClientSession:
+        if self._session is None or self._session.closed:
+            # No session-wide timeout: each request sets its own (watches must outlive `timeout`).
+            self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None))
+        return self._session
+
+    async def _headers(self, content_type: str | None) -> dict[str, str]:
+        headers = {"Accept": "application/json", "User-Agent": self._user_agent}
+        if content_type:
+            headers["Content-Type"] = content_type
+        token = await self._auth.authorization()
+        if token:
+            headers["Authorization"] = token
+        return headers
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: Mapping[str, str] | None = None,
+        json_body: Any = None,
+        content_type: str | None = None,
+    ) -> tuple[int, dict[str, Any]]:
+        data = None if json_body is None else _encode(json_body)
+        ctype = content_type or ("application/json" if data is not None else None)
+        timeout = aiohttp.ClientTimeout(total=self.timeout or None)
+        for attempt in (1, 2):
+            await self.limiter.acquire()
+            headers = await self._headers(ctype)
+            try:
+                async with self._get_session().request(
+                    method,
+                    self.base_url + path,
+                    params=dict(params or {}),
+                    data=data,
+                    headers=headers,
+                    ssl=self._ssl,
+                    timeout=timeout,
+                    server_hostname=self._server_hostname,
+                ) as resp:
+                    raw = await resp.read()
+                    status = resp.status
+            except (aiohttp.ClientError, OSError, TimeoutError) as exc:
+                raise ApiConnectionError(f"{method} {path}: {type(exc).__name__}: {exc}") from exc
+            if status == 401 and attempt == 1:
+                await self._auth.invalidate()  # expired token: re-read it once and retry
+                continue
+            return status, decode_body(raw)
+        raise AssertionError("unreachable")
+
+    async def stream(
+        self, path: str, params: Mapping[str, str] | None = None
+    ) -> AsyncGenerator[dict[str, Any], None]:
+        params = dict(params or {})
+        # Only the connection and headers are bounded by `timeout`; the body lasts as long as the
+        # server keeps the watch (timeoutSeconds), plus slack for a silent dead connection.
+        server_timeout = params.get("timeoutSeconds")
+        read_timeout = float(server_timeout) + 30.0 if server_timeout else None
+        timeout = aiohttp.ClientTimeout(total=None, connect=self.timeout or None, sock_read=read_timeout)
+        for attempt in (1, 2):
+            await self.limiter.acquire()
+            headers = await self._headers(None)
+            try:
+                async with self._get_session().get(
+                    self.base_url + path,
+                    params=params,
+                    headers=headers,
+                    ssl=self._ssl,
+                    timeout=timeout,
+                    server_hostname=self._server_hostname,
+                ) as resp:
+                    if resp.status == 401 and attempt == 1:
+                        await self._auth.invalidate()
+                        continue
+                    if resp.status != 200:
+                        raise ApiError(resp.status, decode_body(await resp.read()))
+                    buf = b""
+                    # Split lines ourselves: StreamReader.readline() caps line length, and one
+                    # Pod with big annotations can exceed it.
+                    async for chunk in resp.content.iter_any():
+                        buf += chunk
+                        while (nl := buf.find(b"\n")) >= 0:
+                            line, buf = buf[:nl], buf[nl + 1 :]
+                            if line.strip():
+                                yield _decode_line(line)
+                    if buf.strip():
+                        yield _decode_line(buf)
+                    return
+            except (aiohttp.ClientError, OSError, TimeoutError) as exc:
+                raise ApiConnectionError(f"watch {path}: {type(exc).__name__}: {exc}") from exc
+
+    async def close(self) -> None:
+        if self._session is not None and not self._session.closed:
+            await self._session.close()
+        self._session = None
+
+
+def _decode_line(line: bytes) -> dict[str, Any]:
+    try:
+        event = _decode(line)
+    except msgspec.DecodeError as exc:
+        raise ApiConnectionError(f"malformed watch event: {exc}") from exc
+    if not isinstance(event, dict):
+        raise ApiConnectionError("malformed watch event: not an object")
+    return event
+
+
+class MemoryTransport:
+    """Calls a MemoryCluster directly (no sockets), through the same REST entry points the fake API
+    server uses, with bodies encoded and decoded like on the wire."""
+
+    def __init__(self, cluster: MemoryCluster) -> None:
+        self.cluster = cluster
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: Mapping[str, str] | None = None,
+        json_body: Any = None,
+        content_type: str | None = None,
+    ) -> tuple[int, dict[str, Any]]:
+        await asyncio.sleep(0)  # a network call would yield to the loop; keep that interleaving
+        body = None if json_body is None else _encode(json_body)
+        status, raw = await self.cluster.handle(
+            method, path, params, body, content_type or "application/json"
+        )
+        return status, decode_body(raw)
+
+    async def stream(
+        self, path: str, params: Mapping[str, str] | None = None
+    ) -> AsyncGenerator[dict[str, Any], None]:
+        await asyncio.sleep(0)
+        watch = await self.cluster.open_watch(path, params)
+        try:
+            async for line in watch:
+                yield _decode_line(line)
+        finally:
+            watch.close()
+
+    async def close(self) -> None:
+        return None
