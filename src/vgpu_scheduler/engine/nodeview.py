@@ -40,7 +40,9 @@ class NodeView:
     annotations: Mapping[str, str] = field(default_factory=dict)
 
     def copy(self) -> NodeView:
-        return NodeView(self.name, self.devices, [u.copy() for u in self.usage], self.cordoned, self.annotations)
+        return NodeView(
+            self.name, self.devices, [u.copy() for u in self.usage], self.cordoned, self.annotations
+        )
 
 
 class QuotaCheck(Protocol):

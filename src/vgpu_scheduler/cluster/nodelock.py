@@ -1,0 +1,237 @@
+"""The HAMi node lock: annotation `hami.io/mutex.lock` on the Node (hami-spec §6.2).
+
+Value `<RFC3339 time>,<namespace>,<pod name>` (legacy: bare RFC3339). The device plugin on the
+node finds "its" pod through this value and deletes the annotation after Allocate, so the format
+is wire contract. Every write carries the node's resourceVersion as a precondition, so two
+scheduler replicas (or two binds) can never both believe they hold the lock.
+
+Differences from HAMi, same wire result: an expired or dangling lock is taken over with one
+guarded patch instead of delete-then-set, and a stale resourceVersion (409) is retried with a
+fresh read instead of failing the bind.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any, Protocol
+
+from vgpu_scheduler.cluster.errors import ApiError
+from vgpu_scheduler.durations import format_go_duration
+from vgpu_scheduler.wire.keys import NODE_LOCK
+
+log = logging.getLogger(__name__)
+
+CONFLICT_RETRIES = 5
+CONTENTION_POLL_SECONDS = 0.1
+
+
+class NodeLockError(Exception):
+    """The lock could not be taken for a reason other than another holder."""
+
+
+class NodeLockContention(NodeLockError):
+    """Another live pod holds the lock."""
+
+
+class LockApi(Protocol):
+    async def get_node(self, name: str) -> dict[str, Any]: ...
+
+    async def patch_node(self, name: str, patch: dict[str, Any]) -> dict[str, Any]: ...
+
+    async def get_pod(self, namespace: str, name: str) -> dict[str, Any]: ...
+
+
+@dataclass(slots=True, frozen=True)
+class LockValue:
+    taken_at: datetime
+    namespace: str = ""
+    pod: str = ""
+
+    @property
+    def has_owner(self) -> bool:
+        return bool(self.namespace or self.pod)
+
+
+def format_rfc3339(moment: datetime) -> str:
+    """Go's time.RFC3339 layout: seconds precision, `Z` for UTC, else `+hh:mm`."""
+    text = moment.isoformat(timespec="seconds")
+    return text[:-6] + "Z" if text.endswith("+00:00") else text
+
+
+def format_lock(moment: datetime, namespace: str, pod: str) -> str:
+    return f"{format_rfc3339(moment)},{namespace},{pod}"
+
+
+def parse_lock(value: str) -> LockValue:
+    if "," not in value:
+        return LockValue(_parse_time(value))
+    parts = value.split(",")
+    if len(parts) != 3:
+        raise NodeLockError(f"malformed lock annotation: expected 3 parts, got {len(parts)}: {value!r}")
+    return LockValue(_parse_time(parts[0]), parts[1], parts[2])
+
+
+def _parse_time(text: str) -> datetime:
+    try:
+        moment = datetime.fromisoformat(text.strip())
+    except ValueError as exc:
+        raise NodeLockError(f"parsing time {text!r} as RFC3339: {exc}") from exc
+    if moment.tzinfo is None:
+        raise NodeLockError(f"parsing time {text!r} as RFC3339: missing time zone")
+    return moment
+
+
+def _annotations(node: dict[str, Any]) -> dict[str, str]:
+    return node.get("metadata", {}).get("annotations") or {}
+
+
+def _resource_version(node: dict[str, Any]) -> str:
+    return str(node.get("metadata", {}).get("resourceVersion", ""))
+
+
+class NodeLocker:
+    """Takes and releases node locks for binds; one instance per scheduler process."""
+
+    def __init__(
+        self,
+        api: LockApi,
+        *,
+        timeout: float = 300.0,
+        now: Callable[[], datetime] = lambda: datetime.now().astimezone(),
+        cached_node: Callable[[str], dict[str, Any] | None] | None = None,
+    ) -> None:
+        self._api = api
+        self.timeout = timeout
+        self._now = now
+        self._cached_node = cached_node
+        # Serialises this process's lock writes per node (HAMi keeps the same in-process mutex).
+        self._local: dict[str, asyncio.Lock] = {}
+
+    def forget_node(self, name: str) -> None:
+        self._local.pop(name, None)
+
+    async def _read(self, name: str, fresh: bool) -> dict[str, Any]:
+        if not fresh and self._cached_node is not None:
+            cached = self._cached_node(name)
+            if cached is not None:
+                return cached
+        return await self._api.get_node(name)
+
+    async def lock(self, node_name: str, namespace: str, pod: str) -> None:
+        """Take the lock for namespace/pod, or raise NodeLockContention / NodeLockError."""
+        guard = self._local.setdefault(node_name, asyncio.Lock())
+        async with guard:
+            fresh = False
+            for attempt in range(CONFLICT_RETRIES):
+                node = await self._read(node_name, fresh)
+                current = _annotations(node).get(NODE_LOCK)
+                if current is not None:
+                    if current.endswith(f",{namespace},{pod}"):
+                        return  # re-entrant: a multi-vendor pod, or a retried bind
+                    if await self._held_by_other(node_name, current, namespace, pod):
+                        if fresh:
+                            raise self._contention(node_name)
+                        fresh = True  # the cache may be behind a release: confirm with a read
+                        continue
+                patch = {
+                    "metadata": {
+                        "annotations": {NODE_LOCK: format_lock(self._now(), namespace, pod)},
+                        "resourceVersion": _resource_version(node),
+                    }
+                }
+                try:
+                    await self._api.patch_node(node_name, patch)
+                    return
+                except ApiError as exc:
+                    if exc.status != 409:
+                        raise NodeLockError(f"failed to lock node {node_name}: {exc}") from exc
+                    fresh = True
+                    await asyncio.sleep(_backoff(attempt))
+            raise NodeLockError(f"failed to lock node {node_name}: too many conflicting updates")
+
+    def _contention(self, node_name: str) -> NodeLockContention:
+        return NodeLockContention(
+            f"node {node_name} has been locked within {format_go_duration(self.timeout)}: "
+            "node lock contention"
+        )
+
+    async def _held_by_other(self, node_name: str, value: str, namespace: str, pod: str) -> bool:
+        """False when the lock is ours, expired, or its holder pod is gone."""
+        parsed = parse_lock(value)
+        if parsed.has_owner and (parsed.namespace, parsed.pod) == (namespace, pod):
+            return False
+        if self._now() - parsed.taken_at > timedelta(seconds=self.timeout):
+            log.info("node %s lock %r expired, taking it over", node_name, value)
+            return False
+        if parsed.has_owner:
+            try:
+                await self._api.get_pod(parsed.namespace, parsed.pod)
+            except ApiError as exc:
+                if exc.status == 404:
+                    log.info(
+                        "node %s lock holder %s/%s is gone, taking over",
+                        node_name,
+                        parsed.namespace,
+                        parsed.pod,
+                    )
+                    return False
+                raise NodeLockError(f"failed to check lock holder of node {node_name}: {exc}") from exc
+        return True
+
+    async def lock_with_retry(self, node_name: str, namespace: str, pod: str, retry_timeout: float) -> None:
+        """Poll on contention until retry_timeout; other errors fail at once."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + retry_timeout
+        while True:
+            try:
+                await self.lock(node_name, namespace, pod)
+                return
+            except NodeLockContention:
+                if retry_timeout <= 0:
+                    raise
+                if loop.time() + CONTENTION_POLL_SECONDS > deadline:
+                    raise NodeLockContention(
+                        f"timed out after {format_go_duration(retry_timeout)} waiting for node "
+                        f"{node_name} to be unlocked: node lock contention"
+                    ) from None
+                await asyncio.sleep(CONTENTION_POLL_SECONDS)
+
+    async def release(
+        self, node_name: str, namespace: str, pod: str, *, skip_owner_check: bool = False
+    ) -> None:
+        """Delete the lock if this pod holds it (or unconditionally with skip_owner_check)."""
+        guard = self._local.setdefault(node_name, asyncio.Lock())
+        async with guard:
+            for attempt in range(CONFLICT_RETRIES):
+                try:
+                    node = await self._api.get_node(node_name)
+                except ApiError as exc:
+                    if exc.status == 404:
+                        return
+                    raise
+                current = _annotations(node).get(NODE_LOCK)
+                if current is None:
+                    return
+                if not skip_owner_check and "," in current and not current.endswith(f",{namespace},{pod}"):
+                    return
+                patch = {
+                    "metadata": {"annotations": {NODE_LOCK: None}, "resourceVersion": _resource_version(node)}
+                }
+                try:
+                    await self._api.patch_node(node_name, patch)
+                    return
+                except ApiError as exc:
+                    if exc.status != 409:
+                        raise
+                    await asyncio.sleep(_backoff(attempt))
+            log.warning("gave up releasing the lock of node %s after conflicts", node_name)
+
+
+def _backoff(attempt: int) -> float:
+    base: float = 0.1 * (2**attempt)
+    return base * (1 + 0.5 * random.random())

@@ -1,0 +1,293 @@
+"""The extender verbs: filter (hami-spec §5) and bind (§6) over the shared scheduler state.
+
+Two deliberate differences from HAMi, both invisible on the wire:
+
+* Filter writes nothing to the API. It reserves the chosen devices in the ledger and answers; the
+  §4.1 annotations are written at bind, in the same patch as `bind-phase: allocating`. The device
+  plugin reads them only after the Binding exists, and kube-scheduler's serial scheduling cycle
+  no longer waits for a patch round trip per pod.
+* Bind retries node-lock contention for every pod (not only PodGroup members) up to
+  `--node-lock-retry-timeout`, instead of failing fast into kube-scheduler's backoff.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from vgpu_scheduler.cluster.errors import ApiError
+from vgpu_scheduler.cluster.nodelock import NodeLocker, NodeLockError
+from vgpu_scheduler.config import NvidiaConfig
+from vgpu_scheduler.engine.decide import Chosen, Error, NoFit, NoRequest, decide, decide_on_nodes
+from vgpu_scheduler.engine.podinfo import pod_annotations, pod_key
+from vgpu_scheduler.engine.requests import pod_requests
+from vgpu_scheduler.engine.state import SchedulerState
+from vgpu_scheduler.wire import keys
+from vgpu_scheduler.wire.extender import (
+    ExtenderDecodeError,
+    decode_binding_args,
+    decode_extender_args,
+    encode_binding_result,
+    encode_filter_result,
+)
+
+log = logging.getLogger(__name__)
+
+NORMAL = "Normal"
+WARNING = "Warning"
+
+
+class EventSink(Protocol):
+    def record(self, pod: Mapping[str, Any], type_: str, reason: str, message: str) -> None: ...
+
+
+class BindApi(Protocol):
+    async def get_pod(self, namespace: str, name: str) -> dict[str, Any]: ...
+
+    async def patch_pod(
+        self, namespace: str, name: str, merge_patch: Mapping[str, Any]
+    ) -> dict[str, Any]: ...
+
+    async def bind_pod(self, namespace: str, name: str, uid: str, node: str) -> dict[str, Any]: ...
+
+
+@dataclass(slots=True)
+class Policies:
+    node: str = "binpack"
+    gpu: str = "spread"
+
+
+@dataclass(slots=True)
+class ExtenderStats:
+    filters: int = 0
+    binds: int = 0
+    bind_failures: int = 0
+    api_calls_in_bind: int = 0
+
+
+class Extender:
+    def __init__(
+        self,
+        *,
+        state: SchedulerState,
+        cfg: NvidiaConfig,
+        api: BindApi,
+        locker: NodeLocker,
+        events: EventSink,
+        policies: Policies,
+        synced: asyncio.Event,
+        cached_pod: Callable[[str, str], dict[str, Any] | None],
+        cached_node: Callable[[str], dict[str, Any] | None],
+        lock_retry_timeout: float = 28.0,
+        sync_wait: float = 30.0,
+        now: Callable[[], float] = time.time,
+    ) -> None:
+        self.state = state
+        self.cfg = cfg
+        self.api = api
+        self.locker = locker
+        self.events = events
+        self.policies = policies
+        self.synced = synced
+        self.cached_pod = cached_pod
+        self.cached_node = cached_node
+        self.lock_retry_timeout = lock_retry_timeout
+        self.sync_wait = sync_wait
+        self.now = now
+        # Filter decisions waiting for their bind: uid -> the decision (the uncollapsed per-container
+        # allocation the bind patch writes). Dropped at bind, on re-filter and on pod deletion.
+        self._pending: dict[str, Chosen] = {}
+        self.stats = ExtenderStats()
+
+    # -- pod lifecycle hooks (called by the pod informer handler) ---------------------------------
+
+    def on_pod_deleted(self, pod: Mapping[str, Any]) -> None:
+        uid, _, _ = pod_key(pod)
+        self._pending.pop(uid, None)
+
+    # -- filter -----------------------------------------------------------------------------------
+
+    async def filter(self, body: bytes) -> bytes:
+        self.stats.filters += 1
+        if not self.synced.is_set():
+            try:
+                await asyncio.wait_for(self.synced.wait(), self.sync_wait)
+            except TimeoutError:
+                return encode_filter_result(error="context cancelled")
+        try:
+            args = decode_extender_args(body)
+        except ExtenderDecodeError as exc:
+            log.error("filter: %s", exc)
+            return encode_filter_result(error=str(exc))
+        if args.pod is None:
+            return encode_filter_result(error="extender args missing pod")
+        pod = args.pod
+        if args.node_names is None and args.nodes is not None:
+            return self._filter_template_nodes(pod, args.nodes.get("items") or [])
+        return self._filter_live(pod, args.node_names or [])
+
+    def _filter_live(self, pod: dict[str, Any], node_names: list[str]) -> bytes:
+        uid, namespace, name = pod_key(pod)
+        self._pending.pop(uid, None)
+        decision = decide(
+            pod, node_names, self.state, self.cfg, self.policies.node, self.policies.gpu, int(self.now())
+        )
+        if isinstance(decision, NoRequest):
+            return encode_filter_result(node_names=node_names)
+        if isinstance(decision, Error):
+            log.error("filter %s/%s: %s", namespace, name, decision.message)
+            return encode_filter_result(error=decision.message)
+        if isinstance(decision, NoFit):
+            self._record_failure(pod, decision.failed)
+            return encode_filter_result(failed=decision.failed)
+        self.state.reserve(pod, decision)
+        self._pending[uid] = decision
+        self._record_success(pod, decision)
+        log.info("filter %s/%s: chose node %s", namespace, name, decision.node)
+        return encode_filter_result(node_names=[decision.node])
+
+    def _filter_template_nodes(self, pod: dict[str, Any], items: list[dict[str, Any]]) -> bytes:
+        decision = decide_on_nodes(
+            pod, items, self.cfg, self.policies.node, self.policies.gpu, int(self.now())
+        )
+        if isinstance(decision, NoRequest):
+            return encode_filter_result(nodes=items)
+        if isinstance(decision, Error):
+            return encode_filter_result(error=decision.message)
+        if isinstance(decision, NoFit):
+            return encode_filter_result(failed=decision.failed)
+        chosen = [n for n in items if (n.get("metadata") or {}).get("name") == decision.node][:1]
+        return encode_filter_result(nodes=chosen, failed=decision.failed or None)
+
+    def _record_success(self, pod: Mapping[str, Any], chosen: Chosen) -> None:
+        fits = ",".join(f"{node}:{score:.2f}" for node, score in sorted(chosen.scores.items()))
+        self.events.record(
+            pod,
+            NORMAL,
+            "FilteringSucceed",
+            f"find fit node({chosen.node}), {len(chosen.failed)} nodes not fit, "
+            f"{len(chosen.scores)} nodes fit({fits})",
+        )
+
+    def _record_failure(self, pod: Mapping[str, Any], failed: Mapping[str, str]) -> None:
+        by_reason: dict[str, list[str]] = {}
+        for node, reason in failed.items():
+            by_reason.setdefault(reason, []).append(node)
+        for reason, nodes in sorted(by_reason.items()):
+            self.events.record(
+                pod, WARNING, "FilteringFailed", f"{len(nodes)} nodes {reason}({','.join(sorted(nodes))})"
+            )
+        self.events.record(
+            pod, WARNING, "FilteringFailed", f"no available node, {len(failed)} nodes do not meet"
+        )
+
+    # -- bind -------------------------------------------------------------------------------------
+
+    async def bind(self, body: bytes) -> bytes:
+        self.stats.binds += 1
+        try:
+            args = decode_binding_args(body)
+        except ExtenderDecodeError as exc:
+            return encode_binding_result(str(exc))
+        error = await self._bind(args.pod_namespace, args.pod_name, args.pod_uid, args.node)
+        if error:
+            self.stats.bind_failures += 1
+        return encode_binding_result(error)
+
+    async def _bind(self, namespace: str, name: str, uid: str, node: str) -> str:
+        pod = self.cached_pod(namespace, name)
+        if pod is None or (uid and pod_key(pod)[0] != uid):
+            try:  # the informer may lag behind kube-scheduler by a few milliseconds
+                self.stats.api_calls_in_bind += 1
+                pod = await self.api.get_pod(namespace, name)
+            except ApiError as exc:
+                self._drop(uid)
+                log.error("bind %s/%s: %s", namespace, name, exc)
+                return str(exc) if exc.status != 404 else f'pod "{name}" not found'
+        if self.cached_node(node) is None:
+            self._drop(uid or pod_key(pod)[0])
+            message = f"failed to get node {node}"
+            self.events.record(pod, WARNING, "BindingFailed", message)
+            return f'node "{node}" not found'
+        uid = pod_key(pod)[0]
+
+        chosen, error = self._decision_for_bind(pod, node)
+        if error:
+            self.events.record(pod, WARNING, "BindingFailed", error)
+            return error
+        locked = chosen is not None and _regular_containers_request(pod, self.cfg)
+        annotations: dict[str, Any] = {}
+        labels: dict[str, str] = {}
+        if chosen is not None:
+            annotations.update(chosen.annotations)
+            labels.update(chosen.labels)
+        annotations[keys.BIND_PHASE] = keys.BIND_PHASE_ALLOCATING
+        annotations[keys.BIND_TIME] = str(int(self.now()))
+        patch: dict[str, Any] = {"metadata": {"annotations": annotations}}
+        if labels:
+            patch["metadata"]["labels"] = labels
+        try:
+            if locked:
+                await self.locker.lock_with_retry(node, namespace, name, self.lock_retry_timeout)
+            self.stats.api_calls_in_bind += 2
+            await self.api.patch_pod(namespace, name, patch)
+            await self.api.bind_pod(namespace, name, uid, node)
+        except (ApiError, NodeLockError) as exc:
+            message = str(exc)
+            log.error("bind %s/%s to %s failed: %s", namespace, name, node, message)
+            if locked:
+                try:
+                    await self.locker.release(node, namespace, name)
+                except ApiError as release_exc:
+                    log.error("releasing the lock of node %s failed: %s", node, release_exc)
+            self.events.record(pod, WARNING, "BindingFailed", message)
+            return message
+        self._pending.pop(uid, None)
+        self.events.record(
+            pod, NORMAL, "BindingSucceed", f"Successfully binding node [{node}] to {namespace}/{name}"
+        )
+        return ""
+
+    def _decision_for_bind(self, pod: dict[str, Any], node: str) -> tuple[Chosen | None, str]:
+        """The filter's decision for this pod on this node, or a fresh fit if it is gone.
+
+        A restart between filter and bind loses the reservation: the pod is fitted again on the
+        requested node; if it no longer fits the bind fails and kube-scheduler retries. A pod is
+        never bound with devices nobody checked.
+        """
+        uid, _, name = pod_key(pod)
+        chosen = self._pending.get(uid)
+        if chosen is not None and chosen.node == node and self.state.allocation(uid) is not None:
+            return chosen, ""
+        decision = decide(
+            pod, [node], self.state, self.cfg, self.policies.node, self.policies.gpu, int(self.now())
+        )
+        if isinstance(decision, NoRequest):
+            return None, ""
+        if isinstance(decision, Error):
+            return None, decision.message
+        if isinstance(decision, NoFit):
+            reason = decision.failed.get(node, "")
+            return None, f"pod {name} no longer fits node {node}: {reason}"
+        self.state.reserve(pod, decision)
+        self._pending[uid] = decision
+        return decision, ""
+
+    def _drop(self, uid: str) -> None:
+        if uid:
+            self._pending.pop(uid, None)
+            self.state.release(uid)
+
+
+def _regular_containers_request(pod: Mapping[str, Any], cfg: NvidiaConfig) -> bool:
+    """HAMi locks the node only when a regular (non-init) container requests a device (§6.1)."""
+    n_init = len((pod.get("spec") or {}).get("initContainers") or [])
+    return any(pod_requests(pod, cfg)[n_init:])
+
+
+def pod_policy_annotations(pod: Mapping[str, Any]) -> Mapping[str, str]:
+    return pod_annotations(pod)

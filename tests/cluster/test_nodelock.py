@@ -1,0 +1,193 @@
+"""The node lock (hami-spec §6.2) against the in-memory API server, through the real client."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime, timedelta, timezone
+from typing import Any
+
+import pytest
+
+from vgpu_scheduler.cluster.client import KubeClient
+from vgpu_scheduler.cluster.memory import MemoryCluster
+from vgpu_scheduler.cluster.nodelock import (
+    NodeLockContention,
+    NodeLocker,
+    NodeLockError,
+    format_lock,
+    format_rfc3339,
+    parse_lock,
+)
+from vgpu_scheduler.cluster.transport import MemoryTransport
+from vgpu_scheduler.wire.keys import NODE_LOCK
+
+T0 = datetime(2026, 11, 29, 21, 0, 0, tzinfo=UTC)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = T0
+
+    def __call__(self) -> datetime:
+        return self.now
+
+
+def _node(name: str, lock: str | None = None) -> dict[str, Any]:
+    annotations = {} if lock is None else {NODE_LOCK: lock}
+    return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "annotations": annotations}}
+
+
+def _pod(name: str, namespace: str = "default") -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"containers": [{"name": "c", "image": "busybox"}]},
+    }
+
+
+@pytest.fixture
+def cluster() -> MemoryCluster:
+    return MemoryCluster()
+
+
+@pytest.fixture
+def client(cluster: MemoryCluster) -> KubeClient:
+    return KubeClient(MemoryTransport(cluster))
+
+
+def _lock_of(cluster: MemoryCluster, node: str) -> str | None:
+    annotations = cluster.get("nodes", node)["metadata"].get("annotations") or {}
+    value = annotations.get(NODE_LOCK)
+    return None if value is None else str(value)
+
+
+@pytest.mark.parametrize(
+    ("moment", "text"),
+    [
+        (T0, "2026-11-29T21:00:00Z"),
+        (
+            datetime(2025, 10, 20, 3, 7, 2, 999, tzinfo=timezone(timedelta(hours=8))),
+            "2025-10-20T03:07:02+08:00",
+        ),
+    ],
+)
+def test_rfc3339_like_go(moment: datetime, text: str) -> None:
+    assert format_rfc3339(moment) == text
+
+
+def test_parse_lock_forms() -> None:
+    value = parse_lock("2025-10-20T03:07:02Z,jingyu-test,gputest-6c77bb77f8-gvtzc")
+    assert (value.namespace, value.pod) == ("jingyu-test", "gputest-6c77bb77f8-gvtzc")
+    legacy = parse_lock("2025-10-20T03:07:02+08:00")
+    assert not legacy.has_owner
+    with pytest.raises(NodeLockError, match="malformed lock annotation: expected 3 parts"):
+        parse_lock("2025-10-20T03:07:02Z,ns")
+    with pytest.raises(NodeLockError, match="RFC3339"):
+        parse_lock("lock")
+
+
+async def test_lock_sets_the_owner_value_and_is_reentrant(cluster: MemoryCluster, client: KubeClient) -> None:
+    cluster.create("nodes", _node("n1"))
+    locker = NodeLocker(client, now=Clock())
+    await locker.lock("n1", "default", "p1")
+    assert _lock_of(cluster, "n1") == "2026-11-29T21:00:00Z,default,p1"
+    rv = cluster.get("nodes", "n1")["metadata"]["resourceVersion"]
+    await locker.lock("n1", "default", "p1")  # re-entrant: no second write
+    assert cluster.get("nodes", "n1")["metadata"]["resourceVersion"] == rv
+
+
+async def test_contention_with_a_live_holder(cluster: MemoryCluster, client: KubeClient) -> None:
+    cluster.create("pods", _pod("holder"), namespace="default")
+    cluster.create("nodes", _node("n1", format_lock(T0, "default", "holder")))
+    locker = NodeLocker(client, now=Clock())
+    with pytest.raises(NodeLockContention, match="node n1 has been locked within 5m0s: node lock contention"):
+        await locker.lock("n1", "default", "p2")
+    assert _lock_of(cluster, "n1") == format_lock(T0, "default", "holder")
+
+
+async def test_expired_lock_is_taken_over(cluster: MemoryCluster, client: KubeClient) -> None:
+    cluster.create("pods", _pod("holder"), namespace="default")
+    cluster.create("nodes", _node("n1", format_lock(T0, "default", "holder")))
+    clock = Clock()
+    clock.now = T0 + timedelta(minutes=5, seconds=1)
+    await NodeLocker(client, now=clock).lock("n1", "default", "p2")
+    assert _lock_of(cluster, "n1") == "2026-11-29T21:05:01Z,default,p2"
+
+
+async def test_dangling_lock_of_a_deleted_pod_is_taken_over(
+    cluster: MemoryCluster, client: KubeClient
+) -> None:
+    cluster.create("nodes", _node("n1", format_lock(T0, "default", "gone")))
+    await NodeLocker(client, now=Clock()).lock("n1", "default", "p2")
+    assert _lock_of(cluster, "n1") == format_lock(T0, "default", "p2")
+
+
+async def test_malformed_lock_fails_without_writing(cluster: MemoryCluster, client: KubeClient) -> None:
+    cluster.create("nodes", _node("n1", "lock"))
+    with pytest.raises(NodeLockError):
+        await NodeLocker(client, now=Clock()).lock("n1", "default", "p2")
+    assert _lock_of(cluster, "n1") == "lock"
+
+
+async def test_stale_cache_is_corrected_by_a_conflict(cluster: MemoryCluster, client: KubeClient) -> None:
+    cluster.create("nodes", _node("n1"))
+    stale = cluster.get("nodes", "n1")
+    cluster.create("pods", _pod("holder"), namespace="default")
+    cluster.patch(
+        "nodes", "n1", {"metadata": {"annotations": {NODE_LOCK: format_lock(T0, "default", "holder")}}}
+    )
+    locker = NodeLocker(client, now=Clock(), cached_node=lambda _name: stale)
+    with pytest.raises(NodeLockContention):
+        await locker.lock("n1", "default", "p2")
+    assert _lock_of(cluster, "n1") == format_lock(T0, "default", "holder")
+
+
+async def test_racing_binds_one_wins(cluster: MemoryCluster, client: KubeClient) -> None:
+    cluster.create("nodes", _node("n1"))
+    for name in ("a", "b"):
+        cluster.create("pods", _pod(name), namespace="default")
+    # Two schedulers (separate lockers, so no shared in-process mutex) race for the node.
+    lockers = [NodeLocker(client, now=Clock()), NodeLocker(client, now=Clock())]
+    results = await asyncio.gather(
+        lockers[0].lock("n1", "default", "a"), lockers[1].lock("n1", "default", "b"), return_exceptions=True
+    )
+    winners = [r for r in results if r is None]
+    losers = [r for r in results if isinstance(r, NodeLockContention)]
+    assert len(winners) == 1 and len(losers) == 1
+    holder = "a" if results[0] is None else "b"
+    assert _lock_of(cluster, "n1") == format_lock(T0, "default", holder)
+
+
+async def test_release_only_by_the_owner(cluster: MemoryCluster, client: KubeClient) -> None:
+    cluster.create("nodes", _node("n1", format_lock(T0, "default", "holder")))
+    locker = NodeLocker(client, now=Clock())
+    await locker.release("n1", "default", "other")
+    assert _lock_of(cluster, "n1") is not None
+    await locker.release("n1", "default", "holder")
+    assert _lock_of(cluster, "n1") is None
+    await locker.release("n1", "default", "holder")  # nothing to release: fine
+    await locker.release("missing-node", "default", "holder")
+
+
+async def test_retry_waits_for_release(cluster: MemoryCluster, client: KubeClient) -> None:
+    cluster.create("pods", _pod("holder"), namespace="default")
+    cluster.create("nodes", _node("n1", format_lock(T0, "default", "holder")))
+    locker = NodeLocker(client, now=Clock())
+
+    async def plugin_releases() -> None:
+        await asyncio.sleep(0.25)
+        cluster.patch("nodes", "n1", {"metadata": {"annotations": {NODE_LOCK: None}}})
+
+    releaser = asyncio.create_task(plugin_releases())
+    await locker.lock_with_retry("n1", "default", "p2", retry_timeout=5.0)
+    await releaser
+    assert _lock_of(cluster, "n1") == format_lock(T0, "default", "p2")
+
+
+async def test_retry_times_out_with_hami_message(cluster: MemoryCluster, client: KubeClient) -> None:
+    cluster.create("pods", _pod("holder"), namespace="default")
+    cluster.create("nodes", _node("n1", format_lock(T0, "default", "holder")))
+    locker = NodeLocker(client, now=Clock())
+    with pytest.raises(NodeLockContention, match=r"timed out after 300ms waiting for node n1 to be unlocked"):
+        await locker.lock_with_retry("n1", "default", "p2", retry_timeout=0.3)
