@@ -117,7 +117,7 @@ class KubeClient:
         label_selector: str | None = None,
         field_selector: str | None = None,
         resource_version: str | None = None,
-        timeout_seconds: int | None = None,
+        timeout_seconds: float | None = None,
         allow_bookmarks: bool = True,
         send_initial_events: bool = False,
     ) -> AsyncGenerator[tuple[str, Obj], None]:
@@ -135,7 +135,8 @@ class KubeClient:
         if resource_version is not None:
             params["resourceVersion"] = resource_version
         if timeout_seconds is not None:
-            params["timeoutSeconds"] = str(timeout_seconds)
+            t = timeout_seconds
+            params["timeoutSeconds"] = str(int(t)) if float(t).is_integer() else str(t)
         if send_initial_events:
             params["sendInitialEvents"] = "true"
             params["resourceVersionMatch"] = "NotOlderThan"

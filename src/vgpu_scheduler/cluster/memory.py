@@ -252,7 +252,8 @@ class MemoryCluster:
             resource_version=params.get("resourceVersion"),
             allow_bookmarks=_flag(params.get("allowWatchBookmarks")),
             send_initial_events=_flag(params.get("sendInitialEvents")),
-            timeout_seconds=_parse_int(timeout, "timeoutSeconds") if timeout else None,
+            # Fractions are accepted (the real API takes integers) so tests can use short timeouts.
+            timeout_seconds=_parse_float(timeout, "timeoutSeconds") if timeout else None,
         )
 
     def _dispatch(
@@ -1071,6 +1072,13 @@ def _flag(value: str | None) -> bool:
 def _parse_int(value: str, what: str) -> int:
     try:
         return int(value)
+    except ValueError:
+        raise ApiError.make(400, f"invalid {what}: {value!r}") from None
+
+
+def _parse_float(value: str, what: str) -> float:
+    try:
+        return float(value)
     except ValueError:
         raise ApiError.make(400, f"invalid {what}: {value!r}") from None
 

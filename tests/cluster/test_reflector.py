@@ -1,0 +1,274 @@
+"""The reflector survives what a real API server does to it, over both transports."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import pytest
+
+from vgpu_scheduler.cluster.api import key_of
+from vgpu_scheduler.cluster.client import KubeClient
+from vgpu_scheduler.cluster.fakeapi import serve
+from vgpu_scheduler.cluster.memory import MemoryCluster
+from vgpu_scheduler.cluster.reflector import Backoff, Reflector
+from vgpu_scheduler.cluster.store import Store
+from vgpu_scheduler.cluster.transport import HttpTransport
+
+Obj = dict[str, Any]
+
+
+class Recorder:
+    """Rebuilds the cluster state from the callbacks alone, and checks they make sense."""
+
+    def __init__(self) -> None:
+        self.state: dict[str, str] = {}
+        self.calls: list[tuple[str, str]] = []
+        self.fail_on: str | None = None
+
+    def on_add(self, obj: Obj) -> None:
+        key = key_of(obj)
+        assert key not in self.state, f"add of known {key}"
+        self.state[key] = obj["metadata"]["resourceVersion"]
+        self.calls.append(("add", key))
+        if obj["metadata"]["name"] == self.fail_on:
+            raise RuntimeError("handler bug")
+
+    def on_update(self, old: Obj, new: Obj) -> None:
+        key = key_of(new)
+        assert key_of(old) == key and self.state[key] == old["metadata"]["resourceVersion"]
+        self.state[key] = new["metadata"]["resourceVersion"]
+        self.calls.append(("update", key))
+
+    def on_delete(self, obj: Obj) -> None:
+        key = key_of(obj)
+        assert key in self.state, f"delete of unknown {key}"
+        del self.state[key]
+        self.calls.append(("delete", key))
+
+
+def truth(cluster: MemoryCluster, resource: str = "pods") -> dict[str, str]:
+    return {key_of(o): o["metadata"]["resourceVersion"] for o in cluster.objects(resource)}
+
+
+async def eventually(cond: Callable[[], bool], what: str = "condition") -> None:
+    for _ in range(1000):
+        if cond():
+            return
+        await asyncio.sleep(0.005)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def fast_backoff() -> Backoff:
+    return Backoff(initial=0.001, maximum=0.01, jitter=0.0)
+
+
+@pytest.fixture
+async def reflector(client: KubeClient) -> AsyncIterator[Callable[..., Reflector]]:
+    made: list[Reflector] = []
+
+    def make(resource: str = "pods", **kw: Any) -> Reflector:
+        kw.setdefault("backoff", fast_backoff())
+        kw.setdefault("handler", Recorder())
+        r = Reflector(client, resource, **kw)
+        made.append(r)
+        r.start()
+        return r
+
+    yield make
+    for r in made:
+        await r.stop()
+
+
+def recorder(r: Reflector) -> Recorder:
+    assert isinstance(r.handler, Recorder)
+    return r.handler
+
+
+async def test_initial_paginated_list(
+    reflector: Callable[..., Reflector], cluster: MemoryCluster, fx: Any
+) -> None:
+    for i in range(1203):
+        cluster.create("pods", fx.pod(f"p{i:04d}", namespace=f"ns{i % 3}"))
+    r = reflector(page_size=500)
+    assert await r.wait_synced(10)
+    assert r.has_synced and r.stats.lists == 1
+    assert recorder(r).state == truth(cluster)
+    assert len(r.store) == 1203 and r.store.get("ns1", "p0001") is not None
+    assert r.resource_version == str(cluster.resource_version)
+    assert [verb for verb, _, _ in cluster.request_log].count("list") == 3  # 500 + 500 + 203
+
+
+async def test_dropped_watch_loses_nothing(
+    reflector: Callable[..., Reflector], cluster: MemoryCluster, fx: Any
+) -> None:
+    cluster.create("pods", fx.pod("a"))
+    r = reflector()
+    assert await r.wait_synced(10)
+    await eventually(lambda: cluster.watch_count("pods") == 1, "watch")
+    cluster.create("pods", fx.pod("b"))
+    cluster.drop_watches()
+    # While the reflector is reconnecting:
+    cluster.create("pods", fx.pod("c"))
+    cluster.delete("pods", "a", "default")
+    cluster.patch("pods", "b", {"metadata": {"labels": {"x": "y"}}}, "default")
+    await eventually(lambda: recorder(r).state == truth(cluster), "store to catch up")
+    assert r.stats.lists == 1, "resumed from the last resourceVersion, no relist"
+    assert r.stats.errors >= 1 and r.stats.watches >= 2
+    assert ("delete", "default/a") in recorder(r).calls
+
+
+async def test_forced_410_relists_and_emits_missed_deletes(
+    reflector: Callable[..., Reflector], cluster: MemoryCluster, fx: Any
+) -> None:
+    for name in "abcd":
+        cluster.create("pods", fx.pod(name))
+    r = reflector()
+    assert await r.wait_synced(10)
+    await eventually(lambda: cluster.watch_count("pods") == 1, "watch")
+    cluster.fail_next("watch", 2, 503)  # keep it away for a moment
+    cluster.drop_watches()
+    cluster.delete("pods", "a", "default")
+    cluster.delete("pods", "b", "default")
+    cluster.patch("pods", "c", {"metadata": {"annotations": {"k": "v"}}}, "default")
+    cluster.create("pods", fx.pod("e"))
+    cluster.compact()  # the events above are gone from history: the watch must answer 410
+    rec = recorder(r)
+    rec.calls.clear()
+    await eventually(lambda: rec.state == truth(cluster), "relist")
+    assert r.stats.relists_after_gone == 1 and r.stats.lists == 2
+    assert sorted(rec.calls) == [
+        ("add", "default/e"),
+        ("delete", "default/a"),
+        ("delete", "default/b"),
+        ("update", "default/c"),
+    ]
+    # Deletes are delivered before adds and updates.
+    assert [c[0] for c in rec.calls[:2]] == ["delete", "delete"]
+
+
+async def test_http_410_on_watch_start_relists(
+    reflector: Callable[..., Reflector], cluster: MemoryCluster, fx: Any
+) -> None:
+    cluster.create("pods", fx.pod("a"))
+    r = reflector()
+    assert await r.wait_synced(10)
+    await eventually(lambda: cluster.watch_count("pods") == 1, "watch")
+    cluster.fail_next("watch", 1, 410, reason="Expired", message="too old resource version: 1 (2)")
+    cluster.drop_watches()
+    await eventually(lambda: r.stats.lists == 2, "relist")
+    assert r.stats.relists_after_gone == 1
+    assert recorder(r).state == truth(cluster)
+
+
+async def test_bookmarks_advance_the_resource_version(
+    reflector: Callable[..., Reflector], cluster: MemoryCluster, fx: Any
+) -> None:
+    cluster.create("pods", fx.pod("a"))
+    r = reflector()
+    assert await r.wait_synced(10)
+    await eventually(lambda: cluster.watch_count("pods") == 1, "watch")
+    for i in range(5):
+        cluster.create("nodes", fx.node(f"n{i}"))  # the global revision moves, no pod event
+    assert int(r.resource_version) < cluster.resource_version
+    cluster.trigger_bookmarks()
+    await eventually(lambda: r.resource_version == str(cluster.resource_version), "bookmark")
+    assert r.stats.bookmarks == 1
+    # Resuming after a drop now starts from the bookmark.
+    cluster.drop_watches()
+    await eventually(lambda: r.stats.watches == 2 and cluster.watch_count("pods") == 1, "re-watch")
+    assert r.stats.lists == 1
+
+
+async def test_api_errors_back_off_and_recover(
+    reflector: Callable[..., Reflector], cluster: MemoryCluster, fx: Any
+) -> None:
+    delays: list[float] = []
+
+    class Recording(Backoff):
+        def next(self) -> float:
+            delay = super().next()
+            delays.append(delay)
+            return delay
+
+    cluster.create("pods", fx.pod("a"))
+    cluster.fail_next("list", 3, 500)
+    r = reflector(backoff=Recording(initial=0.001, maximum=0.004, jitter=0.0))
+    assert await r.wait_synced(10)
+    assert r.stats.errors == 3
+    assert delays == [0.001, 0.002, 0.004]
+    cluster.fail_next("watch", 2, 503)
+    cluster.drop_watches()
+    cluster.create("pods", fx.pod("b"))
+    await eventually(lambda: recorder(r).state == truth(cluster), "recovery")
+    assert r.stats.lists == 1  # watch errors resume from the resourceVersion, no relist
+
+
+async def test_handler_errors_do_not_stop_the_stream(
+    reflector: Callable[..., Reflector], cluster: MemoryCluster, fx: Any
+) -> None:
+    rec = Recorder()
+    rec.fail_on = "bad"
+    r = reflector(handler=rec)
+    assert await r.wait_synced(10)
+    await eventually(lambda: cluster.watch_count("pods") == 1, "watch")
+    cluster.create("pods", fx.pod("bad"))
+    cluster.create("pods", fx.pod("good"))
+    await eventually(lambda: rec.state == truth(cluster), "both pods")
+    assert r.stats.errors == 0
+
+
+async def test_stop_closes_the_watch(reflector: Callable[..., Reflector], cluster: MemoryCluster) -> None:
+    r = reflector()
+    assert await r.wait_synced(10)
+    await eventually(lambda: cluster.watch_count("pods") == 1, "watch")
+    await r.stop()
+    await eventually(lambda: cluster.watch_count("pods") == 0, "watch closed")
+
+
+async def test_selectors_and_shared_store(client: KubeClient, cluster: MemoryCluster, fx: Any) -> None:
+    store = Store()
+    cluster.create("pods", fx.pod("a", labels={"app": "hami"}))
+    cluster.create("pods", fx.pod("b"))
+    r = Reflector(client, "pods", label_selector="app=hami", store=store, backoff=fast_backoff())
+    r.start()
+    try:
+        assert await r.wait_synced(10)
+        assert store.all_keys() == ["default/a"]
+        await eventually(lambda: cluster.watch_count("pods") == 1, "watch")
+        cluster.patch("pods", "a", {"metadata": {"labels": {"app": None}}}, "default")
+        await eventually(lambda: len(store) == 0, "label removal seen as delete")
+    finally:
+        await r.stop()
+
+
+async def test_slow_responses_time_out_and_retry(cluster: MemoryCluster, fx: Any) -> None:
+    cluster.create("pods", fx.pod("a"))
+    srv = await serve(cluster)
+    client = KubeClient(HttpTransport(srv.url, qps=0, timeout=0.1))
+    cluster.delay_next("list", 2, seconds=1.0)
+    r = Reflector(client, "pods", backoff=fast_backoff(), handler=Recorder())
+    r.start()
+    try:
+        assert await r.wait_synced(10)
+        assert r.stats.errors == 2 and r.stats.lists == 1
+        # A slow answer within the timeout is just slow.
+        cluster.latency = 0.03
+        cluster.create("pods", fx.pod("b"))
+        await eventually(lambda: recorder(r).state == truth(cluster), "slow but fine")
+    finally:
+        await r.stop()
+        await client.close()
+        await srv.close()
+
+
+def test_backoff_sequence_and_jitter() -> None:
+    b = Backoff(initial=0.2, maximum=10.0, factor=2.0, jitter=0.0)
+    assert [b.next() for _ in range(8)] == [0.2, 0.4, 0.8, 1.6, 3.2, 6.4, 10.0, 10.0]
+    b.reset()
+    assert b.next() == 0.2
+    j = Backoff(initial=1.0, maximum=1.0, jitter=0.5, rng=random.Random(1))
+    samples = [j.next() for _ in range(200)]
+    assert all(1.0 <= s <= 1.5 for s in samples) and len(set(samples)) > 100
