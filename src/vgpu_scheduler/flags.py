@@ -25,6 +25,8 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from vgpu_scheduler.durations import DurationError, format_go_duration, parse_go_duration
+from vgpu_scheduler.wire.gocompat import go_quote
+from vgpu_scheduler.wire.gocompat import parse_bool as parse_go_bool
 
 # Deliberate difference from HAMi (client-go defaults 5/10): one scheduler serving a whole cluster
 # does a lot of pod patches and Bindings at filter/bind time; 5 QPS throttles it visibly.
@@ -109,39 +111,6 @@ class FlagError(ValueError):
 
 
 # --- Go value parsers (raise ValueError with Go's error text) -----------------------------------
-
-_TRUE = frozenset({"1", "t", "T", "TRUE", "true", "True"})
-_FALSE = frozenset({"0", "f", "F", "FALSE", "false", "False"})
-_GO_ESCAPES = {
-    '"': '\\"',
-    "\\": "\\\\",
-    "\a": "\\a",
-    "\b": "\\b",
-    "\f": "\\f",
-    "\n": "\\n",
-    "\r": "\\r",
-    "\t": "\\t",
-    "\v": "\\v",
-}
-
-
-def go_quote(s: str) -> str:
-    """Go's `%q` of a string (strconv.Quote)."""
-    out = ['"']
-    for ch in s:
-        esc = _GO_ESCAPES.get(ch)
-        if esc is not None:
-            out.append(esc)
-        elif ch.isprintable():
-            out.append(ch)
-        elif ord(ch) < 0x80:
-            out.append(f"\\x{ord(ch):02x}")
-        elif ord(ch) < 0x10000:
-            out.append(f"\\u{ord(ch):04x}")
-        else:
-            out.append(f"\\U{ord(ch):08x}")
-    out.append('"')
-    return "".join(out)
 
 
 def _num_error(func: str, s: str, what: str) -> ValueError:
@@ -268,14 +237,6 @@ def format_go_float32(value: float) -> str:
     whole = digits[: exp + 1].ljust(exp + 1, "0")
     frac = digits[exp + 1 :]
     return f"{sign}{whole}.{frac}" if frac else f"{sign}{whole}"
-
-
-def parse_go_bool(s: str) -> bool:
-    if s in _TRUE:
-        return True
-    if s in _FALSE:
-        return False
-    raise _num_error("ParseBool", s, "invalid syntax")
 
 
 def _go_flag(parse: Callable[[str], Any]) -> Callable[[str], Any]:
