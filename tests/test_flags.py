@@ -503,3 +503,6 @@ def test_usage_lists_every_flag_pflag_style() -> None:
     assert "--log_file_max_size uint " in text
     assert "(default 5m0s)" in text and "(default [])" in text
     assert "Usage:\n  vgpu-scheduler [flags]" in usage("vgpu-scheduler")
+    assert "Available Commands:\n  version     print version\n\n" in usage()
+    listed = usage("s", [("simulate", "run the simulator"), ("version", "print version")])
+    assert "  simulate    run the simulator\n  version     print version\n" in listed

@@ -691,11 +691,16 @@ def flag_usages() -> str:
     return "".join(f"{head}{' ' * (width - len(head) + 3)}{usage}\n" for head, usage in rows)
 
 
-def usage(prog: str = "scheduler") -> str:
-    """cobra-style usage text of the root command."""
+DEFAULT_COMMANDS: tuple[tuple[str, str], ...] = (("version", "print version"),)
+
+
+def usage(prog: str = "scheduler", commands: Sequence[tuple[str, str]] = DEFAULT_COMMANDS) -> str:
+    """cobra-style usage text of the root command; `commands` lists (name, short help)."""
+    width = max([11, *(len(name) for name, _ in commands)])  # cobra pads names to at least 11
+    listing = "".join(f"  {name:<{width}} {short}\n" for name, short in commands)
     return (
         f"Usage:\n  {prog} [flags]\n  {prog} [command]\n\n"
-        "Available Commands:\n  version     print version\n\n"
+        f"Available Commands:\n{listing}\n"
         f"Flags:\n{flag_usages()}\n"
         f'Use "{prog} [command] --help" for more information about a command.\n'
     )
