@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from vgpu_scheduler.engine.fit import (
     DEVICE_TYPE_NOT_FOUND,
@@ -16,11 +18,14 @@ from vgpu_scheduler.engine.fit import (
     evaluate_node,
     fit_container,
     fit_request,
+    node_verdict,
     pod_fit_context,
+    vendor_positions,
 )
 from vgpu_scheduler.engine.nodeview import DeviceUsage, NodeView
+from vgpu_scheduler.engine.policy import sort_devices
 from vgpu_scheduler.engine.reasons import gen_reason, parse_reason
-from vgpu_scheduler.engine.scores import ScoringWeightsError
+from vgpu_scheduler.engine.scores import ScoringWeightsError, device_scores
 from vgpu_scheduler.model import (
     NVIDIA,
     PERCENTAGE_UNSET,
@@ -695,3 +700,98 @@ def test_fit_container_updates_the_given_copy() -> None:
     assert node.usage[0] == DeviceUsage(2, 3000, 30)
     failed, _ = fit_container(ContainerDeviceRequest(3, NVIDIA, 2000, PERCENTAGE_UNSET, 20), node, ctx)
     assert (failed.ok, failed.reason) == (False, "NodeInsufficientDevice")
+
+
+# --------------------------------------------------------------------------------------------
+# The order-independent fast path must agree with HAMi's ordered Fit.
+
+
+@st.composite
+def random_node(draw: st.DrawFn) -> NodeView:
+    n = draw(st.integers(1, 6))
+    devs: list[DeviceInfo] = []
+    usage: dict[int, DeviceUsage] = {}
+    for i in range(n):
+        devmem = draw(st.sampled_from([1000, 4000, 10001]))
+        devcore = draw(st.sampled_from([0, 100, 100, 200]))
+        d = gpu(
+            i,
+            numa=draw(st.integers(0, 1)),
+            type_=draw(st.sampled_from(["NVIDIA-A100", "NVIDIA-V100", NVIDIA, "MLU370"])),
+            count=draw(st.integers(1, 4)),
+            devmem=devmem,
+            devcore=devcore,
+            health=draw(st.booleans() | st.just(True)),
+        )
+        devs.append(d)
+        usage[i] = use(
+            draw(st.integers(0, 4)), draw(st.integers(0, devmem)), draw(st.integers(0, max(devcore, 1)))
+        )
+    cordoned = tuple(d.id for d in devs if draw(st.integers(0, 5)) == 0)
+    return make_node(devs, usage, cordoned)
+
+
+requests_st = st.builds(
+    creq,
+    nums=st.integers(1, 4),
+    mem=st.sampled_from([0, 500, 3000]),
+    pct=st.sampled_from([PERCENTAGE_UNSET, 0, 30, 100]),
+    cores=st.sampled_from([0, 30, 100, 150]),
+)
+
+annotations_st = st.fixed_dictionaries(
+    {
+        "hami.io/gpu-scheduler-policy": st.sampled_from(
+            ["spread", "binpack", "mutex", "binpack,numa", "binpack,mutex"]
+        )
+    },
+    optional={
+        "nvidia.com/use-gputype": st.sampled_from(["V100", "a100,", " "]),
+        "nvidia.com/nouse-gpuuuid": st.sampled_from(["GPU-0", "GPU-1, GPU-2"]),
+    },
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(random_node(), requests_st, annotations_st)
+def test_fast_path_matches_ordered_fit(
+    node: NodeView, creqs: ContainerRequests, annotations: dict[str, str]
+) -> None:
+    ctx = pod_fit_context(pod(annotations))
+    req = creqs[NVIDIA]
+    positions = vendor_positions(node.devices)
+    sub = [node.devices[p] for p in positions]
+    us = [node.usage[p] for p in positions]
+    values = device_scores(
+        sub, [u.used for u in us], [u.usedcores for u in us], [u.usedmem for u in us], creqs, ctx.weights
+    )
+    scores = [0.0] * len(node.devices)
+    for p, v in zip(positions, values, strict=True):
+        scores[p] = v
+    order = sort_devices(positions, scores, node.devices, node.usage, ctx.policy, ctx.numa_bind)
+    ordered = fit_request(req, node.devices, node.usage, order, ctx, node.cordoned)
+
+    result = evaluate_node([creqs], 0, node, ctx=ctx)
+    if req.nums > len(positions):
+        assert result == NodeFailure("NodeInsufficientDevice")
+    elif ordered.ok:
+        assert isinstance(result, NodeFit)
+        assert result.devices[NVIDIA] == [ordered.devices]
+    else:
+        assert result == NodeFailure(ordered.reason)
+    assert node_verdict([creqs], 0, node, ctx) == (result if isinstance(result, NodeFailure) else None)
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    random_node(),
+    st.lists(requests_st | st.just({}), min_size=1, max_size=3),
+    st.integers(0, 2),
+    annotations_st,
+)
+def test_node_verdict_matches_evaluate_node(
+    node: NodeView, reqs: list[ContainerRequests], n_init: int, annotations: dict[str, str]
+) -> None:
+    ctx = pod_fit_context(pod(annotations), n_init=n_init, quota=FakeQuota(memory=5000))
+    result = evaluate_node(reqs, n_init, node, ctx=ctx)
+    assert node_verdict(reqs, n_init, node, ctx) == (result if isinstance(result, NodeFailure) else None)

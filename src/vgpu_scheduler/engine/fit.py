@@ -27,7 +27,13 @@ from vgpu_scheduler.engine.policy import (
     policy_contains,
     sort_key,
 )
-from vgpu_scheduler.engine.scores import DEFAULT_WEIGHTS, Weights, device_scores, pod_scoring_weights
+from vgpu_scheduler.engine.scores import (
+    DEFAULT_WEIGHTS,
+    Weights,
+    pod_scoring_weights,
+    request_terms,
+    score_of,
+)
 from vgpu_scheduler.engine.topology import best_combination, worst_single
 from vgpu_scheduler.model import (
     NVIDIA,
@@ -66,6 +72,27 @@ def _uuid_set(value: str | None) -> frozenset[str] | None:
     return frozenset(m.strip() for m in value.split(","))
 
 
+@dataclass(slots=True, frozen=True)
+class ContainerPlan:
+    """Indices of the containers with requests (init / app) and the vendors the pod asks for."""
+
+    init: tuple[int, ...]
+    app: tuple[int, ...]
+    vendors: tuple[str, ...]
+
+    @staticmethod
+    def of(requests: Sequence[ContainerRequests], n_init: int) -> ContainerPlan:
+        vendors: list[str] = []
+        for creq in requests:
+            vendors.extend(v for v in creq if v not in vendors)
+        n_init = min(n_init, len(requests))
+        return ContainerPlan(
+            tuple(i for i in range(n_init) if requests[i]),
+            tuple(i for i in range(n_init, len(requests)) if requests[i]),
+            tuple(vendors),
+        )
+
+
 @dataclass(slots=True)
 class PodFitContext:
     """Everything fit needs from the pod, computed once per Filter (not per node)."""
@@ -83,6 +110,18 @@ class PodFitContext:
     weights: Weights = DEFAULT_WEIGHTS
     quota: QuotaCheck | None = None
     n_init: int = 0
+    _plans: list[tuple[Sequence[ContainerRequests], int, ContainerPlan]] = field(
+        default_factory=list, repr=False
+    )
+
+    def plan(self, requests: Sequence[ContainerRequests], n_init: int) -> ContainerPlan:
+        """Which containers ask for devices (cached: the same requests are fitted on every node)."""
+        for reqs, n, plan in self._plans:
+            if reqs is requests and n == n_init:
+                return plan
+        plan = ContainerPlan.of(requests, n_init)
+        self._plans.append((requests, n_init, plan))
+        return plan
 
     def type_ok(self, dev: DeviceInfo) -> bool:
         """Type filters (case-insensitive substring) and `nvidia.com/vgpu-mode` (substring)."""
@@ -167,7 +206,8 @@ class FitResult:
 def vendor_positions(devices: Sequence[DeviceInfo], vendor: str = NVIDIA) -> list[int]:
     """Positions of the node's devices that belong to `vendor` (`getNodeResources`)."""
     needle = vendor.lower()
-    return [i for i, d in enumerate(devices) if needle in d.type.lower()]
+    # Registered NVIDIA types start with "NVIDIA", so the case-sensitive test usually decides.
+    return [i for i, d in enumerate(devices) if vendor in d.type or needle in d.type.lower()]
 
 
 def _trunc_div(a: int, b: int) -> int:
@@ -237,7 +277,6 @@ def fit_request(
     collected: list[tuple[int, int, int]] = []  # (position, memreq, cores)
     prevnuma = -1
     quota = ctx.quota
-    examined_again = 0
 
     i = len(order) - 1
     while i >= 0:
@@ -308,10 +347,11 @@ def fit_request(
                 if remaining == 0 and not topology:
                     return _success(devices, collected)
                 if dev.mode == MIG_MODE:
-                    # Several MIG instances of one container may share this GPU: look again.
-                    # (Bounded by the placements so a malformed inventory cannot loop forever.)
-                    examined_again += 1
-                    if examined_again <= placement_capacity(dev.mig_profiles):
+                    # Several MIG instances of one container may share this GPU: look again
+                    # (until the look that fails and counts its reason). Bounded by the
+                    # placements so a malformed inventory cannot loop forever.
+                    taken_here = sum(1 for c in collected if c[0] == pos)
+                    if taken_here <= placement_capacity(dev.mig_profiles):
                         i += 1
                 continue
         reasons[reason] = reasons.get(reason, 0) + 1
@@ -330,6 +370,74 @@ def fit_request(
     if collected:
         reasons[R.ALLOCATED_CARDS_INSUFFICIENT_REQUEST] = len(collected)
     return FitResult(False, reason=R.gen_reason(reasons, len(order)))
+
+
+def simple_outcomes(
+    request: ContainerDeviceRequest,
+    devices: Sequence[DeviceInfo],
+    usage: Sequence[DeviceUsage],
+    positions: Sequence[int],
+    ctx: PodFitContext,
+    cordoned: frozenset[str],
+) -> tuple[dict[int, int], dict[str, int]]:
+    """Per-device Fit checks in any order: ({position: memreq} of passing devices, reasons).
+
+    Valid without topology-aware (collect-all), numa-bind (groups), quota (depends on what was
+    collected) and MIG devices (re-examination, placements): then every device is checked
+    against the same request on its own and Fit stops only once Nums devices passed. So a node
+    fits iff at least Nums devices pass, and a failing node's reason is the per-device tally —
+    no scores or sorting needed. Cores above 100 are clamped up front: in Fit the clamp happens
+    before any check that uses the cores.
+    """
+    passing: dict[int, int] = {}
+    reasons: dict[str, int] = {}
+    coresreq = min(request.coresreq, 100)
+    pct = request.mem_percentage_req
+    req_mem = request.memreq
+    by_pct = pct != PERCENTAGE_UNSET and req_mem == 0
+    fixed_mem = max(req_mem, 0)
+    mutex = ctx.mutex
+    type_is_nvidia = request.type == NVIDIA
+    filters = ctx.use_types is not None or ctx.nouse_types is not None or ctx.vgpu_mode is not None
+    uuid_filters = ctx.use_uuids is not None or ctx.nouse_uuids is not None
+    for pos in positions:
+        dev = devices[pos]
+        u = usage[pos]
+        used = u.used
+        if not dev.health or u.mig_conflict:
+            reason = R.CARD_NOT_HEALTH
+        elif cordoned and dev.id in cordoned:
+            reason = R.CARD_CORDONED
+        elif not type_is_nvidia or (filters and not ctx.type_ok(dev)):
+            reason = R.CARD_TYPE_MISMATCH
+        elif uuid_filters and not ctx.uuid_ok(dev.id):
+            reason = R.CARD_UUID_MISMATCH
+        elif dev.count <= used:
+            reason = R.CARD_TIME_SLICING_EXHAUSTED
+        elif mutex and used > 0:
+            reason = R.EXCLUSIVE_DEVICE_ALLOCATE_CONFLICT
+        else:
+            memreq = _trunc_div(dev.devmem * pct, 100) if by_pct else fixed_mem
+            devcore = dev.devcore
+            if dev.devmem - u.usedmem < memreq:
+                reason = R.CARD_INSUFFICIENT_MEMORY
+            elif devcore - u.usedcores < coresreq:
+                reason = R.CARD_INSUFFICIENT_CORE
+            elif devcore == 100 and coresreq == 100 and used > 0:
+                reason = R.EXCLUSIVE_DEVICE_ALLOCATE_CONFLICT
+            elif devcore != 0 and u.usedcores == devcore and coresreq == 0:
+                reason = R.CARD_COMPUTE_UNITS_EXHAUSTED
+            else:
+                passing[pos] = memreq
+                continue
+        reasons[reason] = reasons.get(reason, 0) + 1
+    return passing, reasons
+
+
+def _simple_failure(nums: int, passing: Mapping[int, int], reasons: dict[str, int], total: int) -> str:
+    if passing:
+        reasons[R.ALLOCATED_CARDS_INSUFFICIENT_REQUEST] = len(passing)
+    return R.gen_reason(reasons, total)
 
 
 def _success(devices: Sequence[DeviceInfo], chosen: Sequence[tuple[int, int, int]]) -> FitResult:
@@ -396,14 +504,18 @@ def _scores_for(
     weights: Weights,
 ) -> list[float]:
     """Scores indexed by node position (0.0 for positions outside `positions`)."""
-    sub = [devices[p] for p in positions]
-    us = [usage[p] for p in positions]
-    values = device_scores(
-        sub, [x.used for x in us], [x.usedcores for x in us], [x.usedmem for x in us], requests, weights
-    )
     out = [0.0] * len(devices)
-    for p, v in zip(positions, values, strict=True):
-        out[p] = v
+    types = {r.type for r in requests.values()}
+    for p in positions:
+        d = devices[p]
+        u = usage[p]
+        if d.type in types:
+            rn, rc, rm = request_terms(requests, d.type, d.devmem)
+            out[p] = score_of(
+                d.count, d.devcore, d.devmem, u.used + rn, u.usedcores + rc, u.usedmem + rm, weights
+            )
+        else:
+            out[p] = score_of(d.count, d.devcore, d.devmem, u.used, u.usedcores, u.usedmem, weights)
     return out
 
 
@@ -426,19 +538,46 @@ def _fit_container(
     container_index: int,
     migs: list[MigAllocation],
     apply: bool,
+    has_mig: bool | None = None,
 ) -> _ContainerFit:
-    """HAMi `fitInDevices` for one container: score, sort, pre-check, Fit, add usage."""
+    """HAMi `fitInDevices` for one container: score, sort, pre-check, Fit, add usage.
+
+    When the outcome does not depend on the order (see `simple_outcomes`), a failing container
+    is decided without scores or sorting, and a fitting one takes the last Nums passing devices
+    of the sorted order — exactly what Fit would take.
+    """
+    if any(vendor != NVIDIA for vendor in requests):
+        return _ContainerFit(False, reason=DEVICE_TYPE_NOT_FOUND)
+    if has_mig is None:
+        has_mig = any(devices[p].mode == MIG_MODE for p in order)
+    simple = not (has_mig or ctx.topology or ctx.numa_bind or ctx.quota is not None)
+    passing: dict[int, int] = {}
+    if simple:
+        for req in requests.values():
+            if req.nums > len(order):
+                return _ContainerFit(False, reason=R.NODE_INSUFFICIENT_DEVICE)
+            passing, reasons = simple_outcomes(req, devices, usage.items, order, ctx, cordoned)
+            if len(passing) < req.nums:
+                return _ContainerFit(False, reason=_simple_failure(req.nums, passing, reasons, len(order)))
     scores = _scores_for(devices, usage.items, order, requests, ctx.weights)
     out = _ContainerFit(True)
     for vendor, req in requests.items():
-        if vendor != NVIDIA:
-            return _ContainerFit(False, reason=DEVICE_TYPE_NOT_FOUND)
         order = sorted(order, key=sort_key(ctx.policy, ctx.numa_bind, devices, usage.items, scores))
         if req.nums > len(order) and not (
             ctx.mig_allowed and req.type == NVIDIA and any(devices[p].mode == MIG_MODE for p in order)
         ):
             return _ContainerFit(False, reason=R.NODE_INSUFFICIENT_DEVICE)
-        result = fit_request(req, devices, usage.items, order, ctx, cordoned, allocated)
+        if simple:
+            cores = min(req.coresreq, 100)
+            chosen: list[tuple[int, int, int]] = []
+            for p in reversed(order):
+                if p in passing:
+                    chosen.append((p, passing[p], cores))
+                    if len(chosen) == req.nums:
+                        break
+            result = _success(devices, chosen)
+        else:
+            result = fit_request(req, devices, usage.items, order, ctx, cordoned, allocated)
         if not result.ok:
             return _ContainerFit(False, reason=result.reason)
         if apply or any(devices[p].mode == MIG_MODE for p in result.positions):
@@ -491,6 +630,13 @@ def fit_container(
 # Per-node evaluation
 
 
+def _nvidia_entries(
+    fitted: Mapping[int, Mapping[str, ContainerDevices]], start: int, end: int
+) -> PodSingleDevice:
+    empty: ContainerDevices = []
+    return [fitted[j].get(NVIDIA, empty) if j in fitted else empty for j in range(start, end)]
+
+
 @dataclass(slots=True)
 class NodeFit:
     """The pod fits: its allocation (init containers first, padded per vendor) and MIG picks."""
@@ -527,69 +673,82 @@ def evaluate_node(
         ctx = pod_fit_context(
             pod or {}, default_policy=default_policy, weights=weights, quota=quota, n_init=n_init
         )
+    plan = ctx.plan(requests, n_init)
     devices = node.devices
     base_order = vendor_positions(devices)
+    has_mig = any(devices[p].mode == MIG_MODE for p in base_order)
     cordoned = node.cordoned
-    vendors: list[str] = []
-    for creq in requests:
-        for vendor in creq:
-            if vendor not in vendors:
-                vendors.append(vendor)
+    with_quota = ctx.quota is not None
+    fitted: dict[int, dict[str, ContainerDevices]] = {}
     migs: list[MigAllocation] = []
 
     # Init containers run one after another: each sees only the pre-existing usage.
-    init_alloc: dict[str, PodSingleDevice] = {v: [] for v in vendors}
-    for i in range(min(n_init, len(requests))):
-        creq = requests[i]
-        if creq:
-            res = _fit_container(
-                creq,
-                devices,
-                _Usage(node.usage),
-                list(base_order),
-                ctx,
-                cordoned,
-                init_alloc.get(NVIDIA, []),
-                i,
-                migs,
-                False,
-            )
-            if not res.ok:
-                return NodeFailure(res.reason)
-            for v in vendors:
-                init_alloc[v].append(res.devices.get(v, []))
-        else:
-            for v in vendors:
-                init_alloc[v].append([])
+    for i in plan.init:
+        # HAMi hands Fit the allocation list being built: here the init entries so far.
+        allocated = _nvidia_entries(fitted, 0, i) if with_quota else ()
+        res = _fit_container(
+            requests[i],
+            devices,
+            _Usage(node.usage),
+            base_order,
+            ctx,
+            cordoned,
+            allocated,
+            i,
+            migs,
+            False,
+            has_mig,
+        )
+        if not res.ok:
+            return NodeFailure(res.reason)
+        fitted[i] = res.devices
 
-    # App containers run together: fit them one after another on one copy.
-    app_alloc: dict[str, PodSingleDevice] = {v: [] for v in vendors}
+    # App containers run together: fit them one after another on one copy, in place order.
     usage = _Usage(node.usage)
-    order = list(base_order)
-    app = list(range(n_init, len(requests)))
-    last_with_request = max((i for i in app if requests[i]), default=-1)
-    for i in app:
-        creq = requests[i]
-        if creq:
-            res = _fit_container(
-                creq,
-                devices,
-                usage,
-                order,
-                ctx,
-                cordoned,
-                app_alloc.get(NVIDIA, []),
-                i,
-                migs,
-                i != last_with_request,
-            )
-            if not res.ok:
-                return NodeFailure(res.reason)
-            order = res.order
-            for v in vendors:
-                app_alloc[v].append(res.devices.get(v, []))
-        else:
-            for v in vendors:
-                app_alloc[v].append([])
+    order = base_order
+    for i in plan.app:
+        # ... and here the app entries so far, which start at index 0 (as in HAMi).
+        allocated = _nvidia_entries(fitted, n_init, i) if with_quota else ()
+        res = _fit_container(
+            requests[i], devices, usage, order, ctx, cordoned, allocated, i, migs, i != plan.app[-1], has_mig
+        )
+        if not res.ok:
+            return NodeFailure(res.reason)
+        order = res.order
+        fitted[i] = res.devices
 
-    return NodeFit({v: init_alloc[v] + app_alloc[v] for v in vendors}, migs)
+    n = len(requests)
+    return NodeFit(
+        {v: [fitted[i].get(v, []) if i in fitted else [] for i in range(n)] for v in plan.vendors}, migs
+    )
+
+
+def node_verdict(
+    requests: Sequence[ContainerRequests],
+    n_init: int,
+    node: NodeView,
+    ctx: PodFitContext,
+) -> NodeFailure | None:
+    """None when the pod fits on `node`, else the same NodeFailure `evaluate_node` returns.
+
+    Cheaper than `evaluate_node` for the common pod — one container asking for NVIDIA devices,
+    no topology-aware, numa-bind, quota or MIG device: fitting then does not depend on the
+    device order (see `simple_outcomes`), so no scores, sorting or allocation are computed.
+    Other pods fall back to `evaluate_node`. Use it to filter many nodes, then call
+    `evaluate_node` for the chosen one.
+    """
+    plan = ctx.plan(requests, n_init)
+    if len(plan.init) + len(plan.app) == 1 and not (ctx.topology or ctx.numa_bind or ctx.quota is not None):
+        creq = requests[(plan.init or plan.app)[0]]
+        req = creq.get(NVIDIA)
+        devices = node.devices
+        order = vendor_positions(devices)
+        if req is not None and len(creq) == 1 and not any(devices[p].mode == MIG_MODE for p in order):
+            if req.nums > len(order):
+                return NodeFailure(R.NODE_INSUFFICIENT_DEVICE)
+            passing, reasons = simple_outcomes(req, devices, node.usage, order, ctx, node.cordoned)
+            if len(passing) >= req.nums:
+                return None
+            return NodeFailure(_simple_failure(req.nums, passing, reasons, len(order)))
+    result = evaluate_node(requests, n_init, node, ctx=ctx)
+    return result if isinstance(result, NodeFailure) else None

@@ -5,8 +5,7 @@ float64 may tie in float32 (and a tie changes which device is taken). Every inte
 therefore rounded to float32 exactly where Go rounds it: each int->float32 conversion, each
 division, multiplication and addition. Rounding a float64 result of one float32 operation to
 float32 gives the correctly rounded float32 result (53 >= 2*24+2 bits), so float64 arithmetic
-plus a rounding step is exact. Rounding is batched through `array('f')` (one C call per stage for
-all devices of a node) because per-value struct packing costs ~5x more.
+plus a rounding step is exact. Scores are memoised on their integer inputs (see `_score`).
 """
 
 from __future__ import annotations
@@ -100,7 +99,7 @@ def pod_scoring_weights(annotations: Mapping[str, str]) -> Weights:
     return parse_scoring_weights(value)
 
 
-def _request_terms(
+def request_terms(
     requests: Mapping[str, ContainerDeviceRequest], dev_type: str, devmem: int
 ) -> tuple[int, int, int]:
     """(reqN, reqCore, reqMem) of the request entries whose Type equals the device's type.
@@ -122,6 +121,38 @@ def _request_terms(
     return n, core, mem
 
 
+_MEMO: dict[tuple[int, int, int, int, int, int, Weights], float] = {}
+_MEMO_LIMIT = 1 << 16
+
+
+def score_of(
+    count: int, devcore: int, devmem: int, slots: int, cores: int, mem: int, weights: Weights
+) -> float:
+    """10*(ws*slots/count + wc*cores/devcore + wm*mem/devmem) in float32, memoised.
+
+    The score depends only on these integers, and a cluster has few distinct combinations
+    (idle devices, common request sizes), so most calls are one dict lookup.
+    """
+    key = (count, devcore, devmem, slots, cores, mem, weights)
+    score = _MEMO.get(key)
+    if score is not None:
+        return score
+    if count == 0 or devcore == 0 or devmem == 0:
+        score = 0.0
+    else:
+        u = f32(_i2f(slots) / _i2f(count))
+        c = f32(_i2f(cores) / _i2f(devcore))
+        m = f32(_i2f(mem) / _i2f(devmem))
+        ws, wc, wm = weights
+        if weights != DEFAULT_WEIGHTS:  # x * 1.0 is exact, so the common case skips three roundings
+            u, c, m = f32(_i2f(ws) * u), f32(_i2f(wc) * c), f32(_i2f(wm) * m)
+        score = f32(SCORE_WEIGHT * f32(f32(u + c) + m))
+    if len(_MEMO) >= _MEMO_LIMIT:
+        _MEMO.clear()
+    _MEMO[key] = score
+    return score
+
+
 def device_scores(
     devices: Sequence[DeviceInfo],
     used: Sequence[int],
@@ -131,35 +162,19 @@ def device_scores(
     weights: Weights = DEFAULT_WEIGHTS,
 ) -> list[float]:
     """Float32 scores of `devices` (aligned with the usage sequences) for one container's requests."""
-    n = len(devices)
-    zero = [False] * n
-    ratios: list[float] = [0.0] * (3 * n)
-    types_seen = requests and {r.type for r in requests.values()}
+    types = {r.type for r in requests.values()} if requests else ()
+    out: list[float] = []
     for i, d in enumerate(devices):
-        count, devcore, devmem = d.count, d.devcore, d.devmem
-        if count == 0 or devcore == 0 or devmem == 0:
-            zero[i] = True
-            continue
-        if types_seen and d.type in types_seen:
-            rn, rc, rm = _request_terms(requests, d.type, devmem)
+        if types and d.type in types:
+            rn, rc, rm = request_terms(requests, d.type, d.devmem)
+            out.append(
+                score_of(
+                    d.count, d.devcore, d.devmem, rn + used[i], rc + usedcores[i], rm + usedmem[i], weights
+                )
+            )
         else:
-            rn = rc = rm = 0
-        j = 3 * i
-        ratios[j] = _i2f(rn + used[i]) / _i2f(count)
-        ratios[j + 1] = _i2f(rc + usedcores[i]) / _i2f(devcore)
-        ratios[j + 2] = _i2f(rm + usedmem[i]) / _i2f(devmem)
-    r = f32_all(ratios)
-    ws, wc, wm = weights
-    if ws != 1 or wc != 1 or wm != 1:
-        fs, fc, fm = _i2f(ws), _i2f(wc), _i2f(wm)
-        r = f32_all([v * (fs, fc, fm)[k % 3] for k, v in enumerate(r)])
-    first = f32_all([r[3 * i] + r[3 * i + 1] for i in range(n)])
-    second = f32_all([first[i] + r[3 * i + 2] for i in range(n)])
-    scores = f32_all([SCORE_WEIGHT * s for s in second])
-    for i in range(n):
-        if zero[i]:
-            scores[i] = 0.0
-    return scores
+            out.append(score_of(d.count, d.devcore, d.devmem, used[i], usedcores[i], usedmem[i], weights))
+    return out
 
 
 def device_score(
