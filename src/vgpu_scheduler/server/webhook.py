@@ -235,7 +235,10 @@ def review_pod(
     quota_fits: QuotaFits | None = None,
     namespace: str = "",
 ) -> AdmissionResponse:
-    """§7 on a decoded pod: the admission decision and, when allowed, the patch."""
+    """§7 on a decoded pod: the admission decision and, when allowed, the patch.
+
+    `original` is not modified. Raises PodShapeError for JSON that is not a v1 Pod (answered 400).
+    """
     _check_pod(original)
     pod: dict[str, Any] = copy.deepcopy(dict(original))
     if not isinstance(pod.get("spec"), dict):
