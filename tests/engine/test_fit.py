@@ -795,3 +795,11 @@ def test_node_verdict_matches_evaluate_node(
     ctx = pod_fit_context(pod(annotations), n_init=n_init, quota=FakeQuota(memory=5000))
     result = evaluate_node(reqs, n_init, node, ctx=ctx)
     assert node_verdict(reqs, n_init, node, ctx) == (result if isinstance(result, NodeFailure) else None)
+
+
+def test_fit_container_other_request_type_is_a_type_mismatch() -> None:
+    node = make_node([gpu(0), gpu(1)])
+    result, _ = fit_container(
+        ContainerDeviceRequest(1, "OtherType", 100, PERCENTAGE_UNSET, 0), node, PodFitContext()
+    )
+    assert (result.ok, result.reason) == (False, "2/2 CardTypeMismatch")

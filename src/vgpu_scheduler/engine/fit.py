@@ -7,7 +7,9 @@ copy, app containers sequentially on one copy, allocation list init-first and pa
 Performance notes (the decision runs for thousands of nodes per Filter): per-pod constants
 (annotation filters, policy flags, weights) live in `PodFitContext`, built once per Filter; the
 node's usage is copied on write per device, so a container that does not fit — or the last
-container of a pod — never copies a NodeView.
+container of a pod — never copies a NodeView; containers whose outcome cannot depend on the
+device order skip the ordered walk (`simple_outcomes`); `node_verdict` answers fit/no-fit
+(with the exact reason) without scoring or sorting for the common single-container pod.
 """
 
 from __future__ import annotations
@@ -434,7 +436,7 @@ def simple_outcomes(
     return passing, reasons
 
 
-def _simple_failure(nums: int, passing: Mapping[int, int], reasons: dict[str, int], total: int) -> str:
+def _simple_failure(passing: Mapping[int, int], reasons: dict[str, int], total: int) -> str:
     if passing:
         reasons[R.ALLOCATED_CARDS_INSUFFICIENT_REQUEST] = len(passing)
     return R.gen_reason(reasons, total)
@@ -558,7 +560,7 @@ def _fit_container(
                 return _ContainerFit(False, reason=R.NODE_INSUFFICIENT_DEVICE)
             passing, reasons = simple_outcomes(req, devices, usage.items, order, ctx, cordoned)
             if len(passing) < req.nums:
-                return _ContainerFit(False, reason=_simple_failure(req.nums, passing, reasons, len(order)))
+                return _ContainerFit(False, reason=_simple_failure(passing, reasons, len(order)))
     scores = _scores_for(devices, usage.items, order, requests, ctx.weights)
     out = _ContainerFit(True)
     for vendor, req in requests.items():
@@ -607,7 +609,7 @@ def fit_container(
     usage = _Usage(node.usage)
     migs: list[MigAllocation] = []
     res = _fit_container(
-        {request.type: request},
+        {NVIDIA: request},  # keyed by vendor: another request type fails Fit's type check
         node.devices,
         usage,
         positions,
@@ -621,7 +623,7 @@ def fit_container(
     node.usage[:] = usage.items
     if not res.ok:
         return FitResult(False, reason=res.reason), migs
-    devs = res.devices.get(request.type, [])
+    devs = res.devices.get(NVIDIA, [])
     by_id = {d.id: p for p, d in enumerate(node.devices)}
     return FitResult(True, devs, [by_id[d.uuid] for d in devs]), migs
 
@@ -749,6 +751,6 @@ def node_verdict(
             passing, reasons = simple_outcomes(req, devices, node.usage, order, ctx, node.cordoned)
             if len(passing) >= req.nums:
                 return None
-            return NodeFailure(_simple_failure(req.nums, passing, reasons, len(order)))
+            return NodeFailure(_simple_failure(passing, reasons, len(order)))
     result = evaluate_node(requests, n_init, node, ctx=ctx)
     return result if isinstance(result, NodeFailure) else None
