@@ -84,7 +84,6 @@ def init_containers_finished(pod: Mapping[str, Any]) -> bool:
 @dataclass(slots=True)
 class _Acc:
     type: str
-    idx: int
     init_seen: bool = False
     init_mem: int = 0
     init_cores: int = 0
@@ -96,10 +95,11 @@ class _Acc:
 def collapse_pod_devices(devices: PodDevices, n_init: int, app_only: bool = False) -> PodDevices:
     """Collapse per-container allocations into one entry per (vendor, uuid) (§5.2).
 
-    Containers `[0, n_init)` are init containers. Init peak = max mem / max cores / 1 slot; app sum =
-    Σ mem / Σ cores / one slot per entry; effective = max(init, app) per dimension with at least one
-    slot. `app_only` (init containers all finished) keeps the app sums alone; devices used only by init
-    containers then disappear.
+    Containers `[0, n_init)` are init containers. Init peak = max mem / max cores / 1 slot; app sum
+    = Σ mem / Σ cores / one slot per entry; effective = max(init, app) per dimension with at least
+    one slot. `app_only` (init containers all finished) keeps the app sums alone; devices used only
+    by init containers then disappear. Collapsed entries carry no `idx`: it is never encoded, and a
+    decoded entry's position says nothing about the device.
     """
     out: PodDevices = {}
     for vendor, containers in devices.items():
@@ -109,7 +109,7 @@ def collapse_pod_devices(devices: PodDevices, n_init: int, app_only: bool = Fals
             for dev in container:
                 a = acc.get(dev.uuid)
                 if a is None:
-                    a = acc[dev.uuid] = _Acc(dev.type, dev.idx)
+                    a = acc[dev.uuid] = _Acc(dev.type)
                 if is_init:
                     a.init_seen = True
                     a.init_mem = max(a.init_mem, dev.usedmem)
@@ -124,12 +124,12 @@ def collapse_pod_devices(devices: PodDevices, n_init: int, app_only: bool = Fals
             if app_only:
                 if a.app_n == 0:
                     continue
-                entries.append(ContainerDevice(uuid, a.type, a.app_mem, a.app_cores, a.idx, a.app_n))
+                entries.append(ContainerDevice(uuid, a.type, a.app_mem, a.app_cores, 0, a.app_n))
             else:
                 slots = max(1 if a.init_seen else 0, a.app_n, 1)
                 mem = max(a.init_mem, a.app_mem)
                 cores = max(a.init_cores, a.app_cores)
-                entries.append(ContainerDevice(uuid, a.type, mem, cores, a.idx, slots))
+                entries.append(ContainerDevice(uuid, a.type, mem, cores, 0, slots))
         if entries:
             out[vendor] = [entries]
     return out
