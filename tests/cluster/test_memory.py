@@ -1,0 +1,211 @@
+"""MemoryCluster's direct API: seeding, defaulting, deletion semantics, history, overflow."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from vgpu_scheduler.cluster.errors import ApiConnectionError, ApiError
+from vgpu_scheduler.cluster.memory import MemoryCluster, MemoryWatch
+
+
+async def drain(w: MemoryWatch) -> list[tuple[str, dict[str, Any]]]:
+    """Events queued so far (ends the watch)."""
+    w.finish()
+    out = []
+    async for line in w:
+        ev = json.loads(line)
+        out.append((ev["type"], ev["object"]))
+    return out
+
+
+def test_seed_from_kubectl_list(cluster: MemoryCluster, fx: Any) -> None:
+    event = fx.json("api/event.scheduled.events-k8s-io-v1.raw.json")
+    lst = {
+        "apiVersion": "v1",
+        "kind": "List",
+        "items": [
+            fx.json("node/node.hami-registered.kubectl.json"),
+            fx.json("api/lease.hami-scheduler.kubectl.json"),
+            {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "skipped"}},
+            {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "no-containers"}, "spec": {}},
+            event,
+            "not an object",
+        ],
+    }
+    assert cluster.seed_from_list(lst) == 3
+    assert cluster.count("nodes") == 1 and cluster.count("leases") == 1 and cluster.count("events") == 1
+    node = cluster.get("nodes", "gpu-node-1")
+    assert node["metadata"]["uid"] == "39dcf5a3-5f6d-47e5-9344-a9b02de3d41d"
+    assert node["metadata"]["creationTimestamp"] == "2026-11-29T21:02:20Z"
+    assert node["status"]["allocatable"]["nvidia.com/gpu"] == "20"  # status kept when seeding
+    assert cluster.get("events.events.k8s.io", event["metadata"]["name"], "default")["note"] == event["note"]
+
+
+def test_load_snapshot_json_and_yaml(tmp_path: Path, fx: Any) -> None:
+    as_json = tmp_path / "pods.json"
+    as_json.write_text(json.dumps(fx.pod_list()))
+    as_yaml = tmp_path / "nodes.yaml"
+    as_yaml.write_text(
+        yaml.safe_dump_all(
+            [fx.node("n1"), {"apiVersion": "v1", "kind": "NodeList", "items": [{"metadata": {"name": "n2"}}]}]
+        )
+    )
+    c = MemoryCluster()
+    assert c.load_snapshot(as_json) == 5
+    assert c.load_snapshot(as_yaml) == 2
+    assert [n["metadata"]["name"] for n in c.objects("nodes")] == ["n1", "n2"]
+
+
+def test_same_seed_same_uids(fx: Any) -> None:
+    a, b = MemoryCluster(seed=3), MemoryCluster(seed=3)
+    for c in (a, b):
+        c.create("pods", {**fx.pod(""), "metadata": {"generateName": "x-", "namespace": "default"}})
+    assert [p["metadata"]["uid"] for p in a.objects("pods")] == [
+        p["metadata"]["uid"] for p in b.objects("pods")
+    ]
+    assert [p["metadata"]["name"] for p in a.objects("pods")] == [
+        p["metadata"]["name"] for p in b.objects("pods")
+    ]
+
+
+@pytest.mark.parametrize(
+    ("resources", "qos"),
+    [
+        ([{"limits": {"nvidia.com/gpu": "1"}}], "BestEffort"),
+        ([{}], "BestEffort"),
+        ([{"requests": {"cpu": "100m"}}], "Burstable"),
+        ([{"limits": {"cpu": "1", "memory": "1Gi"}}], "Guaranteed"),
+        ([{"limits": {"cpu": "1", "memory": "1Gi"}, "requests": {"cpu": "500m"}}], "Burstable"),
+        ([{"limits": {"cpu": "1", "memory": "1Gi"}}, {"limits": {"cpu": "1"}}], "Burstable"),
+    ],
+)
+def test_pod_defaulting(cluster: MemoryCluster, fx: Any, resources: list[dict[str, Any]], qos: str) -> None:
+    pod = fx.pod("p")
+    pod["spec"]["containers"] = [
+        {"name": f"c{i}", "image": "x", "resources": r} for i, r in enumerate(resources)
+    ]
+    created = cluster.create("pods", pod)
+    assert created["status"] == {"phase": "Pending", "qosClass": qos}
+    assert created["spec"]["schedulerName"] == "default-scheduler"
+    # Limits without a request become the request (apiserver defaulting); explicit requests stay.
+    for c, r in zip(created["spec"]["containers"], resources, strict=True):
+        for k, v in r.get("limits", {}).items():
+            assert c["resources"]["requests"][k] == r.get("requests", {}).get(k, v)
+
+
+async def test_unbound_pod_is_deleted_at_once(cluster: MemoryCluster, fx: Any) -> None:
+    cluster.create("pods", fx.pod("a"))
+    w = cluster.watch("pods", resource_version=str(cluster.resource_version))
+    last = cluster.delete("pods", "a", "default")
+    assert last["metadata"]["deletionGracePeriodSeconds"] == 0
+    assert [t for t, _ in await drain(w)] == ["MODIFIED", "DELETED"]
+    assert cluster.count("pods") == 0
+
+
+async def test_graceful_delete_only_shortens(cluster: MemoryCluster, fx: Any) -> None:
+    cluster.create("pods", fx.pod("a"))
+    cluster.bind("default", "a", "n1")
+    first = cluster.delete("pods", "a", "default", grace_period_seconds=60)
+    again = cluster.delete("pods", "a", "default", grace_period_seconds=90)
+    assert again == first  # a longer grace period changes nothing
+    shorter = cluster.delete("pods", "a", "default", grace_period_seconds=10)
+    assert shorter["metadata"]["deletionGracePeriodSeconds"] == 10
+    with pytest.raises(ApiError) as err:
+        cluster.bind("default", "a", "n2")
+    assert err.value.status == 409
+
+
+async def test_finalizers_hold_deletion(cluster: MemoryCluster, fx: Any) -> None:
+    cluster.create("nodes", fx.node("n1", finalizers=["example.com/keep"]))
+    w = cluster.watch("nodes", resource_version=str(cluster.resource_version))
+    held = cluster.delete("nodes", "n1")
+    assert held["metadata"]["deletionTimestamp"] and cluster.count("nodes") == 1
+    cluster.patch("nodes", "n1", {"metadata": {"finalizers": None}})
+    assert cluster.count("nodes") == 0
+    assert [t for t, _ in await drain(w)] == ["MODIFIED", "MODIFIED", "DELETED"]
+
+
+def test_list_at_exact_rv_and_history_window(fx: Any) -> None:
+    c = MemoryCluster(history_size=4)
+    c.create("pods", fx.pod("a"))
+    rv = str(c.resource_version)
+    c.create("pods", fx.pod("b"))
+    assert [
+        p["metadata"]["name"]
+        for p in c.list("pods", resource_version=rv, resource_version_match="Exact")["items"]
+    ] == ["a"]
+    for i in range(10):
+        c.patch("pods", "b", {"metadata": {"labels": {"i": str(i)}}}, "default")
+    with pytest.raises(ApiError) as err:
+        c.list("pods", resource_version=rv, resource_version_match="Exact")
+    assert err.value.status == 410
+    with pytest.raises(ApiError) as err:
+        c.list("pods", resource_version=str(c.resource_version + 5))
+    assert err.value.status == 504 and err.value.reason == "Timeout"
+
+
+def test_namespaces_do_not_bleed(cluster: MemoryCluster, fx: Any) -> None:
+    for ns in ("a", "a-b", "ab", "b"):
+        cluster.create("pods", fx.pod("p", namespace=ns))
+    assert [p["metadata"]["namespace"] for p in cluster.list("pods", "a")["items"]] == ["a"]
+    # etcd key order: "a-b/p" < "a/p" because '-' sorts before '/'.
+    assert [p["metadata"]["namespace"] for p in cluster.list("pods")["items"]] == ["a-b", "a", "ab", "b"]
+    page = cluster.list("pods", "ab", limit=1)
+    assert "continue" not in page["metadata"]
+
+
+@pytest.mark.parametrize(
+    ("meta", "status"),
+    [
+        ({"labels": {"a": 1}}, 400),
+        ({"annotations": "x"}, 400),
+        ({"name": 5}, 400),
+        ({"labels": {"bad key!": "v"}}, 422),
+        ({"annotations": {"k": "v" * 300_000}}, 422),
+    ],
+)
+def test_metadata_checks(cluster: MemoryCluster, fx: Any, meta: dict[str, Any], status: int) -> None:
+    pod = fx.pod("p")
+    pod["metadata"].update(meta)
+    with pytest.raises(ApiError) as err:
+        cluster.create("pods", pod)
+    assert err.value.status == status
+
+
+async def test_slow_consumer_is_dropped(fx: Any) -> None:
+    c = MemoryCluster(watch_queue_limit=3)
+    w = c.watch("pods", resource_version=str(c.resource_version))
+    for i in range(5):
+        c.create("pods", fx.pod(f"p{i}"))
+    assert c.watch_count() == 0
+    with pytest.raises(ApiConnectionError):
+        await w.__anext__()
+
+
+def test_status_subresource_update(cluster: MemoryCluster, fx: Any) -> None:
+    cluster.create("pods", fx.pod("a"))
+    pod = cluster.get("pods", "a", "default")
+    pod["status"] = {"phase": "Running"}
+    pod["metadata"]["labels"] = {"ignored": "yes"}
+    updated = cluster.update("pods", pod, subresource="status")
+    assert updated["status"] == {"phase": "Running"} and "labels" not in updated["metadata"]
+    assert [
+        p["metadata"]["name"] for p in cluster.list("pods", field_selector="status.phase=Running")["items"]
+    ] == ["a"]
+
+
+async def test_fault_wildcards(cluster: MemoryCluster) -> None:
+    cluster.fail_next("*", 2, 429)
+    status, _ = await cluster.handle("GET", "/api/v1/nodes")
+    assert status == 429
+    with pytest.raises(ApiError) as err:
+        await cluster.open_watch("/api/v1/pods", {"watch": "1"})
+    assert err.value.status == 429 and err.value.reason == "TooManyRequests"
+    status, _ = await cluster.handle("GET", "/api/v1/nodes")
+    assert status == 200
+    assert [v for v, _, _ in cluster.request_log] == ["list", "watch", "list"]
