@@ -1,16 +1,38 @@
-"""Command line entry point (placeholder until the flag set of hami-spec §1 lands)."""
+"""`vgpu-scheduler`: the scheduler server (HAMi's flags), `version`, and `simulate`."""
 
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
+
+from vgpu_scheduler.flags import FlagError, parse_args, usage
+
+PROG = "vgpu-scheduler"
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
     if args[:1] == ["version"]:
-        from vgpu_scheduler import __version__
+        from vgpu_scheduler.version import version_lines
 
-        print(f"version:          v{__version__}", file=sys.stderr)
+        # cobra's Println without an output writer goes to stderr, as HAMi's `scheduler version`.
+        print("\n".join(version_lines()), file=sys.stderr)
         return 0
-    print("vgpu-scheduler: not yet implemented", file=sys.stderr)
-    return 2
+    if args[:1] == ["simulate"]:
+        from vgpu_scheduler.simulate.cli import main as simulate_main
+
+        return simulate_main(args[1:])
+    try:
+        opts, positional = parse_args(args)
+    except FlagError as exc:
+        print(f"Error: {exc}\n{usage(PROG)}", file=sys.stderr)
+        return 2
+    if opts.help:
+        print(f"kubernetes vgpu scheduler\n\n{usage(PROG)}", end="")
+        return 0
+    if positional:
+        print(f'Error: unknown command "{positional[0]}" for "{PROG}"\n{usage(PROG)}', file=sys.stderr)
+        return 2
+    from vgpu_scheduler.server.process import run
+
+    return run(opts)

@@ -1,0 +1,173 @@
+"""`vgpu-scheduler [flags]`: start() in HAMi's order (seed 000), then serve until SIGTERM.
+
+Order: flags logged → node-lock timeout → API client (`--kube-qps`, `--kube-burst`,
+`--kube-timeout`) → device configuration → hostname → scheduler state → informers synced and the
+registration loop running → metrics server → routes → HTTP, or HTTPS with certificate reload.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import socket
+import sys
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+
+from vgpu_scheduler.cluster.client import KubeClient
+from vgpu_scheduler.config import DeviceConfig, DeviceConfigError, default_device_config, load_device_config
+from vgpu_scheduler.flags import SchedulerOptions, format_flags
+from vgpu_scheduler.logsetup import setup_logging
+from vgpu_scheduler.server.app import make_app
+from vgpu_scheduler.server.process import SchedulerProcess
+from vgpu_scheduler.server.tls import ReloadingCertificate
+from vgpu_scheduler.server.webhook import webhook_handler
+
+log = logging.getLogger(__name__)
+
+DEMO_SNAPSHOT = "demo"
+"""`--cluster-snapshot demo` seeds the embedded cluster with the built-in demo fleet."""
+
+
+class StartupError(Exception):
+    """A start-up failure with a message for the operator (exit 1; bad input files exit 2)."""
+
+    def __init__(self, message: str, code: int = 1) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def split_host_port(address: str) -> tuple[str | None, int]:
+    """Go listen address (`:9395`, `0.0.0.0:443`, `[::1]:80`) → (host or None for all, port)."""
+    host, sep, port = address.rpartition(":")
+    if not sep or not port.isdigit():
+        raise StartupError(f"invalid listen address {address!r}: want host:port", code=2)
+    host = host.strip("[]")
+    return (host or None), int(port)
+
+
+def load_config(opts: SchedulerOptions) -> DeviceConfig:
+    if not opts.device_config_file:
+        log.info("no --device-config-file: using the Helm chart's default device configuration")
+        return default_device_config()
+    try:
+        return load_device_config(opts.device_config_file)
+    except DeviceConfigError as exc:
+        raise StartupError(f"failed to load device config: {exc}", code=2) from exc
+
+
+async def make_client(opts: SchedulerOptions) -> tuple[KubeClient, Any]:
+    """The API client, and the embedded cluster when `--cluster-snapshot` is given (else None)."""
+    if opts.cluster_snapshot:
+        from vgpu_scheduler.cluster.memory import MemoryCluster
+        from vgpu_scheduler.cluster.transport import MemoryTransport
+
+        cluster = MemoryCluster()
+        if opts.cluster_snapshot == DEMO_SNAPSHOT:
+            from vgpu_scheduler.simulate.fleet import demo_fleet
+
+            cluster.seed_from_list(demo_fleet())
+        else:
+            from vgpu_scheduler.simulate.snapshot import SnapshotError, load_snapshot
+
+            try:
+                snapshot = load_snapshot(opts.cluster_snapshot)
+            except SnapshotError as exc:
+                raise StartupError(str(exc), code=2) from exc
+            cluster.seed_from_list([*snapshot.nodes, *snapshot.pods, *snapshot.resourcequotas])
+        log.info("embedded cluster from %s", opts.cluster_snapshot)
+        return KubeClient(MemoryTransport(cluster)), cluster
+    from vgpu_scheduler.cluster.kubeconfig import KubeconfigError, make_transport
+
+    try:
+        transport = await make_transport(
+            opts.kubeconfig or None, qps=opts.kube_qps, burst=opts.kube_burst, timeout=opts.kube_timeout
+        )
+    except KubeconfigError as exc:
+        raise StartupError(str(exc)) from exc
+    return KubeClient(transport), None
+
+
+@dataclass
+class Running:
+    """What serve() started, so shutdown can stop it in reverse order."""
+
+    process: SchedulerProcess
+    runners: list[web.AppRunner] = field(default_factory=list)
+    tasks: list[asyncio.Task[Any]] = field(default_factory=list)
+    extras: list[Any] = field(default_factory=list)
+
+
+async def _start_site(app: web.Application, address: str, ssl_context: Any = None) -> web.AppRunner:
+    host, port = split_host_port(address)
+    runner = web.AppRunner(app, access_log=None, handle_signals=False)
+    await runner.setup()
+    await web.TCPSite(runner, host, port, ssl_context=ssl_context, reuse_address=True).start()
+    return runner
+
+
+async def start(opts: SchedulerOptions) -> Running:
+    client, cluster = await make_client(opts)
+    device_config = load_config(opts)
+    hostname = socket.gethostname()
+    if not hostname:
+        raise StartupError("failed to get hostname: empty")
+    process = SchedulerProcess(opts, device_config, client, hostname)
+    running = Running(process)
+    if cluster is not None:
+        from vgpu_scheduler.simulate.deviceplugin import attach_device_plugin
+
+        running.extras.append(attach_device_plugin(cluster))
+    await process.start()
+
+    from vgpu_scheduler.server.metrics import make_metrics_app
+
+    running.runners.append(await _start_site(make_metrics_app(process), opts.metrics_bind_address))
+    log.info("metrics server listening on %s", opts.metrics_bind_address)
+
+    quota = process.state.quota
+    app = make_app(process.extender, webhook_handler(opts, process.cfg, quota.admission_fits))
+    ssl_context = None
+    if opts.cert_file and opts.key_file:
+        cert = ReloadingCertificate(opts.cert_file, opts.key_file)
+        ssl_context = cert.context
+        running.tasks.append(asyncio.create_task(cert.watch(), name="certificate watch"))
+    running.runners.append(await _start_site(app, opts.http_bind, ssl_context))
+    log.info("listening on %s (%s)", opts.http_bind, "https" if ssl_context else "http")
+    return running
+
+
+async def stop(running: Running) -> None:
+    for task in running.tasks:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+    for runner in reversed(running.runners):
+        await runner.cleanup()
+    for extra in running.extras:
+        await extra.stop()
+    await running.process.stop()
+    await running.process.client.close()
+
+
+async def serve(opts: SchedulerOptions) -> int:
+    setup_logging(opts)
+    for line in format_flags(opts):
+        log.info("%s", line)
+    try:
+        running = await start(opts)
+    except StartupError as exc:
+        print(f"vgpu-scheduler: {exc}", file=sys.stderr)
+        return exc.code
+    done = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, done.set)
+    await done.wait()
+    log.info("shutting down")
+    await stop(running)
+    return 0

@@ -1,0 +1,183 @@
+"""The scheduler process, composed in the order of HAMi's start() (seed 000, hami-spec §1.5).
+
+`SchedulerProcess` wires the pieces that the server, `--cluster-snapshot` mode and the simulator
+all share: informers (pods, nodes, resourcequotas) feeding the scheduler state, the registration
+loop that turns node annotations into device inventories, the node locker, the event recorder and
+the extender verbs. Only the transport differs: HTTP to a kube-apiserver, or the in-memory cluster.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from vgpu_scheduler.cluster.client import KubeClient
+from vgpu_scheduler.cluster.nodelock import NodeLocker
+from vgpu_scheduler.cluster.reflector import Reflector
+from vgpu_scheduler.config import DeviceConfig
+from vgpu_scheduler.engine.state import SchedulerState
+from vgpu_scheduler.flags import SchedulerOptions
+from vgpu_scheduler.server.extender import EventSink, Extender, Policies
+
+log = logging.getLogger(__name__)
+
+Obj = dict[str, Any]
+
+
+@dataclass(slots=True)
+class _PodHandler:
+    state: SchedulerState
+    extender: Extender
+
+    def on_add(self, obj: Obj) -> None:
+        self.state.on_pod(obj)
+
+    def on_update(self, old: Obj, new: Obj) -> None:
+        self.state.on_pod(new)
+
+    def on_delete(self, obj: Obj) -> None:
+        self.state.on_pod_deleted(obj)
+        self.extender.on_pod_deleted(obj)
+
+
+@dataclass(slots=True)
+class _QuotaHandler:
+    state: SchedulerState
+
+    def on_add(self, obj: Obj) -> None:
+        self.state.on_quota(obj)
+
+    def on_update(self, old: Obj, new: Obj) -> None:
+        self.state.on_quota(new)
+
+    def on_delete(self, obj: Obj) -> None:
+        self.state.on_quota_deleted(obj)
+
+
+class _NodeHandler:
+    """Node add/delete wake the registration loop; updates are picked up by its ticker (§8.3)."""
+
+    def __init__(self, wake: Callable[[], None], deleted: Callable[[Obj], None]) -> None:
+        self._wake = wake
+        self._deleted = deleted
+
+    def on_add(self, obj: Obj) -> None:
+        self._wake()
+
+    def on_update(self, old: Obj, new: Obj) -> None:
+        pass
+
+    def on_delete(self, obj: Obj) -> None:
+        self._deleted(obj)
+        self._wake()
+
+
+class _LogEvents:
+    """Fallback sink: log events (used until an EventRecorder is attached)."""
+
+    def record(self, pod: Any, type_: str, reason: str, message: str) -> None:
+        meta = pod.get("metadata") or {}
+        log.info("event %s %s %s/%s: %s", type_, reason, meta.get("namespace"), meta.get("name"), message)
+
+
+def label_selector(labels: dict[str, str]) -> str | None:
+    return ",".join(f"{k}={v}" for k, v in sorted(labels.items())) or None
+
+
+class SchedulerProcess:
+    def __init__(
+        self,
+        opts: SchedulerOptions,
+        device_config: DeviceConfig,
+        client: KubeClient,
+        hostname: str,
+        *,
+        now: Callable[[], float] = time.time,
+        now_datetime: Callable[[], datetime] | None = None,
+        events: EventSink | None = None,
+    ) -> None:
+        if not hostname:
+            raise ValueError("hostname is empty: the scheduler needs it as its leader identity")
+        self.opts = opts
+        self.device_config = device_config
+        self.cfg = device_config.nvidia
+        self.client = client
+        self.hostname = hostname
+        self.now = now
+        self._now_datetime = now_datetime or (lambda: datetime.fromtimestamp(self.now()).astimezone())
+        self.state = SchedulerState(self.cfg)
+        self.synced = asyncio.Event()
+        self.events: EventSink = events or _LogEvents()
+
+        self.nodes = Reflector(client, "nodes", label_selector=label_selector(opts.node_label_selector))
+        self.locker = NodeLocker(
+            client,
+            timeout=opts.node_lock_timeout,
+            now=self._now_datetime,
+            cached_node=lambda name: self.nodes.store.get(None, name),
+        )
+        self.pods = Reflector(client, "pods")
+        self.extender = Extender(
+            state=self.state,
+            cfg=self.cfg,
+            api=client,
+            locker=self.locker,
+            events=self.events,
+            policies=Policies(opts.node_scheduler_policy, opts.gpu_scheduler_policy),
+            synced=self.synced,
+            cached_pod=lambda ns, name: self.pods.store.get(ns, name),
+            cached_node=lambda name: self.nodes.store.get(None, name),
+            lock_retry_timeout=opts.node_lock_retry_timeout,
+            now=now,
+        )
+        self.pods.handler = _PodHandler(self.state, self.extender)
+        self.quotas = Reflector(client, "resourcequotas", handler=_QuotaHandler(self.state))
+        self.registration = self._make_registration()
+        self.nodes.handler = _NodeHandler(self.registration.wake, self._node_deleted)
+        self._tasks: list[asyncio.Task[Any]] = []
+
+    def _make_registration(self) -> Any:
+        from vgpu_scheduler.server.registration_shim import MinimalRegistration
+
+        return MinimalRegistration(self)
+
+    def _node_deleted(self, node: Obj) -> None:
+        name = str((node.get("metadata") or {}).get("name") or "")
+        self.state.remove_node(name)
+        self.locker.forget_node(name)
+
+    @property
+    def reflectors(self) -> list[Reflector]:
+        return [self.pods, self.nodes, self.quotas]
+
+    async def start(self, sync_timeout: float | None = None) -> None:
+        """Informers started and synced, then the first registration pass (HAMi's start order)."""
+        for reflector in self.reflectors:
+            reflector.start()
+        for reflector in self.reflectors:
+            if not await reflector.wait_synced(sync_timeout):
+                raise TimeoutError(f"informer {reflector.name} did not sync")
+        self._tasks.append(asyncio.create_task(self.registration.run(), name="registration"))
+        await self.registration.wait_first_pass()
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._tasks.clear()
+        for reflector in self.reflectors:
+            await reflector.stop()
+
+
+def run(opts: SchedulerOptions) -> int:
+    from vgpu_scheduler.server.main import serve
+
+    return asyncio.run(serve(opts))

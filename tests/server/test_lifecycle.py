@@ -1,0 +1,240 @@
+"""A pod's whole life through the real server routes over HTTP, on the in-memory API server:
+node registration → webhook → filter → bind → the device plugin's part → deletion."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import copy
+import io
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+from aiohttp import web
+
+from vgpu_scheduler.cluster.client import KubeClient
+from vgpu_scheduler.cluster.memory import MemoryCluster
+from vgpu_scheduler.cluster.transport import MemoryTransport
+from vgpu_scheduler.config import DeviceConfig
+from vgpu_scheduler.flags import SchedulerOptions
+from vgpu_scheduler.server.app import make_app
+from vgpu_scheduler.server.process import SchedulerProcess
+from vgpu_scheduler.server.webhook import webhook_handler
+from vgpu_scheduler.wire import keys
+from vgpu_scheduler.wire.jsonpatch import apply_patch
+
+
+def _fixtures() -> Path:
+    for parent in Path(__file__).resolve().parents:
+        candidate = parent / "shared" / "fixtures" / "kube-1.36"
+        if candidate.is_dir():
+            return candidate
+    raise RuntimeError("shared fixtures not found")
+
+
+FIXTURES = _fixtures()
+NOW = 1_795_000_000.0
+
+
+def registered_node() -> dict[str, Any]:
+    node = json.loads((FIXTURES / "node" / "node.hami-registered.kubectl.json").read_text())
+    node["metadata"].pop("managedFields", None)
+    return dict(node)
+
+
+def gpu_pod(name: str, mem: str = "1k", cores: str = "30") -> dict[str, Any]:
+    limits = {"nvidia.com/gpu": "1", "nvidia.com/gpumem": mem, "nvidia.com/gpucores": cores}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {"containers": [{"name": "cuda", "image": "cuda", "resources": {"limits": limits}}]},
+    }
+
+
+class Harness:
+    def __init__(self, cluster: MemoryCluster, process: SchedulerProcess, session: aiohttp.ClientSession):
+        self.cluster = cluster
+        self.process = process
+        self.session = session
+
+    async def post(self, path: str, body: Any) -> Any:
+        async with self.session.post(path, json=body) as resp:
+            assert resp.status == 200, await resp.text()
+            return await resp.json()
+
+    async def settle(self) -> None:
+        """Let the informers see every change made so far."""
+        for _ in range(50):
+            await asyncio.sleep(0)
+        await asyncio.sleep(0.05)
+
+    async def admit_and_create(self, pod: dict[str, Any]) -> dict[str, Any]:
+        review = {
+            "apiVersion": "admission.k8s.io/v1",
+            "kind": "AdmissionReview",
+            "request": {"uid": "u-" + pod["metadata"]["name"], "namespace": "default", "object": pod},
+        }
+        answer = await self.post("/webhook", review)
+        assert answer["response"]["allowed"], answer
+        mutated = copy.deepcopy(pod)
+        if "patch" in answer["response"]:
+            mutated = apply_patch(mutated, json.loads(base64.b64decode(answer["response"]["patch"])))
+        created: dict[str, Any] = self.cluster.create("pods", mutated, namespace="default")
+        await self.settle()
+        return created
+
+    def device_plugin_allocates(self, pod_name: str, node: str) -> None:
+        """HAMi's device plugin after Allocate: entries consumed, bind-phase success, lock released."""
+        self.cluster.patch(
+            "pods",
+            pod_name,
+            {"metadata": {"annotations": {keys.VGPU_TO_ALLOCATE: ";", keys.BIND_PHASE: "success"}}},
+            namespace="default",
+        )
+        self.cluster.patch("nodes", node, {"metadata": {"annotations": {keys.NODE_LOCK: None}}})
+
+
+@pytest.fixture
+async def harness() -> AsyncIterator[Harness]:
+    cluster = MemoryCluster()
+    cluster.create("nodes", registered_node())
+    client = KubeClient(MemoryTransport(cluster))
+    opts = SchedulerOptions(scheduler_name="hami-scheduler", node_lock_retry_timeout=0.5)
+    process = SchedulerProcess(opts, DeviceConfig(), client, "test-host", now=lambda: NOW)
+    await process.start(sync_timeout=5)
+    app = make_app(process.extender, webhook_handler(opts, process.cfg, process.state.quota.admission_fits))
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    async with aiohttp.ClientSession(f"http://127.0.0.1:{port}") as session:
+        yield Harness(cluster, process, session)
+    await runner.cleanup()
+    await process.stop()
+
+
+def _usage(process: SchedulerProcess, node: str) -> list[tuple[int, int, int]]:
+    view = process.state.ledger.view(node)
+    assert view is not None
+    return [(u.used, u.usedmem, u.usedcores) for u in view.usage]
+
+
+async def test_whole_life_of_a_gpu_pod(harness: Harness) -> None:
+    pod = await harness.admit_and_create(gpu_pod("p1"))
+    assert pod["spec"]["schedulerName"] == "hami-scheduler"
+    uid = pod["metadata"]["uid"]
+
+    result = await harness.post("/filter", {"Pod": pod, "NodeNames": ["gpu-node-1", "cpu-node-1"]})
+    assert result == {
+        "Nodes": None,
+        "NodeNames": ["gpu-node-1"],
+        "FailedNodes": None,
+        "FailedAndUnresolvableNodes": None,
+        "Error": "",
+    }
+    # Reserved in the ledger, nothing written to the API yet.
+    assert sorted(_usage(harness.process, "gpu-node-1")) == [(0, 0, 0), (1, 1000, 30)]
+    assert keys.VGPU_NODE not in (
+        harness.cluster.get("pods", "p1", "default")["metadata"].get("annotations") or {}
+    )
+
+    bind = {"PodName": "p1", "PodNamespace": "default", "PodUID": uid, "Node": "gpu-node-1"}
+    assert await harness.post("/bind", bind) == {"Error": ""}
+    stored = harness.cluster.get("pods", "p1", "default")
+    annotations = stored["metadata"]["annotations"]
+    assert stored["spec"]["nodeName"] == "gpu-node-1"
+    assert annotations[keys.VGPU_NODE] == "gpu-node-1"
+    assert stored["metadata"]["labels"][keys.VGPU_NODE] == "gpu-node-1"
+    assert annotations[keys.VGPU_TIME] == str(int(NOW))
+    assert annotations[keys.BIND_PHASE] == "allocating"
+    assert annotations[keys.BIND_TIME] == str(int(NOW))
+    allocation = annotations[keys.VGPU_ALLOCATED]
+    assert annotations[keys.VGPU_TO_ALLOCATE] == allocation
+    uuid = allocation.split(",")[0]
+    assert allocation == f"{uuid},NVIDIA,1000,30:;"
+    lock = harness.cluster.get("nodes", "gpu-node-1")["metadata"]["annotations"][keys.NODE_LOCK]
+    assert lock.endswith(",default,p1")
+
+    harness.device_plugin_allocates("p1", "gpu-node-1")
+    await harness.settle()
+    assert sorted(_usage(harness.process, "gpu-node-1")) == [(0, 0, 0), (1, 1000, 30)]
+
+    # A graceful delete only marks the pod Terminating: it keeps its devices until it is gone.
+    harness.cluster.delete("pods", "p1", namespace="default")
+    await harness.settle()
+    assert sorted(_usage(harness.process, "gpu-node-1")) == [(0, 0, 0), (1, 1000, 30)]
+    harness.cluster.delete("pods", "p1", namespace="default", grace_period_seconds=0)
+    await harness.settle()
+    assert _usage(harness.process, "gpu-node-1") == [(0, 0, 0), (0, 0, 0)]
+
+
+async def test_filter_reports_unregistered_and_unfit_nodes(harness: Harness) -> None:
+    pod = await harness.admit_and_create(gpu_pod("big", mem="99999"))
+    result = await harness.post("/filter", {"Pod": pod, "NodeNames": ["gpu-node-1", "cpu-node-1"]})
+    assert result["NodeNames"] is None
+    assert result["FailedNodes"] == {
+        "gpu-node-1": "2/2 CardInsufficientMemory",
+        "cpu-node-1": "node unregistered",
+    }
+
+
+async def test_pod_without_devices_is_echoed(harness: Harness) -> None:
+    pod = {"metadata": {"name": "plain", "namespace": "default", "uid": "x"}, "spec": {"containers": [{}]}}
+    result = await harness.post("/filter", {"Pod": pod, "NodeNames": ["a", "b"]})
+    assert result["NodeNames"] == ["a", "b"] and result["FailedNodes"] is None
+
+
+async def test_bad_requests_get_documented_answers(harness: Harness) -> None:
+    session = harness.session
+    async with session.post("/filter", data=b"") as resp:
+        assert resp.status == 400
+        assert await resp.text() == "Please send a request body\n"
+    async with session.post("/filter", data=b"{not json") as resp:
+        assert resp.status == 200
+        assert (await resp.json())["Error"].startswith("invalid JSON")
+    async with session.post("/filter", data=b'{"NodeNames": ["a"]}') as resp:
+        assert (await resp.json())["Error"] == "extender args missing pod"
+    oversized = io.BytesIO(b'{"Pod": {"x": ' + b" " * (2 << 20) + b"1}}")
+    async with session.post("/filter", data=oversized) as resp:
+        assert resp.status == 200
+        assert (await resp.json())["Error"] == "unexpected EOF"
+    async with session.post(
+        "/bind", data=b'{"PodName": "nope", "PodNamespace": "default", "Node": "gpu-node-1"}'
+    ) as resp:
+        assert (await resp.json())["Error"] == 'pod "nope" not found'
+    # The server is still serving.
+    async with session.get("/healthz") as resp:
+        assert resp.status == 200 and await resp.text() == ""
+
+
+async def test_bind_after_restart_refits(harness: Harness) -> None:
+    pod = await harness.admit_and_create(gpu_pod("p2"))
+    # No filter in this process's life (as after a restart): bind must fit again, not bind blind.
+    bind = {
+        "PodName": "p2",
+        "PodNamespace": "default",
+        "PodUID": pod["metadata"]["uid"],
+        "Node": "gpu-node-1",
+    }
+    assert await harness.post("/bind", bind) == {"Error": ""}
+    annotations = harness.cluster.get("pods", "p2", "default")["metadata"]["annotations"]
+    assert annotations[keys.VGPU_ALLOCATED].endswith(",NVIDIA,1000,30:;")
+
+
+async def test_bind_refuses_a_pod_that_no_longer_fits(harness: Harness) -> None:
+    pod = await harness.admit_and_create(gpu_pod("huge", mem="99999"))
+    bind = {
+        "PodName": "huge",
+        "PodNamespace": "default",
+        "PodUID": pod["metadata"]["uid"],
+        "Node": "gpu-node-1",
+    }
+    answer = await harness.post("/bind", bind)
+    assert "no longer fits node gpu-node-1" in answer["Error"]
+    assert "nodeName" not in harness.cluster.get("pods", "huge", "default")["spec"]
