@@ -1,0 +1,458 @@
+"""The node registration loop (hami-spec §8.3): node annotations → device inventories in the state.
+
+One pass per wake-up (15 s ticker, node add/delete, leadership acquired), skipped until the
+informers have synced and while this instance is not the leader. A pass reads every node of the
+node informer's Store (already restricted by --node-label-selector) and, for NVIDIA:
+
+1. decodes `hami.io/node-nvidia-register` (JSON or legacy), attaches `hami.io/node-nvidia-score`
+   pair scores and reads `hami.io/device-cordon`;
+2. runs the handshake/health check of §3.4 (`cluster.handshake`), which may ask for a
+   `Requesting_<now>` stamp on the node;
+3. unhealthy ⇒ if the node is registered: clean up (delete the handshake annotation, forget the
+   counters, drop its devices) and go on; decode error ⇒ keep what is registered (logged with the
+   node name); zero devices ⇒ drop the node's devices; no update needed ⇒ keep the registered
+   devices (only cordon/annotations are refreshed, see below); else store the new devices.
+
+After the pass `synced` is set; the filter waits for it.
+
+Choices that differ in form (not in results) from HAMi:
+* Handshake writes (`Requesting_<now>` and the cleanup's `null`) go through a small background
+  writer instead of blocking the pass: with client-side rate limiting (QPS 5) a first pass over
+  thousands of nodes would otherwise take minutes before `synced`. Failures are only logged, as in
+  HAMi. HAMi GETs the node before each write; the write is a plain merge patch of one annotation,
+  so the informer's copy is enough and the extra GET is not made.
+* A node whose check says "no update needed" still gets its cordon list and annotations refreshed
+  (the device list stays the registered one, usage is not recounted): an operator's
+  `hami.io/device-cordon` edit takes effect within one pass instead of waiting for the next
+  inventory change. Inventories are decoded once per distinct annotation value, not every pass.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, tzinfo
+from typing import Any
+
+from vgpu_scheduler.cluster import handshake as hs
+from vgpu_scheduler.cluster.client import KubeClient
+from vgpu_scheduler.cluster.errors import ApiError, is_not_found
+from vgpu_scheduler.cluster.store import Store
+from vgpu_scheduler.config import NvidiaConfig
+from vgpu_scheduler.engine.state import SchedulerState
+from vgpu_scheduler.model import DeviceInfo
+from vgpu_scheduler.wire import keys
+from vgpu_scheduler.wire.inventory import (
+    InventoryError,
+    attach_pair_scores,
+    decode_cordon,
+    decode_node_devices,
+    decode_pair_scores,
+)
+from vgpu_scheduler.wire.quantity import quantity_as_int64
+
+log = logging.getLogger(__name__)
+
+Obj = dict[str, Any]
+
+DEFAULT_INTERVAL = 15.0
+
+
+def local_now() -> datetime:
+    """The default clock: an aware datetime in the process's local zone."""
+    return datetime.now().astimezone()
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading a node
+
+
+def node_name(node: Mapping[str, Any]) -> str:
+    meta = node.get("metadata")
+    return str(meta.get("name") or "") if isinstance(meta, Mapping) else ""
+
+
+def node_annotations(node: Mapping[str, Any]) -> dict[str, str]:
+    meta = node.get("metadata")
+    raw = meta.get("annotations") if isinstance(meta, Mapping) else None
+    if not isinstance(raw, Mapping):
+        return {}
+    return {k: v for k, v in raw.items() if isinstance(k, str) and isinstance(v, str)}
+
+
+def allocatable_count(node: Mapping[str, Any], resource: str) -> int:
+    """`status.allocatable[resource]` as an integer; absent or not an integer ⇒ 0."""
+    status = node.get("status")
+    alloc = status.get("allocatable") if isinstance(status, Mapping) else None
+    value = alloc.get(resource) if isinstance(alloc, Mapping) else None
+    if not isinstance(value, str | int):
+        return 0
+    count = quantity_as_int64(value)
+    return count if count is not None else 0
+
+
+def decode_nvidia_inventory(register: str | None, score: str | None) -> list[DeviceInfo]:
+    """NVIDIA's GetNodeDevices: the register annotation with pair scores attached.
+
+    Raises InventoryError (missing annotation, bad inventory, bad score JSON: any of them makes the
+    whole inventory unusable, as in HAMi)."""
+    if register is None:
+        raise InventoryError(f"annos not found {keys.NODE_NVIDIA_REGISTER}")
+    devices = decode_node_devices(register)
+    if score is not None:
+        attach_pair_scores(devices, decode_pair_scores(score))
+    return devices
+
+
+# ---------------------------------------------------------------------------------------------
+# Handshake writes, off the pass
+
+
+class NodeAnnotationWriter:
+    """Merge-patches one annotation on nodes in the background, a few at a time.
+
+    While a write for a node is still queued a newer value replaces it (only the latest matters);
+    a node is never written by two requests at once. Failures are logged, never retried: the next
+    pass asks again if it still has to."""
+
+    def __init__(self, client: KubeClient, key: str, concurrency: int = 4) -> None:
+        self.client = client
+        self.key = key
+        self.concurrency = max(1, concurrency)
+        self._queued: dict[str, str | None] = {}
+        self._inflight: set[str] = set()
+        self._running: set[asyncio.Task[None]] = set()
+        self._task: asyncio.Task[None] | None = None
+        self.written = 0
+        self.failed = 0
+
+    def submit(self, node: str, value: str | None) -> None:
+        self._queued[node] = value
+        if self._task is None or self._task.done():
+            self._task = asyncio.get_running_loop().create_task(self._drain(), name=f"write {self.key}")
+
+    def discard(self, node: str) -> None:
+        """Forget a queued write (the node was deleted)."""
+        self._queued.pop(node, None)
+
+    def pending(self, node: str) -> bool:
+        return node in self._queued or node in self._inflight
+
+    async def flush(self) -> None:
+        """Wait until every submitted write has been attempted."""
+        while self._task is not None and not self._task.done():
+            await asyncio.wait({self._task})
+
+    async def close(self) -> None:
+        tasks = [t for t in (self._task, *self._running) if t is not None and not t.done()]
+        for t in tasks:
+            t.cancel()
+        for t in tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await t
+        self._queued.clear()
+
+    async def _drain(self) -> None:
+        while self._queued or self._running:
+            for node in [n for n in self._queued if n not in self._inflight]:
+                if len(self._running) >= self.concurrency:
+                    break
+                value = self._queued.pop(node)
+                self._inflight.add(node)
+                task = asyncio.get_running_loop().create_task(self._write(node, value))
+                self._running.add(task)
+                task.add_done_callback(self._running.discard)
+            if self._running:
+                await asyncio.wait(set(self._running), return_when=asyncio.FIRST_COMPLETED)
+
+    async def _write(self, node: str, value: str | None) -> None:
+        try:
+            await self.client.patch_node(node, hs.requesting_patch(self.key, value))
+            self.written += 1
+            log.debug("node %s: %s set to %r", node, self.key, value)
+        except ApiError as exc:
+            self.failed += 1
+            level = logging.DEBUG if is_not_found(exc) else logging.WARNING
+            log.log(level, "node %s: failed to patch %s: %s", node, self.key, exc)
+        except Exception as exc:  # connection errors, timeouts: logged only, the next pass retries
+            self.failed += 1
+            log.warning("node %s: failed to patch %s: %s", node, self.key, exc)
+        finally:
+            self._inflight.discard(node)
+
+
+# ---------------------------------------------------------------------------------------------
+# The loop
+
+
+@dataclass(slots=True)
+class PassReport:
+    """What one pass did (logged at debug level; tests read it)."""
+
+    nodes: int = 0
+    updated: list[str] = field(default_factory=list)
+    """Nodes whose devices were (re-)stored."""
+    removed: list[str] = field(default_factory=list)
+    """Nodes whose devices were dropped (zero devices)."""
+    cleaned: list[str] = field(default_factory=list)
+    """Registered nodes found unhealthy and cleaned up."""
+    unhealthy: list[str] = field(default_factory=list)
+    errors: dict[str, str] = field(default_factory=dict)
+    """Node -> inventory decode error (registered devices kept)."""
+    requested: list[str] = field(default_factory=list)
+    """Nodes a `Requesting_<now>` stamp was asked for."""
+
+
+@dataclass(slots=True)
+class _Decoded:
+    register: str | None
+    score: str | None
+    devices: list[DeviceInfo] | None
+    error: str | None
+
+
+class _NodeEvents:
+    """Reflector handler for the node informer: add/delete wake the loop (updates do not, §8.3)."""
+
+    def __init__(self, loop: RegistrationLoop) -> None:
+        self._loop = loop
+
+    def on_add(self, obj: Obj) -> None:
+        self._loop.notify()
+
+    def on_update(self, old: Obj, new: Obj) -> None:
+        pass
+
+    def on_delete(self, obj: Obj) -> None:
+        name = node_name(obj)
+        if name:
+            self._loop.forget_node(name)
+        self._loop.notify()
+
+
+class RegistrationLoop:
+    def __init__(
+        self,
+        client: KubeClient,
+        state: SchedulerState,
+        nodes: Store,
+        cfg: NvidiaConfig | None = None,
+        *,
+        is_leader: Callable[[], bool] = lambda: True,
+        ready: Callable[[], bool] = lambda: True,
+        on_node_deleted: Callable[[str], None] | None = None,
+        on_pass: Callable[[], Awaitable[None]] | None = None,
+        now: Callable[[], datetime] = local_now,
+        tz: tzinfo | None = None,
+        interval: float = DEFAULT_INTERVAL,
+        write_concurrency: int = 4,
+        synced: asyncio.Event | None = None,
+    ) -> None:
+        """
+        nodes: the node informer's Store. ready: True once the informers have synced.
+        is_leader: passes are skipped while it is False. on_node_deleted: called with the node name
+        when the informer reports a deletion (the node locker forgets the node). on_pass: awaited
+        after each pass, e.g. LeaderTracker.label_pods; its failures are logged. now/tz: clock and
+        zone of the handshake stamps (tz None = local zone, as HAMi). synced: the event the filter
+        waits on (a new one if not given).
+        """
+        self.client = client
+        self.state = state
+        self.nodes = nodes
+        self.cfg = cfg or NvidiaConfig()
+        self.is_leader = is_leader
+        self.ready = ready
+        self.on_node_deleted = on_node_deleted
+        self.on_pass = on_pass
+        self.now = now
+        self.tz = tz
+        self.interval = interval
+        self.synced = synced if synced is not None else asyncio.Event()
+        """Set after the first pass (and every pass after); cleared when leadership is lost."""
+        self.passes = 0
+        self.last_report: PassReport | None = None
+        self.handler = _NodeEvents(self)
+        """Give this to the node Reflector as its handler."""
+        self.writer = NodeAnnotationWriter(client, keys.NODE_HANDSHAKE, write_concurrency)
+        self._counters: dict[str, hs.NodeCounters] = {}
+        self._decoded: dict[str, _Decoded] = {}
+        self._last_error: dict[str, str] = {}
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    # -- wake-ups --------------------------------------------------------------------------------
+
+    def notify(self) -> None:
+        """Ask for a pass soon; many notifications before it runs make one pass (size-1 channel)."""
+        self._wake.set()
+
+    def on_leader_change(self, leader: bool) -> None:
+        """LeaderTracker listener: a new leader registers at once; a follower is not synced."""
+        if leader:
+            self.notify()
+        else:
+            self.synced.clear()
+
+    def forget_node(self, name: str) -> None:
+        """The node was deleted: drop its devices, counters and pending handshake write."""
+        self.state.remove_node(name)
+        self._counters.pop(name, None)
+        self._decoded.pop(name, None)
+        self._last_error.pop(name, None)
+        self.writer.discard(name)
+        if self.on_node_deleted is not None:
+            try:
+                self.on_node_deleted(name)
+            except Exception:
+                log.exception("node %s: on_node_deleted hook failed", name)
+
+    # -- lifecycle -------------------------------------------------------------------------------
+
+    def start(self) -> asyncio.Task[None]:
+        if self._task is None or self._task.done():
+            self._task = asyncio.get_running_loop().create_task(self.run(), name="node registration")
+            self.notify()  # first attempt now; skipped if the informers are not synced yet
+        return self._task
+
+    async def stop(self) -> None:
+        task, self._task = self._task, None
+        if task is not None and not task.done():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        await self.writer.close()
+
+    async def run(self) -> None:
+        loop = asyncio.get_running_loop()
+        next_tick = loop.time() + self.interval
+        while True:
+            try:
+                await asyncio.wait_for(self._wake.wait(), max(0.0, next_tick - loop.time()))
+            except TimeoutError:
+                next_tick = max(next_tick + self.interval, loop.time())
+            self._wake.clear()
+            if not self.ready():
+                log.debug("registration: informers not synced yet, pass skipped")
+                continue
+            if not self.is_leader():
+                log.debug("registration: not the leader, pass skipped")
+                continue
+            try:
+                await self.run_pass()
+            except Exception:
+                log.exception("registration pass failed")
+
+    # -- one pass --------------------------------------------------------------------------------
+
+    async def run_pass(self) -> PassReport:
+        """One registration pass over the node Store (regardless of leadership/readiness)."""
+        report = PassReport()
+        now = self.now()
+        nodes = self.nodes.list()
+        report.nodes = len(nodes)
+        for node in nodes:
+            name = node_name(node)
+            if not name:
+                continue
+            try:
+                self._register(name, node, now, report)
+            except Exception:  # a bug on one node must not stop the others
+                log.exception("node %s: registration failed", name)
+        self.passes += 1
+        self.last_report = report
+        self.synced.set()
+        log.debug(
+            "registration pass %d: %d nodes, updated %s, removed %s, cleaned %s, errors %s",
+            self.passes,
+            report.nodes,
+            report.updated,
+            report.removed,
+            report.cleaned,
+            sorted(report.errors),
+        )
+        if self.on_pass is not None:
+            try:
+                await self.on_pass()
+            except Exception:
+                log.exception("registration: post-pass hook failed")
+        return report
+
+    async def flush_writes(self) -> None:
+        """Wait for the handshake writes asked for so far (tests, shutdown)."""
+        await self.writer.flush()
+
+    def counters(self, name: str) -> hs.NodeCounters:
+        return self._counters.get(name, hs.UNSEEN)
+
+    def _register(self, name: str, node: Obj, now: datetime, report: PassReport) -> None:
+        annotations = node_annotations(node)
+        register = annotations.get(keys.NODE_NVIDIA_REGISTER)
+        decoded = self._decode(name, register, annotations.get(keys.NODE_NVIDIA_SCORE))
+
+        current = allocatable_count(node, self.cfg.resource_count_name)
+        generic = hs.check_handshake(annotations.get(keys.NODE_HANDSHAKE), now, current, self.tz)
+        if generic.write_requesting:
+            self.writer.submit(name, hs.format_requesting(now, self.tz))
+            report.requested.append(name)
+        health = hs.check_nvidia(self.counters(name), current, register or "", generic)
+        self._counters[name] = health.counters
+
+        if not health.healthy:
+            report.unhealthy.append(name)
+            if name in self.state.ledger:
+                log.warning("node %s: NVIDIA devices are unhealthy, cleaning up node", name)
+                self.writer.submit(name, None)
+                self._counters.pop(name, None)
+                self.state.remove_node(name)
+                report.cleaned.append(name)
+            return
+        if decoded.error is not None:
+            self._log_error(name, register, decoded.error)
+            report.errors[name] = decoded.error
+            return
+        self._last_error.pop(name, None)
+        devices = decoded.devices or []
+        if not devices:
+            if name in self.state.ledger:
+                log.info("node %s: no NVIDIA devices registered any more", name)
+            self.state.remove_node(name)
+            report.removed.append(name)
+            return
+        cordon = decode_cordon(annotations.get(keys.DEVICE_CORDON))
+        if not health.need_update:
+            self._refresh(name, cordon, annotations)
+            return
+        if name not in self.state.ledger:
+            log.info("node %s: registered %d NVIDIA devices", name, len(devices))
+        self.state.set_node_devices(name, devices, cordon, annotations)
+        report.updated.append(name)
+
+    def _decode(self, name: str, register: str | None, score: str | None) -> _Decoded:
+        """Decode once per distinct (register, score) value of a node."""
+        cached = self._decoded.get(name)
+        if cached is not None and cached.register == register and cached.score == score:
+            return cached
+        try:
+            result = _Decoded(register, score, decode_nvidia_inventory(register, score), None)
+        except InventoryError as exc:
+            result = _Decoded(register, score, None, str(exc))
+        self._decoded[name] = result
+        return result
+
+    def _refresh(self, name: str, cordon: frozenset[str], annotations: dict[str, str]) -> None:
+        view = self.state.ledger.view(name)
+        if view is None or (view.cordoned == cordon and view.annotations == annotations):
+            return
+        # Same device list ⇒ the ledger keeps the usage and only swaps cordon/annotations.
+        self.state.set_node_devices(name, view.devices, cordon, annotations)
+
+    def _log_error(self, name: str, register: str | None, error: str) -> None:
+        if register is None:
+            # Nodes without NVIDIA devices: normal, would be noise at every pass.
+            log.debug("node %s: %s", name, error)
+        elif self._last_error.get(name) != error:
+            log.warning("node %s: unusable NVIDIA inventory (registered devices kept): %s", name, error)
+        self._last_error[name] = error
