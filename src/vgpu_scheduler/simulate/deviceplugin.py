@@ -1,0 +1,226 @@
+"""A simulated HAMi NVIDIA device plugin + kubelet, reacting to a bound pod (hami-spec §4.3, §6.2).
+
+What the real pair does once kube-scheduler has created the Binding, and what this does the same way
+on the wire:
+
+* kubelet calls `Allocate` once per container asking for `nvidia.com/gpu`, init containers first;
+  the plugin pops the **first non-empty** container entry of `hami.io/vgpu-devices-to-allocate`,
+  which must hold exactly as many devices as kubelet asked for (else "device number not matched");
+* the rewritten to-allocate value (consumed entries emptied, e.g. `;`) and `hami.io/bind-phase:
+  success` (or `failed`) are merge-patched onto the pod;
+* the node lock `hami.io/mutex.lock` is deleted if it names this pod (`NodeLocker.release`, the same
+  code the scheduler uses);
+* kubelet then runs the pod: phase `Running`, or `Failed` when the allocation failed (kubelet's
+  UnexpectedAdmissionError); a pod with a run time (`DURATION_ANNOTATION`) later goes `Succeeded`.
+
+`SimDevicePlugin.admit` is called directly by the simulation loop (in simulated time, no watch);
+`attach_device_plugin(cluster)` runs the same code from a pod watch for the server's embedded
+cluster (`vgpu-scheduler --cluster-snapshot`), with run times in wall-clock seconds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from vgpu_scheduler.cluster.client import KubeClient
+from vgpu_scheduler.cluster.errors import ApiError
+from vgpu_scheduler.cluster.nodelock import NodeLocker
+from vgpu_scheduler.cluster.reflector import Reflector
+from vgpu_scheduler.cluster.transport import MemoryTransport
+from vgpu_scheduler.config import NvidiaConfig
+from vgpu_scheduler.engine.requests import container_requests
+from vgpu_scheduler.simulate.workload import InvalidDurationError, duration_seconds
+from vgpu_scheduler.wire import keys
+
+if TYPE_CHECKING:
+    from vgpu_scheduler.cluster.memory import MemoryCluster
+
+log = logging.getLogger(__name__)
+
+Obj = dict[str, Any]
+
+DEVICE_NUMBER_NOT_MATCHED = "device number not matched"
+VENDOR_KEYS = tuple(keys.ALLOCATION_KEYS)
+"""Vendor key strings whose presence in a to-allocate value means something is left to allocate."""
+
+
+class AllocateError(ValueError):
+    """kubelet's Allocate for one container failed; the pod gets `bind-phase: failed`."""
+
+
+def requested_counts(pod: Mapping[str, Any], cfg: NvidiaConfig) -> list[int]:
+    """Device count kubelet asks for, per container (init first), 0 for containers without GPUs."""
+    spec = pod.get("spec")
+    spec = spec if isinstance(spec, Mapping) else {}
+    counts: list[int] = []
+    for group in ("initContainers", "containers"):
+        items = spec.get(group)
+        for c in items if isinstance(items, list) else ():
+            req = container_requests(c, cfg) if isinstance(c, Mapping) else None
+            counts.append(req.nums if req is not None and req.nums > 0 else 0)
+    return counts
+
+
+def _device_count(entry: str) -> int:
+    return sum(1 for part in entry.split(":") if "," in part)
+
+
+def consume(to_allocate: str, counts: Sequence[int]) -> str:
+    """The to-allocate value after kubelet's Allocate calls for `counts` (one per container asking
+    for devices, in order): each call empties the first non-empty entry, which must hold exactly
+    that many devices. Raises AllocateError on a mismatch or when nothing is left to pop."""
+    entries = to_allocate.split(";")
+    for n in counts:
+        if n <= 0:
+            continue
+        i = next((j for j, e in enumerate(entries) if _device_count(e) > 0), None)
+        if i is None:
+            raise AllocateError(f"{DEVICE_NUMBER_NOT_MATCHED}: no allocation left for a {n}-device request")
+        if _device_count(entries[i]) != n:
+            raise AllocateError(
+                f"{DEVICE_NUMBER_NOT_MATCHED}: asked {n}, allocation holds {_device_count(entries[i])}"
+            )
+        entries[i] = ""
+    return ";".join(entries)
+
+
+def fully_consumed(to_allocate: str) -> bool:
+    return not any(v in to_allocate for v in VENDOR_KEYS)
+
+
+@dataclass(slots=True, frozen=True)
+class Admission:
+    """What happened to a pod on its node: the phase it got and, on failure, why."""
+
+    phase: str
+    error: str = ""
+
+
+def _meta(pod: Mapping[str, Any]) -> Mapping[str, Any]:
+    meta = pod.get("metadata")
+    return meta if isinstance(meta, Mapping) else {}
+
+
+class SimDevicePlugin:
+    """The device plugins and kubelets of every node of one cluster, driven per pod."""
+
+    def __init__(self, client: KubeClient, cfg: NvidiaConfig | None = None) -> None:
+        self.client = client
+        self.cfg = cfg or NvidiaConfig()
+        # The plugin is another process than the scheduler: its own locker (only release is used).
+        self.locker = NodeLocker(client)
+
+    async def admit(self, pod: Mapping[str, Any]) -> Admission:
+        """Allocate the bound `pod`'s devices and start it (Running), or fail it (Failed)."""
+        meta = _meta(pod)
+        namespace, name = str(meta.get("namespace") or "default"), str(meta.get("name") or "")
+        node = str((pod.get("spec") or {}).get("nodeName") or "")
+        annotations = meta.get("annotations") or {}
+        error = ""
+        if keys.VGPU_TO_ALLOCATE in annotations:
+            value = str(annotations[keys.VGPU_TO_ALLOCATE])
+            try:
+                value = consume(value, requested_counts(pod, self.cfg))
+                if not fully_consumed(value):
+                    raise AllocateError(f"{DEVICE_NUMBER_NOT_MATCHED}: allocation left unconsumed: {value!r}")
+                phase = keys.BIND_PHASE_SUCCESS
+            except AllocateError as exc:
+                error, phase = str(exc), keys.BIND_PHASE_FAILED
+            patch = {"metadata": {"annotations": {keys.VGPU_TO_ALLOCATE: value, keys.BIND_PHASE: phase}}}
+            await self.client.patch_pod(namespace, name, patch)
+            if node:
+                await self.locker.release(node, namespace, name)
+        result = Admission("Failed", error) if error else Admission("Running")
+        await self.set_phase(namespace, name, result.phase, error)
+        return result
+
+    async def set_phase(self, namespace: str, name: str, phase: str, message: str = "") -> None:
+        status: Obj = {"phase": phase}
+        if message:
+            status.update(reason="UnexpectedAdmissionError", message=message)
+        await self.client.patch("pods", name, {"status": status}, namespace, subresource="status")
+
+    async def finish(self, namespace: str, name: str) -> None:
+        """The pod's containers exited 0."""
+        await self.set_phase(namespace, name, "Succeeded")
+
+
+# -- background mode for the server's embedded cluster -----------------------------------------------
+
+
+def _wants_admission(pod: Mapping[str, Any]) -> bool:
+    spec = pod.get("spec") or {}
+    status = pod.get("status") or {}
+    annotations = _meta(pod).get("annotations") or {}
+    return (
+        bool(spec.get("nodeName"))
+        and status.get("phase", "Pending") == "Pending"
+        and annotations.get(keys.BIND_PHASE) == keys.BIND_PHASE_ALLOCATING
+    )
+
+
+class _Handler:
+    def __init__(self, runner: BackgroundDevicePlugin) -> None:
+        self._runner = runner
+
+    def on_add(self, obj: Obj) -> None:
+        self._runner.offer(obj)
+
+    def on_update(self, old: Obj, new: Obj) -> None:
+        self._runner.offer(new)
+
+    def on_delete(self, obj: Obj) -> None:
+        pass
+
+
+class BackgroundDevicePlugin:
+    """Watches pods and admits each bound, allocating pod once; run times in wall-clock seconds."""
+
+    def __init__(self, client: KubeClient, cfg: NvidiaConfig | None = None) -> None:
+        self.plugin = SimDevicePlugin(client, cfg)
+        self.reflector = Reflector(client, "pods", handler=_Handler(self))
+        self._seen: set[str] = set()
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def start(self) -> None:
+        self.reflector.start()
+
+    def offer(self, pod: Obj) -> None:
+        uid = str(_meta(pod).get("uid") or "")
+        if not uid or uid in self._seen or not _wants_admission(pod):
+            return
+        self._seen.add(uid)
+        task = asyncio.get_running_loop().create_task(self._admit(pod))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _admit(self, pod: Obj) -> None:
+        meta = _meta(pod)
+        namespace, name = str(meta.get("namespace") or "default"), str(meta.get("name") or "")
+        try:
+            result = await self.plugin.admit(pod)
+            duration = duration_seconds(pod)
+            if result.phase == "Running" and duration is not None:
+                await asyncio.sleep(duration)
+                await self.plugin.finish(namespace, name)
+        except (ApiError, InvalidDurationError) as exc:
+            log.warning("device plugin: pod %s/%s: %s", namespace, name, exc)
+
+    async def stop(self) -> None:
+        await self.reflector.stop()
+        for task in list(self._tasks):
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+
+def attach_device_plugin(cluster: MemoryCluster, cfg: NvidiaConfig | None = None) -> BackgroundDevicePlugin:
+    """Start a background device plugin on `cluster` (call from a running event loop); `.stop()` it."""
+    runner = BackgroundDevicePlugin(KubeClient(MemoryTransport(cluster)), cfg)
+    runner.start()
+    return runner

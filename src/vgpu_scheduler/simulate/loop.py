@@ -1,0 +1,549 @@
+"""The simulated scheduling loop: kube-scheduler's cycle around the real scheduler process.
+
+Everything that decides runs the server's code: an embedded `MemoryCluster` is the API server, a
+`SchedulerProcess` (informers → scheduler state/ledger, registration, node locker, `Extender`) is the
+HAMi scheduler, and the loop is kube-scheduler:
+
+1. pop the next pod from the `SchedulingQueue` (priority, then arrival; backoff in simulated time);
+2. run the provider's predicates on every node (the informer's Node objects + a `NodeInfo` per node);
+3. POST the feasible node names to the extender's filter as a real `ExtenderArgs` body and take the
+   single node it answers (a GPU-free pod gets the names echoed: the provider's priorities choose);
+4. bind through the extender (`ExtenderBindingArgs`): node lock, pod patch, Binding;
+5. the simulated device plugin (`deviceplugin.SimDevicePlugin`) consumes the allocation, sets
+   `bind-phase: success`, releases the lock, and the pod runs; with a run time it goes `Succeeded`
+   later in simulated time, which is a cluster event that moves unschedulable pods back to active.
+
+A failed predicate/filter/bind sends the pod to the queue's unschedulable set with its reasons.
+Nothing reads the wall clock or an unseeded random source on the way to the report: the clock of the
+process, the extender, the node locker and the cluster is the `SimClock`, and the cluster's uids come
+from a seeded generator, so the same inputs give a byte-identical report.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import logging
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import aiohttp
+import msgspec
+
+from vgpu_scheduler.cluster.client import KubeClient
+from vgpu_scheduler.cluster.errors import ApiError
+from vgpu_scheduler.cluster.memory import MemoryCluster
+from vgpu_scheduler.cluster.transport import MemoryTransport
+from vgpu_scheduler.config import DeviceConfig, default_device_config
+from vgpu_scheduler.engine.requests import pod_requests
+from vgpu_scheduler.flags import SchedulerOptions
+from vgpu_scheduler.server.process import SchedulerProcess
+from vgpu_scheduler.simulate.clock import DEFAULT_EPOCH, SimClock
+from vgpu_scheduler.simulate.deviceplugin import SimDevicePlugin
+from vgpu_scheduler.simulate.predicates import NodeInfo, ignored_resources_for
+from vgpu_scheduler.simulate.providers import DEFAULT_PROVIDER, AlgorithmProvider, get_provider
+from vgpu_scheduler.simulate.queue import QueuedPod, SchedulingQueue, pod_key
+from vgpu_scheduler.simulate.report import (
+    DeviceDemand,
+    DeviceState,
+    PodOutcome,
+    TimelinePoint,
+    build_report,
+)
+from vgpu_scheduler.simulate.workload import duration_seconds
+from vgpu_scheduler.wire import keys
+
+log = logging.getLogger(__name__)
+
+Obj = dict[str, Any]
+
+ARRIVAL_ANNOTATION = "simulate.vgpu-scheduler.io/arrival-seconds"
+"""When a pod (or a node, in a pods file) appears, in simulated seconds (default 0)."""
+SIM_HOSTNAME = "vgpu-scheduler-simulate"
+
+_encode = msgspec.json.Encoder().encode
+_decode = msgspec.json.Decoder().decode
+
+
+class ExtenderEndpoint(Protocol):
+    """The two extender verbs, bytes in, bytes out (`Extender` itself, or HTTP)."""
+
+    async def filter(self, body: bytes) -> bytes: ...
+
+    async def bind(self, body: bytes) -> bytes: ...
+
+
+class HttpExtender:
+    """POST the same bodies to `<url>/filter` and `<url>/bind` of a running server."""
+
+    def __init__(self, url: str, *, timeout: float = 30.0) -> None:
+        self.url = url.rstrip("/")
+        self._timeout = aiohttp.ClientTimeout(total=timeout)
+        self._session: aiohttp.ClientSession | None = None
+
+    async def _post(self, verb: str, body: bytes) -> bytes:
+        if self._session is None:
+            self._session = aiohttp.ClientSession(timeout=self._timeout)
+        async with self._session.post(
+            f"{self.url}/{verb}", data=body, headers={"Content-Type": "application/json"}
+        ) as response:
+            data = await response.read()
+            if response.status != 200:
+                # The extender always answers 200; anything else is reported like an extender error.
+                text = data[:200].decode(errors="replace")
+                return _encode({"Error": f"{verb}: HTTP {response.status}: {text}"})
+            return data
+
+    async def filter(self, body: bytes) -> bytes:
+        return await self._post("filter", body)
+
+    async def bind(self, body: bytes) -> bytes:
+        return await self._post("bind", body)
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+
+class _NoEvents:
+    """The simulation records no Kubernetes Events (they would only slow the run down)."""
+
+    def record(self, pod: Mapping[str, Any], type_: str, reason: str, message: str) -> None:
+        return None
+
+
+@dataclass(slots=True)
+class SimulationOptions:
+    provider: str = DEFAULT_PROVIDER
+    node_scheduler_policy: str = "binpack"
+    gpu_scheduler_policy: str = "spread"
+    device_config: DeviceConfig = field(default_factory=default_device_config)
+    seed: int = 0
+    """Seeds the embedded cluster's uid generator (uids appear in no report field, but keep runs
+    identical anyway)."""
+    initial_backoff: float = 1.0
+    max_backoff: float = 10.0
+    epoch: int = DEFAULT_EPOCH
+
+
+@dataclass(slots=True)
+class SimulationResult:
+    report: dict[str, Any]
+    cycles: int
+    """Scheduling attempts (pops of the queue)."""
+    wall_seconds: float
+    """Wall time of the run (not part of the report, which must be reproducible)."""
+
+
+@dataclass(slots=True)
+class _Usage:
+    node: str
+    used: int
+    usedmem: int
+    usedcores: int
+
+
+_ARRIVE, _NODE, _FINISH = 1, 0, 2  # at equal times: nodes first, then finishes, then arrivals
+
+
+def arrival_seconds(obj: Mapping[str, Any]) -> float:
+    """ARRIVAL_ANNOTATION as seconds >= 0 (0 when absent); ValueError when malformed."""
+    meta = obj.get("metadata")
+    annotations = meta.get("annotations") if isinstance(meta, Mapping) else None
+    if not isinstance(annotations, Mapping) or ARRIVAL_ANNOTATION not in annotations:
+        return 0.0
+    raw = annotations[ARRIVAL_ANNOTATION]
+    try:
+        value = float(str(raw).strip())
+    except ValueError:
+        value = -1.0
+    if not value >= 0 or value == float("inf"):
+        raise ValueError(f"annotation {ARRIVAL_ANNOTATION}={raw!r} is not seconds >= 0")
+    return value
+
+
+class Simulation:
+    """One run. `await start()`, optionally replace `endpoint`, `await run()`, `await close()`."""
+
+    def __init__(
+        self,
+        nodes: Sequence[Mapping[str, Any]],
+        pods: Sequence[Mapping[str, Any]],
+        *,
+        existing: Iterable[Mapping[str, Any]] = (),
+        added_nodes: Sequence[Mapping[str, Any]] = (),
+        options: SimulationOptions | None = None,
+        progress: Callable[[int, int], None] | None = None,
+    ) -> None:
+        """`nodes` and `existing` (pods, ResourceQuotas) are the cluster at time 0; `pods` are
+        scheduled, in order, at their arrival time; `added_nodes` join at their arrival time."""
+        self.options = options or SimulationOptions()
+        self.clock = SimClock(epoch=self.options.epoch)
+        self.cluster = MemoryCluster(clock=self.clock.datetime, seed=self.options.seed)
+        self.cluster.seed_from_list([*nodes, *existing])
+        self.client = KubeClient(MemoryTransport(self.cluster))
+        cfg = self.options.device_config
+        sched_opts = SchedulerOptions(
+            node_scheduler_policy=self.options.node_scheduler_policy,
+            gpu_scheduler_policy=self.options.gpu_scheduler_policy,
+        )
+        self.process = SchedulerProcess(
+            sched_opts,
+            cfg,
+            self.client,
+            SIM_HOSTNAME,
+            now=lambda: self.clock.epoch + self.clock.now,
+            now_datetime=self.clock.datetime,
+            events=_NoEvents(),
+        )
+        self.endpoint: ExtenderEndpoint = self.process.extender
+        self.device_plugin = SimDevicePlugin(self.client, cfg.nvidia)
+        self.provider: AlgorithmProvider = get_provider(
+            self.options.provider, ignored_resources=ignored_resources_for(cfg.nvidia)
+        )
+        self.queue = SchedulingQueue(
+            initial_backoff=self.options.initial_backoff, max_backoff=self.options.max_backoff
+        )
+        self.progress = progress
+        self._input = [dict(p) for p in pods]
+        self._keys = [pod_key(p) for p in self._input]
+        self._events: list[tuple[float, int, int, Any]] = []
+        self._seq = 0
+        for node in added_nodes:
+            self._push(arrival_seconds(node), _NODE, dict(node))
+        for pod in self._input:
+            self._push(arrival_seconds(pod), _ARRIVE, pod)
+        self._node_infos: dict[str, NodeInfo] = {}
+        self._node_names: list[str] = []
+        self._reasons: dict[str, dict[str, str]] = {}
+        self._usage: dict[str, _Usage] = {}
+        self._totals = [0, 0, 0]  # used, usedmem, usedcores over the fleet
+        self._timeline: list[TimelinePoint] = []
+        self._running = 0
+        self._bound = 0
+        self._makespan = 0.0
+        self.cycles = 0
+        self._finished: set[str] = set()
+        self._started = False
+
+    # -- lifecycle ---------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        await self.process.start()
+        await self.settle()
+        for pod in self.cluster.objects("pods"):
+            spec = pod.get("spec") or {}
+            phase = (pod.get("status") or {}).get("phase")
+            if spec.get("nodeName") and phase not in ("Succeeded", "Failed"):
+                self._assume(pod, str(spec["nodeName"]))
+        self._started = True
+
+    async def close(self) -> None:
+        await self.process.stop()
+        await self.client.close()
+        closer = getattr(self.endpoint, "close", None)
+        if closer is not None and self.endpoint is not self.process.extender:
+            await closer()
+
+    async def settle(self) -> None:
+        """Wait until every informer of the process has seen every write made so far."""
+        self.cluster.trigger_bookmarks()
+        target = self.cluster.resource_version
+        for _ in range(100_000):
+            if all(_rv(r.resource_version) >= target for r in self.process.reflectors):
+                return
+            await asyncio.sleep(0)
+        raise RuntimeError("the scheduler's informers did not catch up with the embedded cluster")
+
+    # -- events ------------------------------------------------------------------------------------
+
+    def _push(self, at: float, kind: int, payload: Any) -> None:
+        heapq.heappush(self._events, (at, kind, self._seq, payload))
+        self._seq += 1
+
+    async def _handle_due_events(self) -> None:
+        cluster_event = ""
+        arrived: list[str] = []
+        while self._events and self._events[0][0] <= self.clock.now:
+            _, kind, _, payload = heapq.heappop(self._events)
+            if kind == _NODE:
+                await self._add_node(payload)
+                cluster_event = "NodeAdd"
+            elif kind == _FINISH:
+                await self._finish(payload)
+                cluster_event = "PodDelete"
+            else:
+                await self.client.create("pods", payload)
+                arrived.append(pod_key(payload))
+        if arrived or cluster_event:
+            await self.settle()
+        for key in arrived:
+            cached = self._cached_pod(key)
+            if cached is not None and not (cached.get("spec") or {}).get("nodeName"):
+                self.queue.add(cached, self.clock.now)
+        if cluster_event:
+            self.queue.move_all_to_active_on_event(self.clock.now, cluster_event)
+
+    async def _add_node(self, node: Obj) -> None:
+        await self.client.create("nodes", node)
+        name = str((node.get("metadata") or {}).get("name") or "")
+        await self.settle()
+        # The node informer wakes the registration loop; wait for its pass to register the node.
+        for _ in range(10_000):
+            if name in self.process.state.ledger:
+                return
+            await asyncio.sleep(0)
+        log.warning("node %s was added but not registered (no usable device inventory?)", name)
+
+    async def _finish(self, key: str) -> None:
+        usage = self._usage.pop(key, None)
+        if usage is None:
+            return
+        namespace, _, name = key.partition("/")
+        await self.device_plugin.finish(namespace, name)
+        info = self._node_infos.get(usage.node)
+        if info is not None:
+            info.remove_pod(key)
+        self._totals[0] -= usage.used
+        self._totals[1] -= usage.usedmem
+        self._totals[2] -= usage.usedcores
+        self._running -= 1
+        self._finished.add(key)
+        self._mark()
+
+    # -- the loop ----------------------------------------------------------------------------------
+
+    async def run(self) -> SimulationResult:
+        if not self._started:
+            await self.start()
+        wall_start = time.perf_counter()
+        while True:
+            await self._handle_due_events()
+            item = self.queue.pop(self.clock.now)
+            if isinstance(item, QueuedPod):
+                self.cycles += 1
+                await self._schedule_one(item)
+                continue
+            wake = [t for t in (item, self._events[0][0] if self._events else None) if t is not None]
+            if not wake:
+                break
+            self.clock.advance_to(min(wake))
+        await self.settle()
+        report = await self._report()
+        return SimulationResult(report, self.cycles, time.perf_counter() - wall_start)
+
+    def _cached_pod(self, key: str) -> Obj | None:
+        namespace, _, name = key.partition("/")
+        return self.process.pods.store.get(namespace, name)
+
+    def _nodes(self) -> list[Obj]:
+        store = self.process.nodes.store
+        if len(self._node_names) != len(store):
+            self._node_names = sorted(str((n.get("metadata") or {}).get("name") or "") for n in store.list())
+        out = []
+        for name in self._node_names:
+            node = store.get(None, name)
+            if node is not None:
+                out.append(node)
+        return out
+
+    def _node_info(self, node: Obj) -> NodeInfo:
+        name = str((node.get("metadata") or {}).get("name") or "")
+        info = self._node_infos.get(name)
+        if info is None:
+            info = self._node_infos[name] = NodeInfo(node)
+        return info
+
+    async def _schedule_one(self, qp: QueuedPod) -> None:
+        pod = self._cached_pod(qp.key)
+        if pod is None or (pod.get("spec") or {}).get("nodeName"):
+            return  # deleted, or bound by someone else meanwhile
+        qp.pod = pod
+        failed: dict[str, str] = {}
+        feasible: list[str] = []
+        by_name: dict[str, Obj] = {}
+        for node in self._nodes():
+            info = self._node_info(node)
+            reason = self.provider.filter(pod, node, info)
+            if reason is None:
+                feasible.append(info.name)
+                by_name[info.name] = node
+            else:
+                failed[info.name] = reason
+        if not feasible:
+            self._unschedulable(qp, failed)
+            return
+        answer = _decode(
+            await self.endpoint.filter(_encode({"Pod": pod, "Nodes": None, "NodeNames": feasible}))
+        )
+        error = str(answer.get("Error") or "")
+        if error:
+            self._unschedulable(qp, {**failed, **dict.fromkeys(feasible, error)})
+            return
+        failed.update({str(k): str(v) for k, v in (answer.get("FailedNodes") or {}).items()})
+        chosen = [n for n in answer.get("NodeNames") or [] if n in by_name]
+        if not chosen:
+            self._unschedulable(qp, failed)
+            return
+        node_name = self._prioritize(pod, chosen, by_name)
+        meta = pod.get("metadata") or {}
+        bind_body = {
+            "PodName": meta.get("name", ""),
+            "PodNamespace": meta.get("namespace", "default"),
+            "PodUID": meta.get("uid", ""),
+            "Node": node_name,
+        }
+        error = str(_decode(await self.endpoint.bind(_encode(bind_body))).get("Error") or "")
+        if error:
+            self._unschedulable(qp, {node_name: error})
+            return
+        await self._after_bind(qp.key, node_name)
+
+    def _prioritize(self, pod: Obj, names: list[str], by_name: Mapping[str, Obj]) -> str:
+        if len(names) == 1:
+            return names[0]
+        # Highest score wins; equal scores go to the first name (kube-scheduler picks at random).
+        best, best_score = names[0], -1
+        for name in sorted(names):
+            node = by_name[name]
+            score = self.provider.score(pod, node, self._node_info(node))
+            if score > best_score:
+                best, best_score = name, score
+        return best
+
+    def _unschedulable(self, qp: QueuedPod, reasons: dict[str, str]) -> None:
+        self._reasons[qp.key] = reasons
+        self.queue.add_unschedulable(qp, self.clock.now)
+
+    async def _after_bind(self, key: str, node_name: str) -> None:
+        namespace, _, name = key.partition("/")
+        try:
+            pod = await self.client.get_pod(namespace, name)
+            admission = await self.device_plugin.admit(pod)
+        except ApiError as exc:
+            log.error("device plugin: pod %s: %s", key, exc)
+            return
+        self._reasons.pop(key, None)
+        await self.settle()
+        self._bound += 1
+        if admission.phase != "Running":
+            log.warning("pod %s failed on node %s: %s", key, node_name, admission.error)
+            self._finished.add(key)
+            return
+        self._assume(pod, node_name)
+        duration = duration_seconds(pod)
+        if duration is not None:
+            self._push(self.clock.now + duration, _FINISH, key)
+        if self.progress is not None:
+            self.progress(self._bound, len(self._input))
+
+    def _assume(self, pod: Obj, node_name: str) -> None:
+        """Count a running pod on its node (NodeInfo for the predicates, totals for the timeline)."""
+        key = pod_key(pod)
+        node = self.process.nodes.store.get(None, node_name)
+        if node is not None:
+            self._node_info(node).add_pod(pod)
+        uid = str((pod.get("metadata") or {}).get("uid") or "")
+        alloc = self.process.state.allocation(uid)
+        used = usedmem = usedcores = 0
+        if alloc is not None:
+            for containers in alloc.devices.values():
+                for container in containers:
+                    for dev in container:
+                        used += dev.slots if dev.slots > 0 else 1
+                        usedmem += max(dev.usedmem, 0)
+                        usedcores += max(dev.usedcores, 0)
+        self._usage[key] = _Usage(node_name, used, usedmem, usedcores)
+        self._totals[0] += used
+        self._totals[1] += usedmem
+        self._totals[2] += usedcores
+        self._running += 1
+        self._mark()
+
+    def _mark(self) -> None:
+        now = self.clock.now
+        self._makespan = max(self._makespan, now)
+        point = TimelinePoint(now, self._running, len(self.queue), *self._totals)
+        if self._timeline and self._timeline[-1].time == now:
+            self._timeline[-1] = point  # one point per instant: the state after it
+        else:
+            self._timeline.append(point)
+
+    # -- report ------------------------------------------------------------------------------------
+
+    async def _report(self) -> dict[str, Any]:
+        cfg = self.options.device_config.nvidia
+        outcomes: list[PodOutcome] = []
+        demands: list[DeviceDemand] = []
+        for pod_in, key in zip(self._input, self._keys, strict=True):
+            namespace, _, name = key.partition("/")
+            try:
+                pod = await self.client.get_pod(namespace, name)
+            except ApiError:
+                outcomes.append(PodOutcome(pod_in, None, self._reasons.get(key, {})))
+                continue
+            node = (pod.get("spec") or {}).get("nodeName") or None
+            outcomes.append(PodOutcome(pod, node, self._reasons.get(key, {}) if node is None else {}))
+            if node is None:
+                demands.extend(_demands(pod, cfg))
+        ledger = self.process.state.ledger
+        devices: list[DeviceState] = []
+        for node_name in sorted(ledger.node_names()):
+            view = ledger.view(node_name)
+            if view is None:
+                continue
+            for dev, use in zip(view.devices, view.usage, strict=True):
+                devices.append(
+                    DeviceState(
+                        node=node_name, index=dev.index, uuid=dev.id, type=dev.type, count=dev.count,
+                        devmem=dev.devmem, devcore=dev.devcore, used=use.used, usedmem=use.usedmem,
+                        usedcores=use.usedcores, health=dev.health,
+                    )
+                )
+        return build_report(
+            outcomes, devices, demands=demands, makespan=self._makespan, timeline=self._timeline
+        )
+
+
+def _demands(pod: Mapping[str, Any], cfg: Any) -> list[DeviceDemand]:
+    annotations = (pod.get("metadata") or {}).get("annotations") or {}
+    use = str(annotations.get(keys.USE_GPUTYPE, "")).split(",")
+    nouse = str(annotations.get(keys.NOUSE_GPUTYPE, "")).split(",")
+    out = []
+    for container in pod_requests(pod, cfg):
+        for request in container.values():
+            out.append(DeviceDemand.from_request(request, use_types=use, nouse_types=nouse))
+    return out
+
+
+def _rv(value: str) -> int:
+    try:
+        return int(value)
+    except ValueError:
+        return 0
+
+
+async def simulate(
+    nodes: Sequence[Mapping[str, Any]],
+    pods: Sequence[Mapping[str, Any]],
+    *,
+    existing: Iterable[Mapping[str, Any]] = (),
+    added_nodes: Sequence[Mapping[str, Any]] = (),
+    options: SimulationOptions | None = None,
+    endpoint: ExtenderEndpoint | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> SimulationResult:
+    """Run one simulation to the end (in-process extender unless `endpoint` is given)."""
+    sim = Simulation(
+        nodes, pods, existing=existing, added_nodes=added_nodes, options=options, progress=progress
+    )
+    try:
+        await sim.start()
+        if endpoint is not None:
+            sim.endpoint = endpoint
+        return await sim.run()
+    finally:
+        await sim.close()
