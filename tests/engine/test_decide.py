@@ -132,6 +132,15 @@ def test_only_candidates_are_considered() -> None:
     assert chosen_node(run(make_pod(), s, ["a", "c"])) == "c"
 
 
+@pytest.mark.parametrize(("policy", "expected"), [("binpack", "n3"), ("spread", "n1")])
+def test_few_candidates_among_many_nodes(policy: str, expected: str) -> None:
+    # 2 candidates out of 9 nodes: ordered by sorting the candidates, not by walking the index.
+    s = cluster(*((f"n{i}", [gpu(f"GPU-{i}")]) for i in range(9)))
+    for i in range(9):
+        s.on_pod(scheduled(f"x{i}", f"n{i}", f"GPU-{i},NVIDIA,{100 * (9 - i) if i != 1 else 50},0:;"))
+    assert chosen_node(run(make_pod(), s, ["n3", "n1", "ghost"], policy)) == expected
+
+
 def test_the_pod_itself_is_removed_first() -> None:
     s = cluster(("a", [gpu("GPU-a")]), ("b", [gpu("GPU-b")]))
     s.on_pod(scheduled("p", "b", "GPU-b,NVIDIA,4000,0:;"))  # an earlier placement of this same pod

@@ -158,6 +158,8 @@ def _may_fit(needs: tuple[_Need, ...], s: NodeSummary) -> bool:
 
 def _ordered(ledger: DeviceLedger, candidates: list[str], descending: bool) -> Iterator[str]:
     """`candidates` (all registered) in policy order, without sorting when they are most nodes."""
+    if len(candidates) == len(ledger):  # every registered node (the usual nodeCacheCapable call)
+        return (name for _, name in ledger.by_score(descending))
     if len(candidates) * 4 >= len(ledger):
         # Walking the ledger's score index beats sorting when the candidates are most nodes.
         wanted = set(candidates)
@@ -199,17 +201,8 @@ def decide(
     descending = node_policy(annotations, default_node_policy) == BINPACK
     ledger = state.ledger
 
-    failed: dict[str, str] = {}
-    candidates: list[str] = []
-    seen: set[str] = set()
-    for node in node_names:
-        if node in seen:
-            continue
-        seen.add(node)
-        if node in ledger:
-            candidates.append(node)
-        else:
-            failed[node] = NODE_UNREGISTERED
+    candidates, unregistered = ledger.partition(node_names)
+    failed = dict.fromkeys(unregistered, NODE_UNREGISTERED)
 
     if evaluate_all:
         return _decide_all(requests, n_init, pod, ctx, ledger, candidates, descending, failed, now)

@@ -265,6 +265,12 @@ class DeviceLedger:
     def __len__(self) -> int:
         return len(self._nodes)
 
+    def partition(self, names: Iterable[str]) -> tuple[list[str], list[str]]:
+        """(registered, unregistered) among `names`, each de-duplicated in first-seen order."""
+        unique = dict.fromkeys(names)
+        nodes = self._nodes
+        return [n for n in unique if n in nodes], [n for n in unique if n not in nodes]
+
     def node_names(self) -> Iterable[str]:
         return self._nodes.keys()
 

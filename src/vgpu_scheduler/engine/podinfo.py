@@ -66,9 +66,10 @@ def init_container_count(pod: Mapping[str, Any]) -> int:
     return sum(isinstance(c, Mapping) for c in _sequence(_mapping(pod.get("spec")).get("initContainers")))
 
 
-def init_containers_finished(pod: Mapping[str, Any]) -> bool:
+def init_containers_finished(pod: Mapping[str, Any], n_init: int | None = None) -> bool:
     """Every init container of the spec reports `terminated` with exit code 0."""
-    n_init = init_container_count(pod)
+    if n_init is None:
+        n_init = init_container_count(pod)
     if n_init == 0:
         return False
     statuses = _sequence(_mapping(pod.get("status")).get("initContainerStatuses"))
@@ -142,11 +143,13 @@ def pod_allocation(
     mig: Sequence[MigAllocation] = (),
     *,
     previously_shrunk: bool = False,
+    key: tuple[str, str, str] | None = None,
 ) -> PodAllocation:
     """Build the collapsed allocation of `pod` from its per-container devices (init first)."""
-    uid, namespace, name = pod_key(pod)
-    shrunk = previously_shrunk or init_containers_finished(pod)
-    collapsed = collapse_pod_devices(devices, init_container_count(pod), app_only=shrunk)
+    uid, namespace, name = key if key is not None else pod_key(pod)
+    n_init = init_container_count(pod)
+    shrunk = previously_shrunk or init_containers_finished(pod, n_init)
+    collapsed = collapse_pod_devices(devices, n_init, app_only=shrunk)
     return PodAllocation(uid, namespace, name, node, collapsed, tuple(mig), shrunk)
 
 
@@ -161,11 +164,22 @@ def pod_allocation_from_pod(
     A MIG annotation that does not decode is logged and read as "no MIG placements", which makes any
     MIG device the pod uses fail closed (§5.2).
     """
-    annotations = pod_annotations(pod)
-    node = annotations.get(keys.VGPU_NODE)
-    if not node or is_terminal(pod):
+    if is_terminal(pod):
         return None
-    _, namespace, name = pod_key(pod)
+    return allocation_from_annotations(pod, pod_key(pod), pod_annotations(pod), previously_shrunk)
+
+
+def allocation_from_annotations(
+    pod: Mapping[str, Any],
+    key: tuple[str, str, str],
+    annotations: Mapping[str, str],
+    previously_shrunk: bool = False,
+) -> PodAllocation | None:
+    """`pod_allocation_from_pod` for a non-terminal pod whose key and annotations are at hand."""
+    node = annotations.get(keys.VGPU_NODE)
+    if not node:
+        return None
+    _, namespace, name = key
     try:
         devices = decode_pod_devices(annotations)
     except AllocationError as exc:
@@ -175,7 +189,7 @@ def pod_allocation_from_pod(
     raw_mig = annotations.get(keys.VGPU_MIG_ALLOCATIONS)
     if raw_mig:
         try:
-            mig = list(decode_mig_allocations(raw_mig))
+            mig = decode_mig_allocations(raw_mig)
         except MigAllocationError as exc:
             log.warning("pod %s/%s: ignoring bad %s: %s", namespace, name, keys.VGPU_MIG_ALLOCATIONS, exc)
-    return pod_allocation(pod, node, devices, mig, previously_shrunk=previously_shrunk)
+    return pod_allocation(pod, node, devices, mig, previously_shrunk=previously_shrunk, key=key)

@@ -16,9 +16,9 @@ from vgpu_scheduler.config import NvidiaConfig
 from vgpu_scheduler.engine.ledger import DeviceLedger
 from vgpu_scheduler.engine.podinfo import (
     PodAllocation,
+    allocation_from_annotations,
     is_terminal,
     pod_allocation,
-    pod_allocation_from_pod,
     pod_annotations,
     pod_key,
 )
@@ -57,7 +57,8 @@ class SchedulerState:
 
     def on_pod(self, pod: Mapping[str, Any]) -> None:
         """A pod was added or updated (watch/list)."""
-        uid, namespace, name = pod_key(pod)
+        key = pod_key(pod)
+        uid, namespace, name = key
         if not uid:
             log.warning("ignoring pod %s/%s without uid", namespace, name)
             return
@@ -75,7 +76,8 @@ class SchedulerState:
             # after a failed bind): the reservation is newer, keep it until our annotations arrive.
             return
         previous = self.ledger.allocation(uid)
-        alloc = pod_allocation_from_pod(pod, previously_shrunk=previous is not None and previous.init_shrunk)
+        shrunk = previous is not None and previous.init_shrunk
+        alloc = allocation_from_annotations(pod, key, annotations, shrunk)
         if alloc is None:
             self._drop(uid)  # undecodable allocation: the pod is ignored (already logged)
             return
@@ -113,6 +115,8 @@ class SchedulerState:
         return self.ledger.pods()
 
     def _count(self, alloc: PodAllocation) -> None:
+        if self.ledger.allocation(alloc.uid) == alloc:
+            return  # most pod updates (status, bind phase) do not change the allocation
         old = self.ledger.upsert_pod(alloc)
         if old is not None:
             self.quota.remove_usage(old.namespace, old.devices)
