@@ -1,0 +1,115 @@
+from typing import Any
+
+import pytest
+
+from vgpu_scheduler.cluster.client import KubeClient
+from vgpu_scheduler.cluster.memory import MemoryCluster
+from vgpu_scheduler.cluster.transport import MemoryTransport
+from vgpu_scheduler.config import NvidiaConfig
+from vgpu_scheduler.simulate.deviceplugin import (
+    AllocateError,
+    SimDevicePlugin,
+    consume,
+    fully_consumed,
+    requested_counts,
+)
+from vgpu_scheduler.wire import keys
+
+A = "GPU-a,NVIDIA,1000,30:"
+B = "GPU-b,NVIDIA,1000,30:"
+
+
+@pytest.mark.parametrize(
+    ("value", "counts", "expected"),
+    [
+        (f"{A};", [1], ";"),  # one container, one GPU
+        (f"{A}{B};", [2], ";"),  # one container, two GPUs
+        (f"{A};{B};", [1, 1], ";;"),  # two containers
+        (f";{A};", [0, 1], ";;"),  # first container without GPU: first NON-EMPTY entry is popped
+        (f"{A};;", [1, 0], ";;"),  # vendor-key padding after the last GPU container
+        (f"{A};{B};", [1], f";{B};"),  # only the first call so far
+    ],
+)
+def test_consume_pops_first_non_empty_entry(value: str, counts: list[int], expected: str) -> None:
+    assert consume(value, counts) == expected
+
+
+@pytest.mark.parametrize(
+    ("value", "counts"),
+    [(f"{A};", [2]), (f"{A}{B};", [1, 1]), (";", [1])],
+)
+def test_consume_device_number_not_matched(value: str, counts: list[int]) -> None:
+    with pytest.raises(AllocateError, match="device number not matched"):
+        consume(value, counts)
+
+
+def test_fully_consumed() -> None:
+    assert fully_consumed(";;")
+    assert not fully_consumed(f";{A};")
+
+
+def test_requested_counts_init_first() -> None:
+    pod = {
+        "spec": {
+            "initContainers": [{"name": "i", "resources": {"limits": {"nvidia.com/gpu": 1}}}],
+            "containers": [
+                {"name": "cpu"},
+                {"name": "g", "resources": {"limits": {"nvidia.com/gpu": 2}}},
+            ],
+        }
+    }
+    assert requested_counts(pod, NvidiaConfig()) == [1, 0, 2]
+
+
+def _bound_pod(cluster: MemoryCluster, to_allocate: str, gpus: int) -> dict[str, Any]:
+    lock = {keys.NODE_LOCK: "2026-01-01T00:00:00Z,default,p"}
+    cluster.create("nodes", {"metadata": {"name": "n1", "annotations": lock}})
+    limits = {"nvidia.com/gpu": gpus}
+    cluster.create(
+        "pods",
+        {
+            "metadata": {
+                "name": "p",
+                "namespace": "default",
+                "annotations": {keys.VGPU_TO_ALLOCATE: to_allocate, keys.BIND_PHASE: "allocating"},
+            },
+            "spec": {"containers": [{"name": "c", "image": "x", "resources": {"limits": limits}}]},
+        },
+    )
+    cluster.bind("default", "p", "n1")
+    return cluster.get("pods", "p", "default")
+
+
+async def test_admit_success_releases_lock_and_runs() -> None:
+    cluster = MemoryCluster(seed=1)
+    pod = _bound_pod(cluster, f"{A};", 1)
+    plugin = SimDevicePlugin(KubeClient(MemoryTransport(cluster)))
+    result = await plugin.admit(pod)
+    assert result.phase == "Running"
+    after = cluster.get("pods", "p", "default")
+    assert after["metadata"]["annotations"][keys.BIND_PHASE] == "success"
+    assert after["metadata"]["annotations"][keys.VGPU_TO_ALLOCATE] == ";"
+    assert after["status"]["phase"] == "Running"
+    assert keys.NODE_LOCK not in (cluster.get("nodes", "n1")["metadata"].get("annotations") or {})
+    await plugin.finish("default", "p")
+    assert cluster.get("pods", "p", "default")["status"]["phase"] == "Succeeded"
+
+
+async def test_admit_mismatch_fails_pod_and_still_releases_lock() -> None:
+    cluster = MemoryCluster(seed=1)
+    pod = _bound_pod(cluster, f"{A};", 2)
+    result = await SimDevicePlugin(KubeClient(MemoryTransport(cluster))).admit(pod)
+    assert result.phase == "Failed" and "device number not matched" in result.error
+    after = cluster.get("pods", "p", "default")
+    assert after["metadata"]["annotations"][keys.BIND_PHASE] == "failed"
+    assert after["status"]["phase"] == "Failed"
+    assert keys.NODE_LOCK not in (cluster.get("nodes", "n1")["metadata"].get("annotations") or {})
+
+
+async def test_admit_keeps_another_pods_lock() -> None:
+    cluster = MemoryCluster(seed=1)
+    pod = _bound_pod(cluster, f"{A};", 1)
+    other = {keys.NODE_LOCK: "2026-01-01T00:00:00Z,default,other"}
+    cluster.patch("nodes", "n1", {"metadata": {"annotations": other}})
+    await SimDevicePlugin(KubeClient(MemoryTransport(cluster))).admit(pod)
+    assert cluster.get("nodes", "n1")["metadata"]["annotations"][keys.NODE_LOCK].endswith(",default,other")
