@@ -23,6 +23,7 @@ from vgpu_scheduler.cluster.api import ResourceType
 from vgpu_scheduler.cluster.client import KubeClient
 from vgpu_scheduler.cluster.errors import ApiConnectionError, ApiError, is_gone
 from vgpu_scheduler.cluster.store import Store
+from vgpu_scheduler.cluster.transport import gc_paused
 
 log = logging.getLogger(__name__)
 
@@ -172,9 +173,15 @@ class Reflector:
             await asyncio.wait_for(self._stop.wait(), delay)
 
     async def _list_and_replace(self) -> None:
-        items, rv = await self.client.list_all(
-            self.rt, self.namespace, self.label_selector, self.field_selector, self.page_size
-        )
+        # The whole relist with the GC paused: otherwise each page's dicts trigger collections that
+        # scan the full store (8 s instead of 2 s for 50,000 pods here).
+        with gc_paused():
+            items, rv = await self.client.list_all(
+                self.rt, self.namespace, self.label_selector, self.field_selector, self.page_size
+            )
+            self._replace(items, rv)
+
+    def _replace(self, items: list[Obj], rv: str) -> None:
         self.stats.lists += 1
         fresh = {api.key_of(o): o for o in items}
         # Deletes first: the ledger frees devices before the survivors are re-counted.

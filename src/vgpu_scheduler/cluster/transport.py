@@ -7,10 +7,12 @@ same code against a real cluster, the fake API server, and the in-process cluste
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import gc
 import logging
 import ssl
 import time
-from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
+from collections.abc import AsyncGenerator, Awaitable, Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
 import aiohttp
@@ -72,10 +74,33 @@ class StaticAuth:
         return None
 
 
+@contextlib.contextmanager
+def gc_paused() -> Iterator[None]:
+    """Pause the cyclic GC (JSON trees have no cycles). Decoding many thousands of Pods creates
+    millions of dicts, and every collection they trigger scans the whole heap, informer caches
+    included: a 50,000-pod relist is 4-5x slower without this. Nested use is fine."""
+    if not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
+
+
+def decode_json(raw: bytes) -> Any:
+    """msgspec decode, with the cyclic GC paused for big bodies (see gc_paused)."""
+    if len(raw) < 65536:
+        return _decode(raw)
+    with gc_paused():
+        return _decode(raw)
+
+
 def decode_body(raw: bytes) -> dict[str, Any]:
     """JSON object body, or {"message": text} for anything else (proxy pages, empty bodies)."""
     try:
-        body = _decode(raw) if raw else {}
+        body = decode_json(raw) if raw else {}
     except msgspec.DecodeError:
         return {"message": raw[:512].decode("utf-8", "replace").strip()}
     return body if isinstance(body, dict) else {"message": str(body)}
@@ -235,7 +260,7 @@ class HttpTransport:
 
 def _decode_line(line: bytes) -> dict[str, Any]:
     try:
-        event = _decode(line)
+        event = decode_json(line)
     except msgspec.DecodeError as exc:
         raise ApiConnectionError(f"malformed watch event: {exc}") from exc
     if not isinstance(event, dict):
