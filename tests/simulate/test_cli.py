@@ -1,0 +1,119 @@
+"""`vgpu-scheduler simulate` end to end: inputs, report file, exit codes."""
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+from vgpu_scheduler.cli import main as root_main
+from vgpu_scheduler.simulate.cli import main
+from vgpu_scheduler.simulate.fleet import fleet
+from vgpu_scheduler.simulate.workload import DURATION_ANNOTATION
+
+POD = """\
+apiVersion: v1
+kind: Pod
+metadata: {{name: {name}, namespace: default{extra}}}
+spec:
+  containers:
+  - name: c
+    image: x
+    resources: {{limits: {{nvidia.com/gpu: 1, nvidia.com/gpumem: 2048}}}}
+"""
+
+
+def pods_file(tmp_path: Path, *names: str, extra: str = "") -> Path:
+    path = tmp_path / "pods.yaml"
+    path.write_text("---\n".join(POD.format(name=n, extra=extra) for n in names))
+    return path
+
+
+def test_demo_run_writes_the_report_and_prints_a_summary(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "r.json"
+    assert root_main(["simulate", "--count", "30", "--seed", "3", "--output", str(out)]) == 0
+    report = json.loads(out.read_text())
+    assert set(report) >= {"pods", "summary"}
+    assert len(report["pods"]) == 30
+    assert set(report["pods"][0]) == {"namespace", "name", "node", "annotations", "reasons"}
+    printed = capsys.readouterr().out
+    assert "pods: " in printed and "simulated makespan" in printed
+
+
+def test_same_seed_same_bytes_other_seed_other_pods(tmp_path: Path) -> None:
+    a, b, c = (tmp_path / f"{n}.json" for n in "abc")
+    for path, seed in ((a, "5"), (b, "5"), (c, "6")):
+        assert main(["--count", "25", "--seed", seed, "--output", str(path)]) == 0
+    assert a.read_bytes() == b.read_bytes()
+    assert a.read_bytes() != c.read_bytes()
+
+
+def test_snapshot_and_pods_files_with_policies(tmp_path: Path) -> None:
+    snap = tmp_path / "snap.json"
+    snap.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": fleet(2, 2)}))
+    pods = pods_file(tmp_path, "one", "two")
+    results = {}
+    for policy in ("binpack", "spread"):
+        out = tmp_path / f"{policy}.json"
+        args = ["--snapshot", str(snap), "--pods", str(pods), "--node-scheduler-policy", policy,
+                "--output", str(out)]
+        assert main(args) == 0
+        results[policy] = [p["node"] for p in json.loads(out.read_text())["pods"]]
+    assert results["binpack"][0] == results["binpack"][1]  # packed onto one node
+    assert results["spread"][0] != results["spread"][1]
+
+
+@pytest.mark.parametrize(
+    ("content", "where", "message"),
+    [
+        ("kind: Pod\napiVersion: v1\nmetadata: {namespace: x}\n", "--pods", "metadata.name is missing"),
+        ("items: [1\n", "--pods", "invalid YAML"),
+        ('{"kind": "Pod",', "--snapshot", "invalid JSON"),
+        ("apiVersion: v1\nkind: Service\nmetadata: {name: s}\n", "--pods", "unsupported kind 'Service'"),
+        ("apiVersion: v1\nkind: ResourceQuota\nmetadata: {name: q}\n", "--pods", "ResourceQuota default/q"),
+        (
+            POD.format(name="late", extra=f", annotations: {{{DURATION_ANNOTATION}: soon}}"),
+            "--pods",
+            "Pod default/late",
+        ),
+    ],
+)
+def test_bad_input_is_one_clear_error_exit_2_nothing_written(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], content: str, where: str, message: str
+) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(content)
+    out = tmp_path / "out.json"
+    assert main([where, str(bad), "--output", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert str(bad) in err and message in err
+    assert len(err.strip().splitlines()) == 1
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["--provider", "Nope"], ["--gpu-scheduler-policy", "random"], ["--count", "-1"], ["--seed", "x"]],
+)
+def test_bad_flags_exit_2(args: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(args) == 2
+    assert capsys.readouterr().err.startswith("vgpu-scheduler simulate: ")
+
+
+def test_bad_device_config_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "dev.yaml"
+    bad.write_text("nvidia: [1]\n")
+    assert main(["--device-config-file", str(bad)]) == 2
+    assert "device config" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(importlib.util.find_spec("matplotlib") is not None, reason="matplotlib is installed")
+def test_plot_without_matplotlib_says_how_to_install(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "r.json"
+    assert main(["--plot", str(tmp_path / "p.png"), "--output", str(out)]) == 2
+    assert "pip install 'vgpu-scheduler[plot]'" in capsys.readouterr().err
+    assert not out.exists()
