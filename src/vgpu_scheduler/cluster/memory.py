@@ -36,6 +36,7 @@ import msgspec
 from vgpu_scheduler.cluster import api
 from vgpu_scheduler.cluster.api import Obj, ResourceType
 from vgpu_scheduler.cluster.errors import ApiConnectionError, ApiError, details, status_body, success_status
+from vgpu_scheduler.cluster.transport import gc_paused
 
 log = logging.getLogger(__name__)
 
@@ -483,28 +484,31 @@ class MemoryCluster:
         else:
             items = objs
         loaded = 0
-        for item in items:
-            if not isinstance(item, Mapping):
-                log.warning("snapshot: skipping a non-object item")
-                continue
-            av, kind = str(item.get("apiVersion", "")), str(item.get("kind", ""))
-            if not kind and default_kind is not None:
-                av, kind = default_kind
-            rt = api.resource_for_kind(av, kind)
-            if rt is None or rt is api.EVENTS_V1:
-                rt = api.EVENTS if kind == "Event" else rt
-            if rt is None:
-                log.warning("snapshot: skipping unsupported kind %s/%s", av, kind)
-                continue
-            try:
-                obj = _copy(item)
-                if rt is api.EVENTS and av == "events.k8s.io/v1":
-                    obj = api.event_to_core(obj)
-                self._create(rt, None, obj, seeding=True)
-                loaded += 1
-            except ApiError as exc:
-                log.warning("snapshot: skipping %s: %s", kind, exc.message)
+        with gc_paused():  # bulk load: see transport.gc_paused
+            for item in items:
+                loaded += self._seed_one(item, default_kind)
         return loaded
+
+    def _seed_one(self, item: Any, default_kind: tuple[str, str] | None) -> int:
+        if not isinstance(item, Mapping):
+            log.warning("snapshot: skipping a non-object item")
+            return 0
+        av, kind = str(item.get("apiVersion", "")), str(item.get("kind", ""))
+        if not kind and default_kind is not None:
+            av, kind = default_kind
+        rt = api.EVENTS if kind == "Event" else api.resource_for_kind(av, kind)
+        if rt is None:
+            log.warning("snapshot: skipping unsupported kind %s/%s", av, kind)
+            return 0
+        try:
+            obj = _copy(item)
+            if av == "events.k8s.io/v1":
+                obj = api.event_to_core(obj)
+            self._create(rt, None, obj, seeding=True)
+        except ApiError as exc:
+            log.warning("snapshot: skipping %s: %s", kind, exc.message)
+            return 0
+        return 1
 
     def load_snapshot(self, path: str | Path) -> int:
         """seed_from_list from a JSON or YAML file (kubectl get -o json|yaml, multi-document YAML)."""
@@ -728,7 +732,7 @@ class MemoryCluster:
         meta = obj.get("metadata")
         if not isinstance(meta, dict):
             meta = obj["metadata"] = {}
-        _check_meta_types(rt, meta)
+        api.check_meta_types(rt, meta)
         if rt.namespaced:
             body_ns = meta.get("namespace")
             if namespace and body_ns and body_ns != namespace:
@@ -753,10 +757,10 @@ class MemoryCluster:
             meta.pop(k, None)
         meta["resourceVersion"] = ""  # placeholder so the key lands in its Go position; set on commit
         if rt is api.PODS:
-            _default_pod(obj, seeding)
+            api.default_pod(obj, seeding)
         if rt is api.EVENTS:
             obj = api.core_event_shape(obj)
-        _raise_invalid(rt, name, _validate(rt, obj))
+        api.raise_invalid(rt, name, api.validate(rt, obj))
         key = self._key(rt, meta.get("namespace"), name)
         if key in st.objects:
             raise ApiError.make(
@@ -830,7 +834,7 @@ class MemoryCluster:
         meta = new.get("metadata")
         if not isinstance(meta, dict):
             meta = new["metadata"] = {}
-        _check_meta_types(rt, meta)
+        api.check_meta_types(rt, meta)
         for k in (
             "name",
             "namespace",
@@ -856,8 +860,8 @@ class MemoryCluster:
             new = api.core_event_shape(new)
         name = old_meta.get("name", "")
         if rt is api.PODS and sub is None:
-            _check_pod_spec_update(name, old.get("spec") or {}, new.get("spec") or {})
-        _raise_invalid(rt, name, _validate(rt, new))
+            api.check_pod_spec_update(name, old.get("spec") or {}, new.get("spec") or {})
+        api.raise_invalid(rt, name, api.validate(rt, new))
         if rt is api.PODS and new.get("spec") != old.get("spec") and isinstance(meta.get("generation"), int):
             meta["generation"] += 1
         meta["resourceVersion"] = old_meta.get("resourceVersion")
@@ -1116,191 +1120,6 @@ def _matches(rt: ResourceType, obj: Obj, lsel: api.LabelSelector, fsel: api.Fiel
         return True
     return fsel.matches(api.event_to_events_v1(obj) if rt is api.EVENTS_V1 else obj)
 
-
-def _check_meta_types(rt: ResourceType, meta: Obj) -> None:
-    """What Go's JSON decoding into ObjectMeta would refuse (400 BadRequest)."""
-    for fld in ("labels", "annotations"):
-        value = meta.get(fld)
-        if value is None:
-            continue
-        if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
-            raise ApiError.make(
-                400,
-                f'{rt.kind} in version "{rt.version}" cannot be handled as a {rt.kind}: '
-                f"json: cannot unmarshal into Go struct field ObjectMeta.metadata.{fld} of type "
-                "map[string]string",
-            )
-    for fld in ("name", "namespace", "generateName", "resourceVersion", "uid"):
-        if fld in meta and meta[fld] is not None and not isinstance(meta[fld], str):
-            raise ApiError.make(
-                400,
-                f'{rt.kind} in version "{rt.version}" cannot be handled as a {rt.kind}: '
-                f"json: cannot unmarshal into Go struct field ObjectMeta.metadata.{fld} of type string",
-            )
-
-
-_DNS_SUBDOMAIN_MSG = (
-    "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must "
-    "start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is "
-    "'[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')"
-)
-
-
-def _validate(rt: ResourceType, obj: Obj) -> list[tuple[str, str, str]]:
-    """(field, cause reason, message) for what kube-apiserver validation rejects (a subset)."""
-    errs: list[tuple[str, str, str]] = []
-    meta = obj["metadata"]
-    name = meta.get("name") or ""
-    if not name:
-        errs.append(
-            ("metadata.name", "FieldValueRequired", "Required value: name or generateName is required")
-        )
-    elif len(name) > 253 or not api._DNS1123_SUBDOMAIN_RE.match(name):
-        errs.append(("metadata.name", "FieldValueInvalid", f'Invalid value: "{name}": {_DNS_SUBDOMAIN_MSG}'))
-    for key, value in (meta.get("labels") or {}).items():
-        if (err := api.qualified_name_error(key)) is not None:
-            errs.append(("metadata.labels", "FieldValueInvalid", f'Invalid value: "{key}": {err}'))
-        if (err := api.label_value_error(value)) is not None:
-            errs.append(("metadata.labels", "FieldValueInvalid", f'Invalid value: "{value}": {err}'))
-    annotations = meta.get("annotations") or {}
-    for key in annotations:
-        if (err := api.qualified_name_error(key.lower())) is not None:
-            errs.append(("metadata.annotations", "FieldValueInvalid", f'Invalid value: "{key}": {err}'))
-    if sum(len(k) + len(v) for k, v in annotations.items()) > 256 * 1024:
-        errs.append(("metadata.annotations", "FieldValueTooLong", "Too long: must have at most 262144 bytes"))
-    if rt is api.EVENTS_V1:  # obj is already in the core/v1 shape here
-        for core_key, v1_key in (
-            ("eventTime", "eventTime"),
-            ("reportingComponent", "reportingController"),
-            ("reportingInstance", "reportingInstance"),
-            ("action", "action"),
-            ("reason", "reason"),
-        ):
-            if not obj.get(core_key):
-                errs.append((v1_key, "FieldValueRequired", "Required value"))
-        if obj.get("type") not in ("Normal", "Warning"):
-            errs.append(
-                (
-                    "type",
-                    "FieldValueInvalid",
-                    f'Invalid value: "{obj.get("type") or ""}": has invalid '
-                    "value, must be one of Normal, Warning",
-                )
-            )
-    if rt is api.PODS:
-        containers = (obj.get("spec") or {}).get("containers")
-        if not isinstance(containers, list) or not containers:
-            errs.append(("spec.containers", "FieldValueRequired", "Required value"))
-    return errs
-
-
-def _raise_invalid(rt: ResourceType, name: str, errs: list[tuple[str, str, str]]) -> None:
-    if not errs:
-        return
-    texts = [f"{f}: {m}" for f, _, m in errs]
-    summary = texts[0] if len(texts) == 1 else "[" + ", ".join(texts) + "]"
-    det: Obj = {"name": name}
-    if rt.group:
-        det["group"] = rt.group
-    det["kind"] = rt.kind
-    det["causes"] = [{"reason": r, "message": m, "field": f} for f, r, m in errs]
-    raise ApiError(422, status_body(422, "Invalid", f'{rt.kind} "{name}" is invalid: {summary}', det))
-
-
-_MUTABLE_POD_SPEC = (
-    "activeDeadlineSeconds",
-    "tolerations",
-    "terminationGracePeriodSeconds",
-    "schedulingGates",
-)
-
-
-def _check_pod_spec_update(name: str, old: Obj, new: Obj) -> None:
-    """Pod spec is immutable but for a few fields (and spec.nodeName only moves through binding)."""
-
-    def strip(spec: Obj) -> Obj:
-        out = {k: v for k, v in spec.items() if k not in _MUTABLE_POD_SPEC}
-        for group in ("containers", "initContainers"):
-            if isinstance(out.get(group), list):
-                out[group] = [
-                    {k: v for k, v in c.items() if k != "image"} if isinstance(c, dict) else c
-                    for c in out[group]
-                ]
-        return out
-
-    if strip(old) != strip(new):
-        msg = (
-            "spec: Forbidden: pod updates may not change fields other than `spec.containers[*].image`,"
-            "`spec.initContainers[*].image`,`spec.activeDeadlineSeconds`,`spec.tolerations` (only additions "
-            "to existing tolerations),`spec.terminationGracePeriodSeconds` (allow it to be set to 1 if it "
-            "was previously negative)"
-        )
-        raise ApiError(
-            422,
-            status_body(
-                422,
-                "Invalid",
-                f'Pod "{name}" is invalid: {msg}',
-                {
-                    "name": name,
-                    "kind": "Pod",
-                    "causes": [{"reason": "FieldValueForbidden", "message": msg[6:], "field": "spec"}],
-                },
-            ),
-        )
-
-
-def _default_pod(pod: Obj, seeding: bool) -> None:
-    """The defaulting kube-apiserver applies to a new Pod that matters to a scheduler: limits copied
-    into missing requests, schedulerName, phase Pending, qosClass, generation 1."""
-    spec = pod.get("spec")
-    if not isinstance(spec, dict):
-        return
-    if not seeding:
-        spec.setdefault("restartPolicy", "Always")
-        spec.setdefault("terminationGracePeriodSeconds", 30)
-        spec.setdefault("dnsPolicy", "ClusterFirst")
-        spec.setdefault("schedulerName", "default-scheduler")
-        spec.setdefault("priority", 0)
-    for group in ("initContainers", "containers"):
-        for c in spec.get(group) or []:
-            res = c.get("resources") if isinstance(c, dict) else None
-            if isinstance(res, dict) and isinstance(res.get("limits"), dict):
-                requests = res.setdefault("requests", {})
-                if isinstance(requests, dict):
-                    for k, v in res["limits"].items():
-                        requests.setdefault(k, v)
-    status = pod.get("status")
-    if not isinstance(status, dict):
-        status = pod["status"] = {}
-    if "phase" not in status:
-        pod["status"] = status = {"phase": "Pending", **status}
-    status.setdefault("qosClass", _qos_class(spec))
-    meta = pod["metadata"]
-    if not seeding or "generation" not in meta:
-        meta["generation"] = 1
-
-
-def _qos_class(spec: Obj) -> str:
-    containers = [
-        c for g in ("initContainers", "containers") for c in spec.get(g) or [] if isinstance(c, dict)
-    ]
-    any_set = False
-    guaranteed = True
-    for c in containers:
-        res = c.get("resources") or {}
-        req, lim = res.get("requests") or {}, res.get("limits") or {}
-        for r in ("cpu", "memory"):
-            if r in req or r in lim:
-                any_set = True
-            if r not in lim or req.get(r, lim.get(r)) != lim.get(r):
-                guaranteed = False
-    if not any_set:
-        return "BestEffort"
-    return "Guaranteed" if guaranteed else "Burstable"
-
-
-# --------------------------------------------------------------------------- watches
 
 _DROP = object()
 _END = object()
