@@ -7,6 +7,7 @@ import json
 from typing import Any
 
 import aiohttp
+import pytest
 
 from vgpu_scheduler.cluster.fakeapi import FakeApiServer, serve
 from vgpu_scheduler.cluster.memory import MemoryCluster
@@ -171,3 +172,17 @@ async def test_bad_requests(server: FakeApiServer, cluster: MemoryCluster, fx: A
             )
         async with s.get(server.url + "/api/v1/pods?limit=x") as resp:
             assert resp.status == 400
+
+
+async def test_close_cuts_open_watches(cluster: MemoryCluster) -> None:
+    srv = await serve(cluster)
+    async with aiohttp.ClientSession() as s:
+        resp = await s.get(srv.url + "/api/v1/pods?watch=1&resourceVersion=1")
+        for _ in range(200):
+            if cluster.watch_count() == 1:
+                break
+            await asyncio.sleep(0.005)
+        await asyncio.wait_for(srv.close(), 10)  # would wait for the watch to end without the cut
+        assert cluster.watch_count() == 0
+        with pytest.raises(aiohttp.ClientPayloadError):
+            await asyncio.wait_for(resp.read(), 10)

@@ -247,8 +247,8 @@ async def test_selectors_and_shared_store(client: KubeClient, cluster: MemoryClu
 async def test_slow_responses_time_out_and_retry(cluster: MemoryCluster, fx: Any) -> None:
     cluster.create("pods", fx.pod("a"))
     srv = await serve(cluster)
-    client = KubeClient(HttpTransport(srv.url, qps=0, timeout=0.1))
-    cluster.delay_next("list", 2, seconds=1.0)
+    client = KubeClient(HttpTransport(srv.url, qps=0, timeout=0.5))
+    cluster.delay_next("list", 2, seconds=30.0)  # cancelled when the client gives up
     r = Reflector(client, "pods", backoff=fast_backoff(), handler=Recorder())
     r.start()
     try:

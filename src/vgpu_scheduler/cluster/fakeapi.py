@@ -15,7 +15,7 @@ import msgspec
 from aiohttp import web
 
 from vgpu_scheduler.cluster.errors import ApiError, status_body
-from vgpu_scheduler.cluster.memory import MemoryCluster, WatchDropped
+from vgpu_scheduler.cluster.memory import MemoryCluster, MemoryWatch, WatchDropped
 
 # API Priority and Fairness ids are per cluster; these are the ones in the fixtures.
 _PF_FLOWSCHEMA = "91806dc8-0dd2-436b-ae6c-031da39c641b"
@@ -24,6 +24,7 @@ _PF_PRIORITYLEVEL = "08891472-47f9-4a87-9fbc-0dedd4f0e568"
 AUTH_LOG = web.AppKey("auth_log", list[str])
 _CLUSTER = web.AppKey("cluster", MemoryCluster)
 _TOKEN = web.AppKey("token", str)
+_WATCHES = web.AppKey("watches", set[MemoryWatch])
 
 
 def _headers() -> dict[str, str]:
@@ -72,6 +73,7 @@ async def _watch(
         watch = await cluster.open_watch(path, params)
     except ApiError as exc:
         return _json(exc.status, msgspec.json.encode(exc.body))
+    request.app[_WATCHES].add(watch)
     resp = web.StreamResponse(status=200, headers=_headers())
     resp.content_type = "application/json"
     resp.enable_chunked_encoding()
@@ -87,6 +89,7 @@ async def _watch(
         return resp
     finally:
         watch.close()
+        request.app[_WATCHES].discard(watch)
     await resp.write_eof()
     return resp
 
@@ -98,6 +101,7 @@ def make_app(cluster: MemoryCluster, *, token: str | None = None) -> web.Applica
     app[_CLUSTER] = cluster
     app[_TOKEN] = token or ""
     app[AUTH_LOG] = []
+    app[_WATCHES] = set()
     app.router.add_route("*", "/{tail:.*}", _handle)
     return app
 
@@ -120,6 +124,11 @@ class FakeApiServer:
         return self.app[AUTH_LOG]
 
     async def close(self) -> None:
+        # Open watches would hold the shutdown until they time out: cut them, as a stopping
+        # apiserver does.
+        watches: set[MemoryWatch] = self.app[_WATCHES]
+        for watch in tuple(watches):
+            watch.drop()
         await self.runner.cleanup()
 
 
