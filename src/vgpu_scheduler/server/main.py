@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import signal
 import socket
 import sys
@@ -116,7 +117,14 @@ async def start(opts: SchedulerOptions) -> Running:
     hostname = socket.gethostname()
     if not hostname:
         raise StartupError("failed to get hostname: empty")
-    process = SchedulerProcess(opts, device_config, client, hostname)
+    process = SchedulerProcess(
+        opts,
+        device_config,
+        client,
+        hostname,
+        pod_name=os.environ.get("POD_NAME"),
+        pod_namespace=os.environ.get("POD_NAMESPACE"),
+    )
     running = Running(process)
     if cluster is not None:
         from vgpu_scheduler.simulate.deviceplugin import attach_device_plugin
@@ -124,9 +132,10 @@ async def start(opts: SchedulerOptions) -> Running:
         running.extras.append(attach_device_plugin(cluster))
     await process.start()
 
-    from vgpu_scheduler.server.metrics import make_metrics_app
+    from vgpu_scheduler.server.metrics import make_metrics_app, metrics_registry
 
-    running.runners.append(await _start_site(make_metrics_app(process), opts.metrics_bind_address))
+    registry = metrics_registry(process.state, legacy=opts.legacy_metrics)
+    running.runners.append(await _start_site(make_metrics_app(registry), opts.metrics_bind_address))
     log.info("metrics server listening on %s", opts.metrics_bind_address)
 
     quota = process.state.quota

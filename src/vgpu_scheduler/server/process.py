@@ -9,7 +9,6 @@ the extender verbs. Only the transport differs: HTTP to a kube-apiserver, or the
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Callable
@@ -18,8 +17,11 @@ from datetime import datetime
 from typing import Any
 
 from vgpu_scheduler.cluster.client import KubeClient
+from vgpu_scheduler.cluster.events import EventRecorder
+from vgpu_scheduler.cluster.leader import LeaderTracker
 from vgpu_scheduler.cluster.nodelock import NodeLocker
 from vgpu_scheduler.cluster.reflector import Reflector
+from vgpu_scheduler.cluster.registration import RegistrationLoop
 from vgpu_scheduler.config import DeviceConfig
 from vgpu_scheduler.engine.state import SchedulerState
 from vgpu_scheduler.flags import SchedulerOptions
@@ -60,32 +62,6 @@ class _QuotaHandler:
         self.state.on_quota_deleted(obj)
 
 
-class _NodeHandler:
-    """Node add/delete wake the registration loop; updates are picked up by its ticker (§8.3)."""
-
-    def __init__(self, wake: Callable[[], None], deleted: Callable[[Obj], None]) -> None:
-        self._wake = wake
-        self._deleted = deleted
-
-    def on_add(self, obj: Obj) -> None:
-        self._wake()
-
-    def on_update(self, old: Obj, new: Obj) -> None:
-        pass
-
-    def on_delete(self, obj: Obj) -> None:
-        self._deleted(obj)
-        self._wake()
-
-
-class _LogEvents:
-    """Fallback sink: log events (used until an EventRecorder is attached)."""
-
-    def record(self, pod: Any, type_: str, reason: str, message: str) -> None:
-        meta = pod.get("metadata") or {}
-        log.info("event %s %s %s/%s: %s", type_, reason, meta.get("namespace"), meta.get("name"), message)
-
-
 def label_selector(labels: dict[str, str]) -> str | None:
     return ",".join(f"{k}={v}" for k, v in sorted(labels.items())) or None
 
@@ -101,6 +77,8 @@ class SchedulerProcess:
         now: Callable[[], float] = time.time,
         now_datetime: Callable[[], datetime] | None = None,
         events: EventSink | None = None,
+        pod_name: str | None = None,
+        pod_namespace: str | None = None,
     ) -> None:
         if not hostname:
             raise ValueError("hostname is empty: the scheduler needs it as its leader identity")
@@ -113,7 +91,21 @@ class SchedulerProcess:
         self._now_datetime = now_datetime or (lambda: datetime.fromtimestamp(self.now()).astimezone())
         self.state = SchedulerState(self.cfg)
         self.synced = asyncio.Event()
-        self.events: EventSink = events or _LogEvents()
+        self.recorder: EventRecorder | None = None
+        self.events: EventSink
+        if events is None:
+            self.recorder = self.events = EventRecorder(client, opts.scheduler_name)
+        else:
+            self.events = events
+        self.leader = LeaderTracker(
+            client,
+            hostname=hostname,
+            enabled=opts.leader_elect,
+            lease_name=opts.leader_elect_resource_name,
+            lease_namespace=opts.leader_elect_resource_namespace,
+            pod_name=pod_name,
+            pod_namespace=pod_namespace,
+        )
 
         self.nodes = Reflector(client, "nodes", label_selector=label_selector(opts.node_label_selector))
         self.locker = NodeLocker(
@@ -138,19 +130,23 @@ class SchedulerProcess:
         )
         self.pods.handler = _PodHandler(self.state, self.extender)
         self.quotas = Reflector(client, "resourcequotas", handler=_QuotaHandler(self.state))
-        self.registration = self._make_registration()
-        self.nodes.handler = _NodeHandler(self.registration.wake, self._node_deleted)
-        self._tasks: list[asyncio.Task[Any]] = []
+        self.registration = RegistrationLoop(
+            client,
+            self.state,
+            self.nodes.store,
+            self.cfg,
+            is_leader=self.leader.is_leader,
+            ready=self._informers_synced,
+            on_node_deleted=self.locker.forget_node,
+            on_pass=self.leader.label_pods,
+            now=self._now_datetime,
+            synced=self.synced,
+        )
+        self.nodes.handler = self.registration.handler
+        self.leader.add_listener(self.registration.on_leader_change)
 
-    def _make_registration(self) -> Any:
-        from vgpu_scheduler.server.registration_shim import MinimalRegistration
-
-        return MinimalRegistration(self)
-
-    def _node_deleted(self, node: Obj) -> None:
-        name = str((node.get("metadata") or {}).get("name") or "")
-        self.state.remove_node(name)
-        self.locker.forget_node(name)
+    def _informers_synced(self) -> bool:
+        return all(r.has_synced for r in self.reflectors) and self.leader.has_synced
 
     @property
     def reflectors(self) -> list[Reflector]:
@@ -160,19 +156,22 @@ class SchedulerProcess:
         """Informers started and synced, then the first registration pass (HAMi's start order)."""
         for reflector in self.reflectors:
             reflector.start()
+        self.leader.start()
         for reflector in self.reflectors:
             if not await reflector.wait_synced(sync_timeout):
                 raise TimeoutError(f"informer {reflector.name} did not sync")
-        self._tasks.append(asyncio.create_task(self.registration.run(), name="registration"))
-        await self.registration.wait_first_pass()
+        if self.recorder is not None:
+            self.recorder.start()
+        self.registration.start()
+        if self.leader.is_leader():
+            # The first pass: filter answers only after it, like HAMi's `synced` flag.
+            await asyncio.wait_for(self.synced.wait(), sync_timeout)
 
     async def stop(self) -> None:
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-        self._tasks.clear()
+        await self.registration.stop()
+        await self.leader.stop()
+        if self.recorder is not None:
+            await self.recorder.stop()
         for reflector in self.reflectors:
             await reflector.stop()
 

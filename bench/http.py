@@ -1,0 +1,250 @@
+"""Benchmark of POST /filter and /bind through real HTTP on loopback.
+
+    .venv/bin/python bench/http.py [--nodes 500 5000] [--requests 1000] [--binds 200]
+
+A child process runs the real server stack (SchedulerProcess + routes) on the embedded cluster,
+seeded with N nodes × 8 GPUs (count 20, 80 GiB) and existing allocations as real pod objects;
+the parent plays kube-scheduler: one request at a time (its scheduling cycle is serial), every
+node name a candidate, keep-alive connection. Then it schedules pods end to end (filter + bind,
+with the simulated device plugin releasing node locks) and reports the API calls one scheduled
+pod costs. Figures only; nothing here is a pass/fail test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib.util
+import json
+import multiprocessing as mp
+import random
+import statistics
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+# This file is bench/http.py: with bench/ on sys.path it would shadow the standard library's
+# `http` (and break aiohttp), so drop it and load the engine bench's builders by path.
+BENCH_DIR = Path(__file__).resolve().parent
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != BENCH_DIR]
+_spec = importlib.util.spec_from_file_location("bench_engine", BENCH_DIR / "engine.py")
+assert _spec is not None and _spec.loader is not None
+bench_engine = importlib.util.module_from_spec(_spec)
+sys.modules["bench_engine"] = bench_engine  # dataclasses look their module up
+_spec.loader.exec_module(bench_engine)
+ALLOCS_PER_GPU: int = bench_engine.ALLOCS_PER_GPU
+GPUS_PER_NODE: int = bench_engine.GPUS_PER_NODE
+existing_pod = bench_engine.existing_pod
+gpu = bench_engine.gpu
+request_pod = bench_engine.request_pod
+
+from vgpu_scheduler.wire import keys  # noqa: E402
+from vgpu_scheduler.wire.inventory import encode_node_devices_json  # noqa: E402
+
+
+def node_object(n: int) -> dict[str, Any]:
+    devices = [gpu(n, i) for i in range(GPUS_PER_NODE)]
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": f"node-{n:05d}",
+            "labels": {"gpu": "on"},
+            "annotations": {keys.NODE_NVIDIA_REGISTER: encode_node_devices_json(devices)},
+        },
+        "status": {"allocatable": {"nvidia.com/gpu": str(20 * GPUS_PER_NODE), "cpu": "64", "pods": "1000"}},
+    }
+
+
+def bind_pod(i: int) -> dict[str, Any]:
+    limits = {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "2000", "nvidia.com/gpucores": "10"}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": f"bind-{i}", "namespace": "bench", "uid": f"bench-uid-{i}"},
+        "spec": {
+            "schedulerName": "hami-scheduler",
+            "containers": [{"name": "main", "image": "cuda", "resources": {"limits": limits}}],
+        },
+    }
+
+
+class CountingTransport:
+    """Counts API requests by verb and resource (what one scheduled pod costs)."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.counts: Counter[str] = Counter()
+
+    async def request(self, method: str, path: str, **kwargs: Any) -> Any:
+        self.counts[f"{method} {_resource(path)}"] += 1
+        return await self.inner.request(method, path, **kwargs)
+
+    def stream(self, path: str, params: Any = None) -> Any:
+        return self.inner.stream(path, params)
+
+    async def close(self) -> None:
+        await self.inner.close()
+
+
+def _resource(path: str) -> str:
+    parts = [p for p in path.split("/") if p]
+    if "binding" in parts:
+        return "pods/binding"
+    for kind in ("pods", "nodes", "events", "resourcequotas", "leases"):
+        if kind in parts:
+            return kind
+    return path
+
+
+def serve_child(n_nodes: int, allocs: int, binds: int, port_queue: Any) -> None:
+    asyncio.run(_serve_child(n_nodes, allocs, binds, port_queue))
+
+
+async def _serve_child(n_nodes: int, allocs: int, binds: int, port_queue: Any) -> None:
+    from aiohttp import web
+
+    from vgpu_scheduler.cluster.client import KubeClient
+    from vgpu_scheduler.cluster.memory import MemoryCluster
+    from vgpu_scheduler.cluster.transport import MemoryTransport
+    from vgpu_scheduler.config import DeviceConfig
+    from vgpu_scheduler.flags import SchedulerOptions
+    from vgpu_scheduler.server.app import make_app
+    from vgpu_scheduler.server.process import SchedulerProcess
+    from vgpu_scheduler.server.webhook import webhook_handler
+    from vgpu_scheduler.simulate.deviceplugin import attach_device_plugin
+
+    rng = random.Random(1)
+    cluster = MemoryCluster()
+    objects: list[dict[str, Any]] = [node_object(n) for n in range(n_nodes)]
+    for n in range(n_nodes):
+        for i in range(GPUS_PER_NODE):
+            for k in range(allocs):
+                pod = existing_pod(rng, n, i, k)
+                pod.update(apiVersion="v1", kind="Pod")
+                objects.append(pod)
+    objects.extend(bind_pod(i) for i in range(binds))
+    cluster.seed_from_list(objects)
+    counting = CountingTransport(MemoryTransport(cluster))
+    opts = SchedulerOptions(scheduler_name="hami-scheduler")
+    process = SchedulerProcess(opts, DeviceConfig(), KubeClient(counting), "bench-host")
+    t0 = time.perf_counter()
+    await process.start()
+    sync_s = time.perf_counter() - t0
+    plugin = attach_device_plugin(cluster)
+    app = make_app(process.extender, webhook_handler(opts, process.cfg))
+
+    async def counts(_request: web.Request) -> web.Response:
+        return web.json_response({"counts": dict(counting.counts), "sync_s": sync_s})
+
+    async def reset(_request: web.Request) -> web.Response:
+        counting.counts.clear()
+        return web.json_response({})
+
+    app.router.add_get("/bench/counts", counts)
+    app.router.add_post("/bench/reset", reset)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port_queue.put(site._server.sockets[0].getsockname()[1])  # type: ignore[union-attr]
+    await asyncio.Event().wait()
+    await plugin.stop()
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+async def drive(port: int, n_nodes: int, requests: int, binds: int) -> dict[str, Any]:
+    import aiohttp
+
+    rng = random.Random(7)
+    names = [f"node-{n:05d}" for n in range(n_nodes)]
+    bodies = []
+    for k in range(requests):
+        pod = request_pod(rng, k, "binpack" if k % 2 else "spread")
+        bodies.append(json.dumps({"Pod": pod, "NodeNames": names}).encode())
+    base = f"http://127.0.0.1:{port}"
+    latencies: list[float] = []
+    async with aiohttp.ClientSession(base) as session:
+        for body in bodies[:50]:  # warm-up
+            async with session.post("/filter", data=body, headers={"Content-Type": "application/json"}) as r:
+                await r.read()
+        start = time.perf_counter()
+        for body in bodies:
+            t = time.perf_counter()
+            async with session.post("/filter", data=body, headers={"Content-Type": "application/json"}) as r:
+                answer = await r.json()
+            latencies.append((time.perf_counter() - t) * 1000)
+            assert answer["Error"] == "" and answer["NodeNames"], answer
+        wall = time.perf_counter() - start
+
+        await session.post("/bench/reset")
+        scheduled = 0
+        bind_start = time.perf_counter()
+        for i in range(binds):
+            body = json.dumps({"Pod": bind_pod(i), "NodeNames": names}).encode()
+            async with session.post("/filter", data=body) as r:
+                node = (await r.json())["NodeNames"][0]
+            args = {"PodName": f"bind-{i}", "PodNamespace": "bench", "PodUID": f"bench-uid-{i}", "Node": node}
+            async with session.post("/bind", json=args) as r:
+                error = (await r.json())["Error"]
+            assert error == "", error
+            scheduled += 1
+        bind_wall = time.perf_counter() - bind_start
+        async with session.get("/bench/counts") as r:
+            info = await r.json()
+    return {
+        "latencies": latencies,
+        "wall": wall,
+        "scheduled": scheduled,
+        "bind_wall": bind_wall,
+        "counts": info["counts"],
+        "sync_s": info["sync_s"],
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--nodes", type=int, nargs="+", default=[500, 5000])
+    parser.add_argument("--allocs", type=int, default=ALLOCS_PER_GPU, help="existing allocations per GPU")
+    parser.add_argument("--requests", type=int, default=1000)
+    parser.add_argument("--binds", type=int, default=200)
+    args = parser.parse_args()
+    print(
+        f"python {sys.version.split()[0]}, {GPUS_PER_NODE} GPUs per node, {args.allocs} allocations per GPU"
+    )
+    print(
+        "| NodeNames | existing pods | sync s | filter p50 ms | p99 ms | filter req/s | scheduled pods/s |"
+        " API calls per scheduled pod |"
+    )
+    print("|---|---|---|---|---|---|---|---|")
+    ctx = mp.get_context("spawn")
+    for n_nodes in args.nodes:
+        queue = ctx.Queue()
+        child = ctx.Process(target=serve_child, args=(n_nodes, args.allocs, args.binds, queue), daemon=True)
+        child.start()
+        try:
+            port = queue.get(timeout=900)
+            result = asyncio.run(drive(port, n_nodes, args.requests, args.binds))
+        finally:
+            child.terminate()
+            child.join()
+        lat = result["latencies"]
+        calls = sum(result["counts"].values()) / max(result["scheduled"], 1)
+        detail = ", ".join(
+            f"{k}: {v / max(result['scheduled'], 1):.2f}" for k, v in sorted(result["counts"].items())
+        )
+        print(
+            f"| {n_nodes} | {n_nodes * GPUS_PER_NODE * args.allocs} | {result['sync_s']:.1f} "
+            f"| {statistics.median(lat):.2f} | {pct(lat, 0.99):.2f} | {len(lat) / result['wall']:.0f} "
+            f"| {result['scheduled'] / result['bind_wall']:.0f} | {calls:.2f} ({detail}) |"
+        )
+
+
+if __name__ == "__main__":
+    main()
