@@ -1,3 +1,4 @@
+import asyncio
 from typing import Any
 
 import pytest
@@ -9,6 +10,7 @@ from vgpu_scheduler.config import NvidiaConfig
 from vgpu_scheduler.simulate.deviceplugin import (
     AllocateError,
     SimDevicePlugin,
+    attach_device_plugin,
     consume,
     fully_consumed,
     requested_counts,
@@ -113,3 +115,19 @@ async def test_admit_keeps_another_pods_lock() -> None:
     cluster.patch("nodes", "n1", {"metadata": {"annotations": other}})
     await SimDevicePlugin(KubeClient(MemoryTransport(cluster))).admit(pod)
     assert cluster.get("nodes", "n1")["metadata"]["annotations"][keys.NODE_LOCK].endswith(",default,other")
+
+
+async def test_background_plugin_admits_bound_allocating_pods() -> None:
+    cluster = MemoryCluster(seed=1)
+    runner = attach_device_plugin(cluster)
+    try:
+        _bound_pod(cluster, f"{A};", 1)
+        for _ in range(1000):
+            if cluster.get("pods", "p", "default")["status"].get("phase") == "Running":
+                break
+            await asyncio.sleep(0)
+        after = cluster.get("pods", "p", "default")
+        assert after["status"]["phase"] == "Running"
+        assert after["metadata"]["annotations"][keys.BIND_PHASE] == "success"
+    finally:
+        await runner.stop()
