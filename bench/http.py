@@ -112,6 +112,7 @@ async def _serve_child(n_nodes: int, allocs: int, binds: int, port_queue: Any) -
     from vgpu_scheduler.config import DeviceConfig
     from vgpu_scheduler.flags import SchedulerOptions
     from vgpu_scheduler.server.app import make_app
+    from vgpu_scheduler.server.main import settle_heap
     from vgpu_scheduler.server.process import SchedulerProcess
     from vgpu_scheduler.server.webhook import webhook_handler
     from vgpu_scheduler.simulate.deviceplugin import attach_device_plugin
@@ -133,6 +134,7 @@ async def _serve_child(n_nodes: int, allocs: int, binds: int, port_queue: Any) -
     t0 = time.perf_counter()
     await process.start()
     sync_s = time.perf_counter() - t0
+    settle_heap()  # as server.main.start() does after the first sync
     plugin = attach_device_plugin(cluster)
     app = make_app(process.extender, webhook_handler(opts, process.cfg))
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import os
 import signal
@@ -93,6 +94,19 @@ async def make_client(opts: SchedulerOptions) -> tuple[KubeClient, Any]:
     return KubeClient(transport), None
 
 
+def settle_heap() -> None:
+    """Keep the cyclic GC off the long-lived caches once the informers have synced.
+
+    With hundreds of thousands of cached pods, every full collection walks millions of objects
+    and stalls the event loop for tens of milliseconds, right inside a /filter call. Freezing
+    what exists after the initial sync and collecting the young generation less often keeps
+    filter latency flat; the caches hold no reference cycles that need the collector.
+    """
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(50_000, 50, 100)
+
+
 @dataclass
 class Running:
     """What serve() started, so shutdown can stop it in reverse order."""
@@ -131,6 +145,7 @@ async def start(opts: SchedulerOptions) -> Running:
 
         running.extras.append(attach_device_plugin(cluster))
     await process.start()
+    settle_heap()
 
     from vgpu_scheduler.server.metrics import make_metrics_app, metrics_registry
 
