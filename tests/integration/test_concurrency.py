@@ -1,0 +1,153 @@
+"""Concurrent filters and binds over HTTP never over-commit a device, and two replicas racing for
+one node lock end with one winner, the other told `node lock contention` (or waiting), no lock left."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from vgpu_scheduler.cluster.client import KubeClient
+from vgpu_scheduler.cluster.memory import MemoryCluster
+from vgpu_scheduler.cluster.transport import MemoryTransport
+from vgpu_scheduler.simulate.deviceplugin import BackgroundDevicePlugin, SimDevicePlugin
+from vgpu_scheduler.wire import keys
+
+NODES = ["n1", "n2"]
+COUNT, DEVMEM, DEVCORE = 10, 24 * 1024, 100
+
+# (nums, MiB, cores) cycled over the pods: 4 GPUs cannot hold all 50 of them (memory and cores
+# both run out), and the 2-GPU pods need room on two devices of one node at once.
+SHAPES = [(1, 2000, 5), (1, 5000, 20), (1, 7000, 0), (2, 3000, 10), (1, 1000, 0)]
+
+
+def _locks(cluster: MemoryCluster) -> dict[str, str]:
+    out = {}
+    for node in cluster.objects("nodes"):
+        value = (node["metadata"].get("annotations") or {}).get(keys.NODE_LOCK)
+        if value is not None:
+            out[node["metadata"]["name"]] = value
+    return out
+
+
+async def test_fifty_pods_at_once_never_overcommit(
+    it: Any, cluster: MemoryCluster, launch: Any, plugin: BackgroundDevicePlugin
+) -> None:
+    for name in NODES:
+        cluster.create("nodes", it.gpu_node(name, gpus=2, count=COUNT, devmem=DEVMEM, devcore=DEVCORE))
+    stack = await launch(node_lock_retry_timeout=20.0)
+    pods = []
+    for i in range(50):
+        nums, mem, cores = SHAPES[i % len(SHAPES)]
+        pods.append(
+            cluster.create("pods", it.gpu_pod(f"p{i:02}", nums=nums, mem=mem, cores=cores), "default")
+        )
+
+    async def schedule(pod: dict[str, Any]) -> tuple[str, Any]:
+        result = await stack.filter(pod, NODES)
+        if result["NodeNames"] is None:
+            assert result["Error"] == "" and set(result["FailedNodes"]) == set(NODES), result
+            return "unfit", result["FailedNodes"]
+        assert len(result["NodeNames"]) == 1
+        error = await stack.bind(pod, result["NodeNames"][0])
+        return ("bound", result["NodeNames"][0]) if not error else ("bind-error", error)
+
+    outcomes = dict(
+        zip([p["metadata"]["name"] for p in pods], await asyncio.gather(*map(schedule, pods)), strict=True)
+    )
+    bound = {name for name, (what, _) in outcomes.items() if what == "bound"}
+    unfit = {name for name, (what, _) in outcomes.items() if what == "unfit"}
+    assert not {name: o for name, o in outcomes.items() if o[0] == "bind-error"}
+    assert bound and unfit, outcomes  # sized so that some fit and some do not
+
+    await it.eventually(
+        lambda: all(cluster.get("pods", n, "default")["status"].get("phase") == "Running" for n in bound),
+        "the plugin to admit every bound pod",
+        timeout=10,
+    )
+    final = cluster.objects("pods", "default")
+    for pod in final:
+        name, annotations = pod["metadata"]["name"], pod["metadata"].get("annotations") or {}
+        if name in bound:
+            assert pod["spec"]["nodeName"] == outcomes[name][1] == annotations[keys.VGPU_NODE]
+            assert annotations[keys.BIND_PHASE] == keys.BIND_PHASE_SUCCESS
+            assert keys.VGPU_ALLOCATED in annotations
+        else:  # nothing written to a pod that did not fit
+            assert "nodeName" not in pod["spec"] and keys.VGPU_ALLOCATED not in annotations
+
+    # The invariant, from the API's pods alone: Σ over each device ≤ its capacity.
+    per_device = it.annotated_usage(final)
+    devices = {it.uuid(n, i) for n in NODES for i in range(2)}
+    assert set(per_device) <= devices
+    for uuid, (pods_on, mem, cores) in per_device.items():
+        assert pods_on <= COUNT and mem <= DEVMEM and cores <= DEVCORE, (uuid, pods_on, mem, cores)
+    assert sum(n for n, _, _ in per_device.values()) == sum(
+        SHAPES[int(name[1:]) % len(SHAPES)][0] for name in bound
+    )
+    # The scheduler's ledger agrees with the API, and no lock is left behind.
+    await it.eventually(
+        lambda: it.usage(stack.process) == it.rebuilt_usage(cluster, stack.process), "the ledger"
+    )
+    await it.eventually(lambda: not _locks(cluster), "every node lock to be released")
+
+
+async def test_two_replicas_racing_for_one_node_lock(it: Any, cluster: MemoryCluster, launch: Any) -> None:
+    cluster.create("nodes", it.gpu_node("n1"))
+    first = await launch(node_lock_retry_timeout=0.0)
+    second = await launch(node_lock_retry_timeout=0.0)
+    a = cluster.create("pods", it.gpu_pod("a", mem=1000, cores=10), "default")
+    b = cluster.create("pods", it.gpu_pod("b", mem=1000, cores=10), "default")
+    assert (await first.filter(a, ["n1"]))["NodeNames"] == ["n1"]
+    assert (await second.filter(b, ["n1"]))["NodeNames"] == ["n1"]
+
+    errors = await asyncio.gather(first.bind(a, "n1"), second.bind(b, "n1"))
+    assert sorted(bool(e) for e in errors) == [False, True], errors
+    winner, loser = ("a", "b") if not errors[0] else ("b", "a")
+    loser_error = errors[1] if winner == "a" else errors[0]
+    assert loser_error == "node n1 has been locked within 5m0s: node lock contention"
+    assert _locks(cluster)["n1"].endswith(f",default,{winner}")
+    lost = cluster.get("pods", loser, "default")
+    assert "nodeName" not in lost["spec"] and keys.VGPU_NODE not in (
+        lost["metadata"].get("annotations") or {}
+    )
+    await it.eventually(
+        lambda: any(
+            e["involvedObject"]["name"] == loser
+            for e in cluster.objects("events")
+            if e["reason"] == "BindingFailed"
+        ),
+        "the BindingFailed event",
+    )
+
+    # The device plugin admits the winner and releases the lock; the loser's retry then wins.
+    device_plugin = SimDevicePlugin(KubeClient(MemoryTransport(cluster)))
+    await device_plugin.admit(cluster.get("pods", winner, "default"))
+    assert not _locks(cluster)
+    retry = first if loser == "a" else second
+    assert await retry.bind(a if loser == "a" else b, "n1") == ""
+    await device_plugin.admit(cluster.get("pods", loser, "default"))
+    assert not _locks(cluster)
+
+    # Each replica's ledger counts both pods once (its own and, through the watch, the other's).
+    for stack in (first, second):
+        await it.eventually(
+            lambda s=stack: it.usage(s.process) == it.rebuilt_usage(cluster, s.process), "replica ledgers"
+        )
+        assert sum(u[0] for u in it.usage(stack.process)["n1"]) == 2
+
+
+async def test_two_replicas_waiting_for_the_lock_both_bind(
+    it: Any, cluster: MemoryCluster, launch: Any, plugin: BackgroundDevicePlugin
+) -> None:
+    cluster.create("nodes", it.gpu_node("n1"))
+    first = await launch(node_lock_retry_timeout=5.0)
+    second = await launch(node_lock_retry_timeout=5.0)
+    a = cluster.create("pods", it.gpu_pod("a", mem=1000), "default")
+    b = cluster.create("pods", it.gpu_pod("b", mem=1000), "default")
+    assert (await first.filter(a, ["n1"]))["NodeNames"] == ["n1"]
+    assert (await second.filter(b, ["n1"]))["NodeNames"] == ["n1"]
+    assert list(await asyncio.gather(first.bind(a, "n1"), second.bind(b, "n1"))) == ["", ""]
+    await it.eventually(
+        lambda: all(cluster.get("pods", n, "default")["status"].get("phase") == "Running" for n in "ab"),
+        "both pods admitted",
+    )
+    await it.eventually(lambda: not _locks(cluster), "the last lock release")

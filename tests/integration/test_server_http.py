@@ -1,0 +1,206 @@
+"""The whole life of GPU pods through the real server over HTTP, against the fake API over HTTP:
+registration (handshake written) → webhook (v1 and v1beta1) → filter → bind → the device plugin's
+part → deletion frees the devices, seen in /metrics and in the process state."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from vgpu_scheduler.cluster.fakeapi import FakeApiServer
+from vgpu_scheduler.cluster.memory import MemoryCluster
+from vgpu_scheduler.simulate.deviceplugin import BackgroundDevicePlugin
+from vgpu_scheduler.wire import keys
+
+MIB = 1024 * 1024
+
+
+def _series(metrics: dict[str, Any], name: str, **match: str) -> dict[str, float]:
+    """device_uuid (or pod) → value of the series `name` whose labels contain `match`."""
+    out: dict[str, float] = {}
+    for labels, value in metrics.get(name, []):
+        if all(labels.get(k) == v for k, v in match.items()):
+            assert labels["zone"] == "vGPU"
+            out[labels.get("pod") or labels["device_uuid"]] = value
+    return out
+
+
+async def test_pod_life_end_to_end(
+    it: Any, cluster: MemoryCluster, api: FakeApiServer, launch: Any, plugin: BackgroundDevicePlugin
+) -> None:
+    cluster.create("nodes", it.gpu_node("gpu-a"))
+    cluster.create("nodes", it.cpu_node("cpu-a"))
+    stack = await launch()
+    a0, a1 = it.uuid("gpu-a", 0), it.uuid("gpu-a", 1)
+
+    # Registration: the inventory is in the ledger and the scheduler stamped the handshake.
+    assert it.usage(stack.process) == {"gpu-a": [(0, 0, 0), (0, 0, 0)]}
+
+    def handshake() -> str:
+        return str(cluster.get("nodes", "gpu-a")["metadata"]["annotations"].get(keys.NODE_HANDSHAKE, ""))
+
+    await it.eventually(lambda: handshake().startswith("Requesting_"), "the handshake write")
+    stamp = datetime.strptime(handshake().removeprefix("Requesting_"), "%Y-%m-%d %H:%M:%S")
+    assert abs((datetime.now() - stamp).total_seconds()) < 120  # local time, as HAMi writes it
+    metrics = await stack.metrics()
+    assert _series(metrics, "hami_gpu_memory_limit_bytes", node="gpu-a") == {
+        a0: 24 * 1024 * MIB,
+        a1: 24 * 1024 * MIB,
+    }
+    assert _series(metrics, "hami_gpu_memory_allocated_bytes", node="gpu-a") == {a0: 0, a1: 0}
+
+    # Webhook, AdmissionReview v1: a shared GPU pod without a scheduler name is taken over.
+    shared = it.gpu_pod("shared", mem=3000, cores=30)
+    del shared["spec"]["schedulerName"]
+    answer = await stack.post("/webhook", it.review(shared, "v1", uid="uid-v1"))
+    assert answer["apiVersion"] == "admission.k8s.io/v1"
+    assert answer["response"]["uid"] == "uid-v1" and answer["response"]["allowed"] is True
+    shared = it.apply_review(shared, answer)
+    assert shared["spec"]["schedulerName"] == "hami-scheduler"
+    shared = cluster.create("pods", shared, namespace="default")
+
+    # Webhook, AdmissionReview v1beta1 (what the chart registers): a whole-card pod gets gpucores=100.
+    whole = it.gpu_pod("whole")
+    answer = await stack.post("/webhook", it.review(whole, "v1beta1", uid="uid-v1beta1"))
+    assert answer["apiVersion"] == "admission.k8s.io/v1beta1"
+    assert answer["response"]["uid"] == "uid-v1beta1" and answer["response"]["allowed"] is True
+    whole = it.apply_review(whole, answer)
+    assert whole["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpucores"] == "100"
+    whole = cluster.create("pods", whole, namespace="default")
+
+    # Filter: one node, reserved at once (no API write yet), visible in the metrics.
+    result = await stack.filter(shared, ["gpu-a", "cpu-a"])
+    assert result == {
+        "Nodes": None,
+        "NodeNames": ["gpu-a"],
+        "FailedNodes": None,
+        "FailedAndUnresolvableNodes": None,
+        "Error": "",
+    }
+    assert sorted(it.usage(stack.process)["gpu-a"]) == [(0, 0, 0), (1, 3000, 30)]
+    metrics = await stack.metrics()
+    assert sorted(_series(metrics, "hami_gpu_memory_allocated_bytes", node="gpu-a").values()) == [
+        0,
+        3000 * MIB,
+    ]
+
+    # Bind: lock, §4.1 annotations + bind phase in one patch, Binding; then the plugin's part.
+    assert await stack.bind(shared, "gpu-a") == ""
+    stored = cluster.get("pods", "shared", "default")
+    annotations = stored["metadata"]["annotations"]
+    assert stored["spec"]["nodeName"] == "gpu-a"
+    assert stored["metadata"]["labels"][keys.VGPU_NODE] == "gpu-a"
+    assert annotations[keys.VGPU_NODE] == "gpu-a"
+    shared_uuid = annotations[keys.VGPU_ALLOCATED].split(",")[0]
+    assert annotations[keys.VGPU_ALLOCATED] == f"{shared_uuid},NVIDIA,3000,30:;"
+    assert annotations[keys.BIND_TIME].isdigit() and annotations[keys.VGPU_TIME].isdigit()
+
+    def admitted(name: str) -> bool:
+        pod = cluster.get("pods", name, "default")
+        phase = pod["metadata"]["annotations"].get(keys.BIND_PHASE)
+        return bool(phase == keys.BIND_PHASE_SUCCESS and pod["status"].get("phase") == "Running")
+
+    def unlocked() -> bool:
+        return keys.NODE_LOCK not in (cluster.get("nodes", "gpu-a")["metadata"].get("annotations") or {})
+
+    await it.eventually(lambda: admitted("shared") and unlocked(), "the plugin to admit 'shared'")
+    assert cluster.get("pods", "shared", "default")["metadata"]["annotations"][keys.VGPU_TO_ALLOCATE] == ";"
+
+    # The whole-card pod cannot share the used GPU (spread would not pick it anyway): the other one.
+    assert (await stack.filter(whole, ["gpu-a"]))["NodeNames"] == ["gpu-a"]
+    assert await stack.bind(whole, "gpu-a") == ""
+    await it.eventually(lambda: admitted("whole") and unlocked(), "the plugin to admit 'whole'")
+    whole_uuid = cluster.get("pods", "whole", "default")["metadata"]["annotations"][
+        keys.VGPU_ALLOCATED
+    ].split(",")[0]
+    assert {shared_uuid, whole_uuid} == {a0, a1}
+
+    # The confirmed state is what a fresh ledger rebuilt from the API's pods says; metrics agree.
+    await it.eventually(
+        lambda: it.usage(stack.process) == it.rebuilt_usage(cluster, stack.process), "the watch to confirm"
+    )
+    expected = {shared_uuid: (1, 3000, 30), whole_uuid: (1, 24 * 1024, 100)}
+    metrics = await stack.metrics()
+    assert _series(metrics, "hami_gpu_memory_allocated_bytes", node="gpu-a") == {
+        u: mem * MIB for u, (_, mem, _) in expected.items()
+    }
+    assert _series(metrics, "hami_gpu_shared_count", node="gpu-a") == {
+        u: n for u, (n, _, _) in expected.items()
+    }
+    assert _series(metrics, "hami_gpu_core_allocated_ratio", node="gpu-a") == {
+        u: c for u, (_, _, c) in expected.items()
+    }
+    assert _series(metrics, "hami_vgpu_memory_allocated_bytes") == {
+        "shared": 3000 * MIB,
+        "whole": 24 * 1024 * MIB,
+    }
+
+    # Events went to the API through the recorder.
+    reasons = {(e["involvedObject"]["name"], e["reason"]) for e in cluster.objects("events")}
+    assert {
+        ("shared", "FilteringSucceed"),
+        ("shared", "BindingSucceed"),
+        ("whole", "BindingSucceed"),
+    } <= reasons
+
+    # Deletion: a graceful delete keeps the devices (Terminating), the final delete frees them.
+    cluster.delete("pods", "shared", "default")
+    await it.eventually(
+        lambda: "deletionTimestamp" in stack.process.pods.store.get("default", "shared")["metadata"],
+        "the Terminating update",
+    )
+    assert sorted(it.usage(stack.process)["gpu-a"]) == sorted(expected.values())
+    cluster.delete("pods", "shared", "default", grace_period_seconds=0)
+    cluster.delete("pods", "whole", "default", grace_period_seconds=0)
+    await it.eventually(
+        lambda: it.usage(stack.process) == {"gpu-a": [(0, 0, 0), (0, 0, 0)]},
+        "the deletes to free the devices",
+    )
+    metrics = await stack.metrics()
+    assert _series(metrics, "hami_gpu_memory_allocated_bytes", node="gpu-a") == {a0: 0, a1: 0}
+    assert _series(metrics, "hami_gpu_shared_count", node="gpu-a") == {a0: 0, a1: 0}
+    assert _series(metrics, "hami_vgpu_memory_allocated_bytes") == {}
+    assert unlocked()
+
+    # Every request the scheduler made carried the kubeconfig's token.
+    assert api.auth_headers and set(api.auth_headers) == {f"Bearer {it.TOKEN}"}
+    assert await stack.healthz() == 200
+
+
+async def test_filter_without_devices_unregistered_and_unfit(
+    it: Any, cluster: MemoryCluster, launch: Any
+) -> None:
+    cluster.create("nodes", it.gpu_node("gpu-a"))
+    stack = await launch()
+    plain = cluster.create(
+        "pods",
+        {"metadata": {"name": "plain", "namespace": "default"}, "spec": {"containers": [{"name": "c"}]}},
+        namespace="default",
+    )
+    result = await stack.filter(plain, ["gpu-a", "elsewhere"])
+    assert result["NodeNames"] == ["gpu-a", "elsewhere"] and result["FailedNodes"] is None
+
+    huge = cluster.create("pods", it.gpu_pod("huge", mem=99_999), namespace="default")
+    result = await stack.filter(huge, ["gpu-a", "elsewhere"])
+    assert result["NodeNames"] is None and result["Error"] == ""
+    assert result["FailedNodes"] == {"gpu-a": "2/2 CardInsufficientMemory", "elsewhere": "node unregistered"}
+    assert it.usage(stack.process) == {"gpu-a": [(0, 0, 0), (0, 0, 0)]}
+    await it.eventually(
+        lambda: any(
+            "no available node, 2 nodes do not meet" in e["message"] for e in cluster.objects("events")
+        ),
+        "the FilteringFailed event",
+    )
+
+
+async def test_node_added_while_running_is_registered(it: Any, cluster: MemoryCluster, launch: Any) -> None:
+    stack = await launch()
+    assert it.usage(stack.process) == {}
+    cluster.create("nodes", it.gpu_node("late", gpus=1))
+    # A node add wakes the registration loop (no 15 s wait).
+    await it.eventually(lambda: "late" in it.usage(stack.process), "the new node's registration")
+    pod = cluster.create("pods", it.gpu_pod("p", mem=1000), namespace="default")
+    assert (await stack.filter(pod, ["late"]))["NodeNames"] == ["late"]
+    cluster.delete("nodes", "late")
+    await it.eventually(lambda: "late" not in it.usage(stack.process), "the node's removal")
+    assert (await stack.filter(pod, ["late"]))["FailedNodes"] == {"late": "node unregistered"}
