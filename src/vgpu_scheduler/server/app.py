@@ -6,6 +6,7 @@ from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
+from vgpu_scheduler.server.debug import add_pprof_routes
 from vgpu_scheduler.server.extender import Extender
 from vgpu_scheduler.wire.extender import MAX_BODY_BYTES
 
@@ -42,7 +43,9 @@ async def _ok(_request: web.Request) -> web.StreamResponse:
     return web.Response(status=200)
 
 
-def make_app(extender: Extender, webhook: Handler, *, readyz: Handler | None = None) -> web.Application:
+def make_app(
+    extender: Extender, webhook: Handler, *, readyz: Handler | None = None, profiling: bool = False
+) -> web.Application:
     # A large client_max_size: body limits are enforced per route, with HAMi's own answers.
     app = web.Application(client_max_size=64 * MAX_BODY_BYTES)
     app.router.add_post("/filter", _extender_route(extender.filter))
@@ -50,4 +53,6 @@ def make_app(extender: Extender, webhook: Handler, *, readyz: Handler | None = N
     app.router.add_post("/webhook", webhook)
     app.router.add_get("/healthz", _ok)
     app.router.add_get("/readyz", readyz or _ok)
+    if profiling:
+        add_pprof_routes(app)
     return app

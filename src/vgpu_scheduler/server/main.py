@@ -15,6 +15,7 @@ import os
 import signal
 import socket
 import sys
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -154,7 +155,12 @@ async def start(opts: SchedulerOptions) -> Running:
     log.info("metrics server listening on %s", opts.metrics_bind_address)
 
     quota = process.state.quota
-    app = make_app(process.extender, webhook_handler(opts, process.cfg, quota.admission_fits))
+    app = make_app(
+        process.extender,
+        webhook_handler(opts, process.cfg, quota.admission_fits),
+        readyz=_readyz(process),
+        profiling=opts.profiling,
+    )
     ssl_context = None
     if opts.cert_file and opts.key_file:
         cert = ReloadingCertificate(opts.cert_file, opts.key_file)
@@ -163,6 +169,16 @@ async def start(opts: SchedulerOptions) -> Running:
     running.runners.append(await _start_site(app, opts.http_bind, ssl_context))
     log.info("listening on %s (%s)", opts.http_bind, "https" if ssl_context else "http")
     return running
+
+
+def _readyz(process: SchedulerProcess) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
+    """Always 200 with an empty body, as HAMi; it only logs the leadership (hami-spec §8.1)."""
+
+    async def readyz(_request: web.Request) -> web.StreamResponse:
+        log.debug("readyz: leader=%s", process.leader.is_leader())
+        return web.Response(status=200)
+
+    return readyz
 
 
 async def stop(running: Running) -> None:
