@@ -149,7 +149,11 @@ class PodFitContext:
 def _annotations(pod: Mapping[str, Any]) -> Mapping[str, str]:
     meta = pod.get("metadata")
     annos = meta.get("annotations") if isinstance(meta, Mapping) else None
-    return annos if isinstance(annos, Mapping) else {}
+    if not isinstance(annos, Mapping):
+        return {}
+    # A filter body is not validated by an API server: a non-string value (`"policy": 5`) would
+    # crash the string handling below. Such values are ignored, as `podinfo.pod_annotations` does.
+    return {k: v for k, v in annos.items() if isinstance(v, str)}
 
 
 def _init_count(pod: Mapping[str, Any]) -> int:
