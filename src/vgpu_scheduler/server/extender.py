@@ -39,6 +39,8 @@ log = logging.getLogger(__name__)
 
 NORMAL = "Normal"
 WARNING = "Warning"
+RECENTLY_DELETED = 10_000
+"""How many deleted pod uids are remembered to refuse a late filter for them (see on_pod_deleted)."""
 
 
 class EventSink(Protocol):
@@ -101,6 +103,8 @@ class Extender:
         # Filter decisions waiting for their bind: uid -> the decision (the uncollapsed per-container
         # allocation the bind patch writes). Dropped at bind, on re-filter and on pod deletion.
         self._pending: dict[str, Chosen] = {}
+        # uids of pods whose deletion the informer has delivered, oldest first (bounded).
+        self._deleted: dict[str, None] = {}
         self.stats = ExtenderStats()
 
     # -- pod lifecycle hooks (called by the pod informer handler) ---------------------------------
@@ -108,6 +112,13 @@ class Extender:
     def on_pod_deleted(self, pod: Mapping[str, Any]) -> None:
         uid, _, _ = pod_key(pod)
         self._pending.pop(uid, None)
+        # kube-scheduler's cache may lag ours and still filter this pod. No event will ever come
+        # for it again, so a reservation made then would never be freed: remember the uid so such
+        # a filter is refused (HAMi's filter-time patch fails with NotFound the same way).
+        if uid:
+            self._deleted[uid] = None
+            if len(self._deleted) > RECENTLY_DELETED:
+                del self._deleted[next(iter(self._deleted))]
 
     # -- filter -----------------------------------------------------------------------------------
 
@@ -133,6 +144,9 @@ class Extender:
     def _filter_live(self, pod: dict[str, Any], node_names: list[str]) -> bytes:
         uid, namespace, name = pod_key(pod)
         self._pending.pop(uid, None)
+        if uid in self._deleted:
+            log.info("filter %s/%s: the pod has been deleted", namespace, name)
+            return encode_filter_result(error=f'pods "{name}" not found')
         decision = decide(
             pod, node_names, self.state, self.cfg, self.policies.node, self.policies.gpu, int(self.now())
         )
