@@ -204,3 +204,25 @@ async def test_node_added_while_running_is_registered(it: Any, cluster: MemoryCl
     cluster.delete("nodes", "late")
     await it.eventually(lambda: "late" not in it.usage(stack.process), "the node's removal")
     assert (await stack.filter(pod, ["late"]))["FailedNodes"] == {"late": "node unregistered"}
+
+
+async def test_filter_for_a_pod_already_deleted_reserves_nothing(
+    it: Any, cluster: MemoryCluster, launch: Any
+) -> None:
+    """kube-scheduler's cache can lag ours: it may filter a pod whose deletion we have already seen.
+    No pod event will ever come for it again, so a reservation made now would hold the devices
+    forever (HAMi's filter-time patch fails with NotFound instead, and rolls back)."""
+    cluster.create("nodes", it.gpu_node("gpu-a"))
+    stack = await launch()
+    pod = cluster.create("pods", it.gpu_pod("gone", mem=8000), namespace="default")
+    store = stack.process.pods.store
+    await it.eventually(lambda: store.get("default", "gone") is not None, "the pod in the informer")
+    cluster.delete("pods", "gone", "default", grace_period_seconds=0)
+    await it.eventually(lambda: store.get("default", "gone") is None, "the deletion in the informer")
+
+    result = await stack.filter(pod, ["gpu-a"])
+    assert result["NodeNames"] is None and result["Error"] == 'pods "gone" not found'
+    assert it.usage(stack.process) == {"gpu-a": [(0, 0, 0), (0, 0, 0)]}
+    # A new pod with the same name is another object (another uid): it schedules normally.
+    again = cluster.create("pods", it.gpu_pod("gone", mem=8000), namespace="default")
+    assert (await stack.filter(again, ["gpu-a"]))["NodeNames"] == ["gpu-a"]
