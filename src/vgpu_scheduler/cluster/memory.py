@@ -18,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import bisect
 import builtins
-import contextlib
 import json
 import logging
 import random
@@ -1277,5 +1276,16 @@ class MemoryWatch:
             if self._wakeup is None:
                 self._wakeup = asyncio.Event()
             self._wakeup.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wakeup.wait(), max(min(wake_at) - now, 0) if wake_at else None)
+            # A timer sets the event rather than `asyncio.wait_for`: on Python 3.11 wait_for swallows
+            # a cancellation that lands just as the wait completes (an event pushed in the same loop
+            # iteration), and the consumer would then read on until the watch times out.
+            timer = (
+                asyncio.get_running_loop().call_later(max(min(wake_at) - now, 0), self._wakeup.set)
+                if wake_at
+                else None
+            )
+            try:
+                await self._wakeup.wait()
+            finally:
+                if timer is not None:
+                    timer.cancel()
