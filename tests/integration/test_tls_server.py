@@ -1,0 +1,87 @@
+"""The real server with --cert_file/--key_file: HTTPS filter works, and after the files are
+replaced (as kubelet swaps a mounted Secret) new connections get the new certificate."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import ssl
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import trustme
+
+from vgpu_scheduler.cluster.memory import MemoryCluster
+
+
+def _write_pair(ca: trustme.CA, directory: Path, common_name: str) -> tuple[Path, Path]:
+    """Write a pair for 127.0.0.1 atomically (new files renamed over the old ones)."""
+    cert = ca.issue_cert("127.0.0.1", common_name=common_name)
+    crt, key = directory / "tls.crt", directory / "tls.key"
+    cert.private_key_pem.write_to_path(str(directory / "tls.key.new"))
+    cert.cert_chain_pems[0].write_to_path(str(directory / "tls.crt.new"))
+    os.replace(directory / "tls.key.new", key)
+    os.replace(directory / "tls.crt.new", crt)
+    return crt, key
+
+
+async def _served_common_name(port: int, ctx: ssl.SSLContext) -> str:
+    """The subject CN of the certificate a brand-new connection is given."""
+    _reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=ctx)
+    try:
+        cert = writer.get_extra_info("peercert")
+    finally:
+        writer.close()
+        await writer.wait_closed()
+    subject = dict(item[0] for item in cert["subject"])
+    return str(subject["commonName"])
+
+
+async def test_https_filter_and_certificate_rotation(
+    it: Any, cluster: MemoryCluster, launch: Any, tmp_path: Path
+) -> None:
+    ca = trustme.CA()
+    crt, key = _write_pair(ca, tmp_path, "first")
+    client_ctx = ssl.create_default_context()
+    ca.configure_trust(client_ctx)
+    cluster.create("nodes", it.gpu_node("gpu-a"))
+    stack = await launch(cert_file=str(crt), key_file=str(key), scheme="https", ssl=client_ctx)
+    assert stack.url.startswith("https://")
+    port = int(stack.url.rsplit(":", 1)[1])
+
+    pod = cluster.create("pods", it.gpu_pod("p", mem=1000), namespace="default")
+    assert (await stack.filter(pod, ["gpu-a"]))["NodeNames"] == ["gpu-a"]
+    assert await stack.healthz() == 200
+    assert await _served_common_name(port, client_ctx) == "first"
+
+    _write_pair(ca, tmp_path, "second")
+
+    async def rotated() -> bool:
+        return await _served_common_name(port, client_ctx) == "second"
+
+    await it.eventually(rotated, "the new certificate on new connections", timeout=4.0)
+    # The server keeps working over HTTPS after the reload (a fresh connection, new certificate).
+    await stack.session.close()
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=client_ctx)) as session:
+        stack.session = session
+        assert await stack.bind(pod, "gpu-a") == ""
+    assert cluster.get("pods", "p", "default")["spec"]["nodeName"] == "gpu-a"
+
+
+async def test_plain_http_to_the_tls_port_gets_no_answer(
+    it: Any, cluster: MemoryCluster, launch: Any, tmp_path: Path
+) -> None:
+    ca = trustme.CA()
+    crt, key = _write_pair(ca, tmp_path, "only")
+    client_ctx = ssl.create_default_context()
+    ca.configure_trust(client_ctx)
+    stack = await launch(cert_file=str(crt), key_file=str(key), scheme="https", ssl=client_ctx)
+    port = int(stack.url.rsplit(":", 1)[1])
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+    await writer.drain()
+    answer = await asyncio.wait_for(reader.read(), 5)
+    writer.close()
+    assert b"HTTP/1.1 200" not in answer
+    assert await stack.healthz() == 200  # still serving TLS
