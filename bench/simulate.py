@@ -18,12 +18,14 @@ sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _HERE]
 
 import argparse  # noqa: E402
 import asyncio  # noqa: E402
+import hashlib  # noqa: E402
 import resource  # noqa: E402
 import time  # noqa: E402
 
 from vgpu_scheduler.simulate.fleet import fleet  # noqa: E402
 from vgpu_scheduler.simulate.loop import SimulationOptions, simulate  # noqa: E402
 from vgpu_scheduler.simulate.providers import DEFAULT_PROVIDER, provider_names  # noqa: E402
+from vgpu_scheduler.simulate.report import dumps_report  # noqa: E402
 from vgpu_scheduler.simulate.workload import demo_workload  # noqa: E402
 
 
@@ -53,6 +55,8 @@ def main(argv: list[str] | None = None) -> int:
           f"simulated makespan {summary['makespan_seconds']} s")
     print(f"wall time {wall:.2f} s (loop {result.wall_seconds:.2f} s): {scheduled / wall:.1f} pods/s, "
           f"{result.cycles / result.wall_seconds:.1f} cycles/s; max RSS {rss_mib:.0f} MiB")
+    # Same inputs must give the same report whatever the loop's speed: compare this across versions.
+    print(f"report sha256 {hashlib.sha256(dumps_report(result.report).encode()).hexdigest()}")
     return 0
 
 
