@@ -42,7 +42,8 @@ from vgpu_scheduler.flags import SchedulerOptions
 from vgpu_scheduler.server.process import SchedulerProcess
 from vgpu_scheduler.simulate.clock import DEFAULT_EPOCH, SimClock
 from vgpu_scheduler.simulate.deviceplugin import SimDevicePlugin
-from vgpu_scheduler.simulate.predicates import NodeInfo, ignored_resources_for
+from vgpu_scheduler.simulate.nodetable import NodeTable, ScoreCache, VerdictCache
+from vgpu_scheduler.simulate.predicates import ignored_resources_for
 from vgpu_scheduler.simulate.providers import DEFAULT_PROVIDER, AlgorithmProvider, get_provider
 from vgpu_scheduler.simulate.queue import QueuedPod, SchedulingQueue, pod_key
 from vgpu_scheduler.simulate.report import (
@@ -216,8 +217,11 @@ class Simulation:
             self._push(arrival_seconds(node), _NODE, dict(node))
         for pod in self._input:
             self._push(arrival_seconds(pod), _ARRIVE, pod)
-        self._node_infos: dict[str, NodeInfo] = {}
-        self._node_names: list[str] = []
+        nodes_informer = self.process.nodes
+        self._table = NodeTable(nodes_informer.store, lambda: nodes_informer.resource_version)
+        self._verdicts = VerdictCache(self._table, self.provider)
+        self._scores = ScoreCache(self._table, self.provider)
+        self._settled_at = -1  # the cluster resourceVersion every informer is known to have reached
         self._reasons: dict[str, dict[str, str]] = {}
         self._usage: dict[str, _Usage] = {}
         self._totals = [0, 0, 0]  # used, usedmem, usedcores over the fleet
@@ -250,10 +254,13 @@ class Simulation:
 
     async def settle(self) -> None:
         """Wait until every informer of the process has seen every write made so far."""
-        self.cluster.trigger_bookmarks()
         target = self.cluster.resource_version
+        if target == self._settled_at:
+            return  # nothing written since the informers last caught up (their versions only grow)
+        self.cluster.trigger_bookmarks()
         for _ in range(100_000):
             if all(_rv(r.resource_version) >= target for r in self.process.reflectors):
+                self._settled_at = target
                 return
             await asyncio.sleep(0)
         raise RuntimeError("the scheduler's informers did not catch up with the embedded cluster")
@@ -304,9 +311,7 @@ class Simulation:
             return
         namespace, _, name = key.partition("/")
         await self.device_plugin.finish(namespace, name)
-        info = self._node_infos.get(usage.node)
-        if info is not None:
-            info.remove_pod(key)
+        self._table.remove_pod(usage.node, key)
         self._totals[0] -= usage.used
         self._totals[1] -= usage.usedmem
         self._totals[2] -= usage.usedcores
@@ -339,56 +344,27 @@ class Simulation:
         namespace, _, name = key.partition("/")
         return self.process.pods.store.get(namespace, name)
 
-    def _nodes(self) -> list[Obj]:
-        store = self.process.nodes.store
-        if len(self._node_names) != len(store):
-            self._node_names = sorted(str((n.get("metadata") or {}).get("name") or "") for n in store.list())
-        out = []
-        for name in self._node_names:
-            node = store.get(None, name)
-            if node is not None:
-                out.append(node)
-        return out
-
-    def _node_info(self, node: Obj) -> NodeInfo:
-        name = str((node.get("metadata") or {}).get("name") or "")
-        info = self._node_infos.get(name)
-        if info is None:
-            info = self._node_infos[name] = NodeInfo(node)
-        return info
-
     async def _schedule_one(self, qp: QueuedPod) -> None:
         pod = self._cached_pod(qp.key)
         if pod is None or (pod.get("spec") or {}).get("nodeName"):
             return  # deleted, or bound by someone else meanwhile
         qp.pod = pod
-        failed: dict[str, str] = {}
-        feasible: list[str] = []
-        by_name: dict[str, Obj] = {}
-        for node in self._nodes():
-            info = self._node_info(node)
-            reason = self.provider.filter(pod, node, info)
-            if reason is None:
-                feasible.append(info.name)
-                by_name[info.name] = node
-            else:
-                failed[info.name] = reason
+        verdicts = self._verdicts.filter(pod)
+        failed, feasible = verdicts.failed, verdicts.feasible
         if not feasible:
             self._unschedulable(qp, failed)
             return
-        answer = _decode(
-            await self.endpoint.filter(_encode({"Pod": pod, "Nodes": None, "NodeNames": feasible}))
-        )
+        answer = _decode(await self.endpoint.filter(_extender_args(pod, verdicts.names_json)))
         error = str(answer.get("Error") or "")
         if error:
             self._unschedulable(qp, {**failed, **dict.fromkeys(feasible, error)})
             return
         failed.update({str(k): str(v) for k, v in (answer.get("FailedNodes") or {}).items()})
-        chosen = [n for n in answer.get("NodeNames") or [] if n in by_name]
+        chosen = [n for n in answer.get("NodeNames") or [] if n in verdicts.feasible_set]
         if not chosen:
             self._unschedulable(qp, failed)
             return
-        node_name = self._prioritize(pod, chosen, by_name)
+        node_name = self._prioritize(pod, chosen)
         meta = pod.get("metadata") or {}
         bind_body = {
             "PodName": meta.get("name", ""),
@@ -402,14 +378,15 @@ class Simulation:
             return
         await self._after_bind(qp.key, node_name)
 
-    def _prioritize(self, pod: Obj, names: list[str], by_name: Mapping[str, Obj]) -> str:
+    def _prioritize(self, pod: Obj, names: list[str]) -> str:
         if len(names) == 1:
             return names[0]
         # Highest score wins; equal scores go to the first name (kube-scheduler picks at random).
         best, best_score = names[0], -1
         for name in sorted(names):
-            node = by_name[name]
-            score = self.provider.score(pod, node, self._node_info(node))
+            slot = self._table.slot(name)
+            assert slot is not None  # a feasible name is a node of this cycle's table
+            score = self._scores.score(pod, slot)
             if score > best_score:
                 best, best_score = name, score
         return best
@@ -443,9 +420,7 @@ class Simulation:
     def _assume(self, pod: Obj, node_name: str) -> None:
         """Count a running pod on its node (NodeInfo for the predicates, totals for the timeline)."""
         key = pod_key(pod)
-        node = self.process.nodes.store.get(None, node_name)
-        if node is not None:
-            self._node_info(node).add_pod(pod)
+        self._table.add_pod(node_name, pod)
         uid = str((pod.get("metadata") or {}).get("uid") or "")
         alloc = self.process.state.allocation(uid)
         used = usedmem = usedcores = 0
@@ -517,6 +492,12 @@ def _demands(pod: Mapping[str, Any], cfg: Any) -> list[DeviceDemand]:
         for request in container.values():
             out.append(DeviceDemand.from_request(request, use_types=use, nouse_types=nouse))
     return out
+
+
+def _extender_args(pod: Obj, names_json: bytes) -> bytes:
+    """`{"Pod": pod, "Nodes": null, "NodeNames": names}` as msgspec encodes it, with the names' JSON
+    (up to one per node) reused from the verdict cache instead of encoded every cycle."""
+    return b'{"Pod":' + _encode(pod) + b',"Nodes":null,"NodeNames":' + names_json + b"}"
 
 
 def _rv(value: str) -> int:

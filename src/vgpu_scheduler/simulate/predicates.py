@@ -18,6 +18,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeGuard
 
+import msgspec
+
 from vgpu_scheduler.config import NvidiaConfig
 from vgpu_scheduler.simulate.queue import pod_key
 from vgpu_scheduler.wire.quantity import parse_quantity
@@ -291,6 +293,15 @@ class NodeInfo:
 # -- predicates ------------------------------------------------------------------------------------
 
 
+def resource_checks(res: PodResources, ignored: frozenset[str]) -> tuple[tuple[str, int], ...]:
+    """(resource, amount) PodFitsResources compares against a node, in reason order: cpu, memory,
+    ephemeral-storage, then extended resources by name, leaving out `ignored` and zero requests."""
+    fixed = (CPU, MEMORY, EPHEMERAL_STORAGE)
+    extended = sorted(k for k in res.requests if k not in fixed and k != PODS and k not in ignored)
+    checks = tuple((k, res.requests.get(k, 0)) for k in (*fixed, *extended))
+    return tuple((k, v) for k, v in checks if v > 0)  # a zero request never fails
+
+
 class PodFitsResources:
     """cpu, memory, ephemeral-storage, pod count and extended resources against allocatable."""
 
@@ -304,10 +315,7 @@ class PodFitsResources:
         """(resource, amount) to compare, in reason order; computed once per pod, not per node."""
         if self._last is not None and self._last[0] is res:
             return self._last[1]
-        fixed = (CPU, MEMORY, EPHEMERAL_STORAGE)
-        extended = sorted(k for k in res.requests if k not in fixed and k != PODS and k not in self.ignored)
-        checks = tuple((k, res.requests.get(k, 0)) for k in (*fixed, *extended))
-        checks = tuple((k, v) for k, v in checks if v > 0)  # a zero request never fails
+        checks = resource_checks(res, self.ignored)
         self._last = (res, checks)
         return checks
 
@@ -517,3 +525,40 @@ def fit_error_message(total_nodes: int, reasons: Mapping[str, str]) -> str:
     histogram = Counter(reasons.values())
     parts = sorted(f"{count} {reason}" for reason, count in histogram.items())
     return f"0/{total_nodes} nodes are available: {', '.join(parts)}."
+
+
+# -- what the predicates read ----------------------------------------------------------------------
+#
+# The simulation caches verdicts per (pod key, node): these two functions name *everything* the
+# predicates above read from a pod and from a Node object (the rest comes from NodeInfo). A predicate
+# that starts reading another field must add it here, or the cache would reuse a stale verdict.
+
+_encode_key = msgspec.json.Encoder().encode
+
+PodFilterKey = tuple[bytes, str | None, tuple[tuple[str, int], ...]]
+
+
+def pod_filter_key(pod: Mapping[str, Any], ignored: frozenset[str]) -> PodFilterKey | None:
+    """A hashable summary of what the predicates read from `pod` (placement constraints, requests
+    compared by PodFitsResources with `ignored` left out). Two pods with equal keys get the same
+    verdict on every node. None when the pod cannot be summarised (it is then evaluated uncached)."""
+    spec = pod.get("spec")
+    if type(spec) is not dict:
+        return None
+    res = pod_resources(pod)
+    try:
+        placement = _encode_key(
+            (spec.get("nodeSelector"), spec.get("affinity"), spec.get("tolerations"), spec.get("nodeName"))
+        )
+    except (TypeError, ValueError, msgspec.EncodeError):
+        return None
+    return placement, res.error, resource_checks(res, ignored)
+
+
+def node_filter_inputs(node: Mapping[str, Any]) -> tuple[object, object, object]:
+    """What the predicates read from a Node object (name, labels, spec: taints, unschedulable); a
+    node whose inputs compare equal gets the same verdicts. Allocatable is NodeInfo's, read once."""
+    meta = node.get("metadata")
+    if _is_map(meta):
+        return meta.get("name"), meta.get("labels"), node.get("spec")
+    return meta, None, node.get("spec")

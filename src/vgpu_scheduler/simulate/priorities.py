@@ -78,6 +78,13 @@ def balanced_resource_allocation(
     return int((1 - abs(cpu_fraction - mem_fraction)) * MAX_NODE_SCORE)
 
 
+def pod_score_key(pod: Mapping[str, Any]) -> tuple[int, int]:
+    """Everything the priorities read from `pod` (its non-zero cpu and memory): pods with equal keys
+    get equal scores on every node. A priority reading more of the pod must extend this."""
+    res = pod_resources(pod)
+    return res.non_zero_cpu, res.non_zero_memory
+
+
 PRIORITY_FUNCTIONS: Mapping[str, PriorityFunction] = {
     "LeastRequestedPriority": least_requested,
     "MostRequestedPriority": most_requested,

@@ -5,7 +5,7 @@ LeastRequested for MostRequested so that work is packed and empty nodes can be r
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,8 +15,9 @@ from vgpu_scheduler.simulate.predicates import (
     NodeInfo,
     Predicate,
     make_predicates,
+    pod_filter_key,
 )
-from vgpu_scheduler.simulate.priorities import WeightedPriority, score_node, weighted
+from vgpu_scheduler.simulate.priorities import WeightedPriority, pod_score_key, score_node, weighted
 
 DEFAULT_PROVIDER = "DefaultProvider"
 CLUSTER_AUTOSCALER_PROVIDER = "ClusterAutoscalerProvider"
@@ -32,6 +33,11 @@ class AlgorithmProvider:
     predicates: tuple[tuple[str, Predicate], ...]
     """(name, predicate) in evaluation order."""
     priorities: tuple[WeightedPriority, ...]
+    filter_key: Callable[[Mapping[str, Any]], Hashable | None] = lambda pod: None
+    """What `filter` reads from a pod, as a hashable (None: unknown, do not cache): pods with equal
+    keys get equal verdicts on a node with the same `node_filter_inputs` and NodeInfo."""
+    score_key: Callable[[Mapping[str, Any]], Hashable | None] = lambda pod: None
+    """Likewise for `score` (which reads only NodeInfo of the node)."""
 
     @property
     def predicate_names(self) -> tuple[str, ...]:
@@ -77,8 +83,11 @@ def get_provider(
             f"unknown algorithm provider {name!r}; valid names: {', '.join(provider_names())}"
         ) from None
     predicates = make_predicates(ignored_resources)
+    ignored = frozenset(ignored_resources)
     return AlgorithmProvider(
         name=name,
         predicates=tuple((p, predicates[p]) for p in PREDICATE_ORDER),
         priorities=tuple(weighted(p) for p in priority_names),
+        filter_key=lambda pod: pod_filter_key(pod, ignored),
+        score_key=pod_score_key,
     )

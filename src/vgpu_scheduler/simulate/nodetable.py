@@ -1,0 +1,256 @@
+"""The simulated kube-scheduler's node snapshot, with cached predicate verdicts and priority scores.
+
+Each scheduling cycle runs the predicates of one pod on every node. Between two cycles almost
+nothing changes: one pod is placed (one NodeInfo changes) and the node lock annotation is written
+and removed (the Node object is replaced, but not its labels, taints or schedulability). So:
+
+* every node gets a *generation*, bumped when its NodeInfo changes (a pod added or removed) or when
+  what the predicates read from its Node object changes (`node_filter_inputs`);
+* verdicts are cached per (pod key, node) with the generation they were computed at, where the pod
+  key (`AlgorithmProvider.filter_key`) names everything the predicates read from a pod — so pods with
+  the same requests and constraints share the cache, and a retried pod reuses it;
+* an `epoch` bumped with any generation lets a cycle in which nothing changed at all (retries of
+  unschedulable pods) reuse the whole answer, including the JSON of the feasible node names.
+
+The verdicts are exactly the provider's: the cache only skips recomputing a function of unchanged
+inputs. Nodes are in name order, as the uncached loop had them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable, Mapping, Sequence
+from dataclasses import dataclass
+from itertools import compress
+from operator import is_not
+from typing import Any
+
+import msgspec
+
+from vgpu_scheduler.cluster.store import Store
+from vgpu_scheduler.simulate.predicates import NodeInfo, node_filter_inputs
+from vgpu_scheduler.simulate.providers import AlgorithmProvider
+
+Obj = dict[str, Any]
+
+_encode = msgspec.json.Encoder().encode
+
+MAX_CACHED_KEYS = 1024
+"""Distinct pod keys kept (each costs a few entries per node); beyond it the caches start afresh."""
+
+
+class NodeSlot:
+    """One node: its latest informer object, its NodeInfo and its generation."""
+
+    __slots__ = ("generation", "info", "inputs", "name", "node")
+
+    def __init__(self, name: str, node: Obj) -> None:
+        self.name = name
+        self.node = node
+        self.inputs = node_filter_inputs(node)
+        self.info = NodeInfo(node)
+        self.generation = 0
+
+
+class NodeTable:
+    """The informer's nodes in name order, each with a NodeInfo and a generation.
+
+    `store` is the node informer's Store and `store_version` returns its reflector's resourceVersion:
+    while that is unchanged the store is too, so `refresh` costs nothing.
+    """
+
+    def __init__(self, store: Store, store_version: Callable[[], str]) -> None:
+        self._store = store
+        self._store_version = store_version
+        self._seen_version: str | None = None
+        self._names: list[str] = []
+        self._objects: list[Obj] = []  # the store's values as last seen (store order)
+        self._in_order: set[str] = set()
+        self._exact = False
+        self._slots: dict[str, NodeSlot] = {}
+        self.order: list[NodeSlot] = []
+        """The nodes the predicates run on, in name order (refreshed by `refresh`)."""
+        self.layout = 0
+        """Bumped when `order` changes (a node appears or disappears)."""
+        self.epoch = 0
+        """Bumped when anything a verdict or score depends on changes."""
+
+    def refresh(self) -> None:
+        """Catch up with the informer's store."""
+        version = self._store_version()
+        if version == self._seen_version and len(self._store) == len(self._names):
+            return
+        self._seen_version = version
+        objects = self._store.list()
+        if self._exact and len(objects) == len(self._objects) and self._replace_changed(objects):
+            return
+        self._objects = objects
+        if len(self._names) != len(objects):
+            self._names = sorted(str((n.get("metadata") or {}).get("name") or "") for n in objects)
+        order: list[NodeSlot] = []
+        for name in self._names:
+            node = self._store.get(None, name)
+            if node is not None:
+                order.append(self._slot(name, node))
+        self._in_order = {slot.name for slot in order}
+        # The store holds exactly the ordered nodes: then same size + known names = same node set.
+        self._exact = len(order) == len(self._names) == len(objects)
+        if order != self.order:
+            self.order = order
+            self.layout += 1
+            self.epoch += 1
+
+    def _replace_changed(self, objects: list[Obj]) -> bool:
+        """The common case: the same nodes, a few of them replaced by a newer version (found by
+        identity at C speed). False, having changed nothing, if anything else happened."""
+        changed = [i for i in compress(range(len(objects)), map(is_not, objects, self._objects))]
+        names = []
+        for i in changed:
+            meta = objects[i].get("metadata")
+            name = meta.get("name") if isinstance(meta, Mapping) else None
+            if name not in self._in_order:
+                return False  # a node appeared or moved: rebuild the order
+            names.append(str(name))
+        self._objects = objects
+        for i, name in zip(changed, names, strict=True):
+            self._slot(name, objects[i])
+        return True
+
+    def _slot(self, name: str, node: Obj) -> NodeSlot:
+        slot = self._slots.get(name)
+        if slot is None:
+            slot = self._slots[name] = NodeSlot(name, node)
+            self.epoch += 1
+        elif slot.node is not node:
+            slot.node = node
+            inputs = node_filter_inputs(node)
+            if inputs != slot.inputs:
+                slot.inputs = inputs
+                self._bump(slot)
+        return slot
+
+    def _bump(self, slot: NodeSlot) -> None:
+        slot.generation += 1
+        self.epoch += 1
+
+    def add_pod(self, node_name: str, pod: Mapping[str, Any]) -> None:
+        """Count a pod placed on `node_name` (ignored if the informer does not know the node)."""
+        node = self._store.get(None, node_name)
+        if node is None:
+            return
+        slot = self._slot(node_name, node)
+        slot.info.add_pod(pod)
+        self._bump(slot)
+
+    def remove_pod(self, node_name: str, key: str) -> None:
+        slot = self._slots.get(node_name)
+        if slot is not None and slot.info.remove_pod(key):
+            self._bump(slot)
+
+    def info(self, node_name: str) -> NodeInfo | None:
+        slot = self._slots.get(node_name)
+        return slot.info if slot is not None else None
+
+    def slot(self, node_name: str) -> NodeSlot | None:
+        return self._slots.get(node_name)
+
+
+@dataclass(slots=True)
+class FilterResult:
+    """One cycle's predicate outcome. `feasible`/`names_json` are shared with the cache: read only;
+    `failed` is the caller's own."""
+
+    feasible: Sequence[str]
+    feasible_set: frozenset[str]
+    failed: dict[str, str]
+    names_json: bytes
+    """`feasible` as a JSON array (what the ExtenderArgs body carries)."""
+
+
+class _Verdicts:
+    """The verdicts of one pod key on every node of one layout."""
+
+    __slots__ = ("epoch", "failed", "feasible", "feasible_set", "generations", "names_json", "reasons")
+
+    def __init__(self, n: int) -> None:
+        self.epoch = -1
+        self.generations = [-1] * n
+        self.reasons: list[str | None] = [None] * n
+        self.feasible: list[str] = []
+        self.feasible_set: frozenset[str] = frozenset()
+        self.failed: dict[str, str] = {}
+        self.names_json = b"[]"
+
+
+class VerdictCache:
+    """`provider.filter` of a pod on every node of a NodeTable, recomputed only where it can change."""
+
+    def __init__(self, table: NodeTable, provider: AlgorithmProvider) -> None:
+        self.table = table
+        self.provider = provider
+        self._by_key: dict[Hashable, _Verdicts] = {}
+        self._layout = -1
+
+    def filter(self, pod: Mapping[str, Any]) -> FilterResult:
+        table = self.table
+        table.refresh()
+        if self._layout != table.layout or len(self._by_key) >= MAX_CACHED_KEYS:
+            self._by_key.clear()
+            self._layout = table.layout
+        key = self.provider.filter_key(pod)
+        if key is None:
+            entry = _Verdicts(len(table.order))
+        else:
+            entry = self._by_key.get(key) or self._by_key.setdefault(key, _Verdicts(len(table.order)))
+        if entry.epoch != table.epoch:
+            self._update(entry, pod)
+        return FilterResult(entry.feasible, entry.feasible_set, dict(entry.failed), entry.names_json)
+
+    def _update(self, entry: _Verdicts, pod: Mapping[str, Any]) -> None:
+        check = self.provider.filter
+        generations, reasons = entry.generations, entry.reasons
+        changed = entry.epoch < 0
+        for i, slot in enumerate(self.table.order):
+            if generations[i] != slot.generation:
+                generations[i] = slot.generation
+                reason = check(pod, slot.node, slot.info)
+                if reason != reasons[i]:
+                    reasons[i] = reason
+                    changed = True
+        entry.epoch = self.table.epoch
+        if not changed:
+            return
+        feasible: list[str] = []
+        failed: dict[str, str] = {}
+        for slot, reason in zip(self.table.order, reasons, strict=True):
+            if reason is None:
+                feasible.append(slot.name)
+            else:
+                failed[slot.name] = reason
+        entry.feasible, entry.failed = feasible, failed
+        entry.feasible_set = frozenset(feasible)
+        entry.names_json = _encode(feasible)
+
+
+class ScoreCache:
+    """`provider.score` of a pod on a node, cached per (score key, node generation)."""
+
+    def __init__(self, table: NodeTable, provider: AlgorithmProvider) -> None:
+        self.table = table
+        self.provider = provider
+        self._by_key: dict[Hashable, dict[str, tuple[int, int]]] = {}
+
+    def score(self, pod: Mapping[str, Any], slot: NodeSlot) -> int:
+        key = self.provider.score_key(pod)
+        if key is None:
+            return self.provider.score(pod, slot.node, slot.info)
+        scores = self._by_key.get(key)
+        if scores is None:
+            if len(self._by_key) >= MAX_CACHED_KEYS:
+                self._by_key.clear()
+            scores = self._by_key[key] = {}
+        hit = scores.get(slot.name)
+        if hit is not None and hit[0] == slot.generation:
+            return hit[1]
+        value = self.provider.score(pod, slot.node, slot.info)
+        scores[slot.name] = (slot.generation, value)
+        return value
