@@ -4,6 +4,7 @@ part → deletion frees the devices, seen in /metrics and in the process state."
 
 from __future__ import annotations
 
+import socket
 from datetime import datetime
 from typing import Any
 
@@ -226,3 +227,65 @@ async def test_filter_for_a_pod_already_deleted_reserves_nothing(
     # A new pod with the same name is another object (another uid): it schedules normally.
     again = cluster.create("pods", it.gpu_pod("gone", mem=8000), namespace="default")
     assert (await stack.filter(again, ["gpu-a"]))["NodeNames"] == ["gpu-a"]
+
+
+def _lease(holder: str, duration: int = 15) -> dict[str, Any]:
+    return {
+        "apiVersion": "coordination.k8s.io/v1",
+        "kind": "Lease",
+        "metadata": {"name": "hami-scheduler", "namespace": "hami-system"},
+        "spec": {"holderIdentity": holder, "leaseDurationSeconds": duration},
+    }
+
+
+def _scheduler_pod(name: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": "hami-system",
+            "labels": {"app.kubernetes.io/component": "hami-scheduler", "hami.io/webhook": "ignore"},
+        },
+        "spec": {"containers": [{"name": "vgpu-scheduler-extender", "image": "x"}]},
+    }
+
+
+async def test_leadership_follows_the_lease(
+    it: Any, cluster: MemoryCluster, launch: Any, monkeypatch: Any
+) -> None:
+    """--leader-elect (§8.2): leader while kube-scheduler's Lease names our host; the leader labels
+    the scheduler pods for the Service; a follower does not register, so its filter waits."""
+    me = socket.gethostname()
+    monkeypatch.setenv("POD_NAME", "sched-0")
+    monkeypatch.setenv("POD_NAMESPACE", "hami-system")
+    cluster.create("nodes", it.gpu_node("gpu-a"))
+    cluster.create("leases", _lease(f"{me}_4b2c"), namespace="hami-system")
+    for name in ("sched-0", "sched-1"):
+        cluster.create("pods", _scheduler_pod(name), namespace="hami-system")
+    stack = await launch(
+        leader_elect=True,
+        leader_elect_resource_name="hami-scheduler",
+        leader_elect_resource_namespace="hami-system",
+    )
+    stack.process.extender.sync_wait = 0.2  # how long a filter waits for `synced` (30 s in production)
+    pod = cluster.create("pods", it.gpu_pod("p", mem=1000), namespace="default")
+    assert (await stack.filter(pod, ["gpu-a"]))["NodeNames"] == ["gpu-a"]
+
+    def roles() -> dict[str, str]:
+        pods = cluster.objects("pods", "hami-system")
+        return {
+            p["metadata"]["name"]: p["metadata"]["labels"].get("hami.io/scheduler-role", "") for p in pods
+        }
+
+    await it.eventually(lambda: roles() == {"sched-0": "leader", "sched-1": "follower"}, "the role labels")
+
+    # Another replica's kube-scheduler takes the lease: we step down, filter waits and gives up.
+    cluster.patch("leases", "hami-scheduler", {"spec": {"holderIdentity": "other-host_77"}}, "hami-system")
+    await it.eventually(lambda: not stack.process.leader.is_leader(), "stepping down")
+    assert (await stack.filter(pod, ["gpu-a"]))["Error"] == "context cancelled"
+
+    # Back to us: a registration pass at once, and filter answers again.
+    cluster.patch("leases", "hami-scheduler", {"spec": {"holderIdentity": f"{me}_9f1e"}}, "hami-system")
+    await it.eventually(lambda: stack.process.synced.is_set(), "the pass on regaining leadership")
+    assert (await stack.filter(pod, ["gpu-a"]))["NodeNames"] == ["gpu-a"]

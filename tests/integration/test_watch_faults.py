@@ -141,3 +141,81 @@ async def test_api_errors_during_watch_reconnect_are_retried(
         lambda: it.usage(stack.process)["gpu-a"] == [(0, 0, 0), (1, 2048, 25)], "the pod made while failing"
     )
     assert pods.stats.errors >= 3  # the cut and the two 500s
+
+
+def _lock(cluster: MemoryCluster, node: str = "gpu-a") -> str | None:
+    value = (cluster.get("nodes", node)["metadata"].get("annotations") or {}).get(keys.NODE_LOCK)
+    return None if value is None else str(value)
+
+
+@pytest.mark.parametrize(
+    ("verb", "resource", "writes_annotations"),
+    [("patch", "pods", False), ("create", "pods/binding", True)],
+    ids=["pod-patch-fails", "binding-fails"],
+)
+async def test_bind_api_failure_releases_the_lock_and_a_retry_binds(
+    it: Any, cluster: MemoryCluster, launch: Any, verb: str, resource: str, writes_annotations: bool
+) -> None:
+    """§6.1 step 7: any failure after the lock is taken releases it; the reservation stays, so the
+    retried bind (kube-scheduler retries the pod) writes the same devices."""
+    cluster.create("nodes", it.gpu_node("gpu-a"))
+    stack = await launch()
+    pod = cluster.create("pods", it.gpu_pod("p", mem=5000, cores=50), namespace="default")
+    assert (await stack.filter(pod, ["gpu-a"]))["NodeNames"] == ["gpu-a"]
+    reserved = it.usage(stack.process)
+
+    cluster.fail_next(verb, 1, 500, resource=resource, message="etcd is sad")
+    error = await stack.bind(pod, "gpu-a")
+    assert "etcd is sad" in error
+    assert _lock(cluster) is None
+    stored = cluster.get("pods", "p", "default")
+    assert "nodeName" not in stored["spec"]
+    assert (keys.VGPU_ALLOCATED in (stored["metadata"].get("annotations") or {})) is writes_annotations
+    # Counted exactly once whether or not the annotations landed (the watch confirms the reservation).
+    await it.eventually(lambda: it.usage(stack.process) == reserved, "the reservation to stay as it was")
+    await it.eventually(
+        lambda: (
+            [e["involvedObject"]["name"] for e in cluster.objects("events") if e["reason"] == "BindingFailed"]
+            == ["p"]
+        ),
+        "the BindingFailed event",
+    )
+
+    assert await stack.bind(pod, "gpu-a") == ""
+    stored = cluster.get("pods", "p", "default")
+    assert stored["spec"]["nodeName"] == "gpu-a"
+    assert stored["metadata"]["annotations"][keys.VGPU_ALLOCATED].endswith(",NVIDIA,5000,50:;")
+    assert _lock(cluster) is not None and _lock(cluster).endswith(",default,p")  # type: ignore[union-attr]
+    await it.eventually(
+        lambda: it.usage(stack.process) == it.rebuilt_usage(cluster, stack.process) == reserved, "one count"
+    )
+
+
+async def test_conflicting_node_writes_are_retried(it: Any, cluster: MemoryCluster, launch: Any) -> None:
+    """A 409 on the guarded lock patch (the node changed under us) is re-read and retried."""
+    cluster.create("nodes", it.gpu_node("gpu-a"))
+    stack = await launch()
+    pod = cluster.create("pods", it.gpu_pod("p", mem=1000), namespace="default")
+    assert (await stack.filter(pod, ["gpu-a"]))["NodeNames"] == ["gpu-a"]
+    cluster.fail_next("patch", 2, 409, resource="nodes", reason="Conflict")
+    assert await stack.bind(pod, "gpu-a") == ""
+    assert str(_lock(cluster)).endswith(",default,p")
+
+
+async def test_slow_api_server_still_schedules(it: Any, cluster: MemoryCluster, launch: Any) -> None:
+    """Every API request 50 ms late (filter needs none of them): filter answers at once, bind waits."""
+    cluster.create("nodes", it.gpu_node("gpu-a"))
+    stack = await launch()
+    pods = [cluster.create("pods", it.gpu_pod(f"p{i}", mem=1000), namespace="default") for i in range(3)]
+    await it.eventually(
+        lambda: keys.NODE_HANDSHAKE in cluster.get("nodes", "gpu-a")["metadata"]["annotations"],
+        "the registration's own write (the handshake) to be done",
+    )
+    cluster.latency = 0.05
+    requests_before = len(cluster.request_log)
+    for pod in pods:
+        assert (await stack.filter(pod, ["gpu-a"]))["NodeNames"] == ["gpu-a"]
+    # Filter makes no API call of its own (events are written in the background by the recorder).
+    made = list(cluster.request_log)[requests_before:]
+    assert all(verb == "create" and "/events" in path for verb, _, path in made), made
+    assert await stack.bind(pods[0], "gpu-a") == ""
