@@ -8,6 +8,8 @@ from typing import Any
 
 import pytest
 import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from vgpu_scheduler.cluster.errors import ApiConnectionError, ApiError
 from vgpu_scheduler.cluster.memory import MemoryCluster, MemoryWatch
@@ -209,3 +211,58 @@ async def test_fault_wildcards(cluster: MemoryCluster) -> None:
     status, _ = await cluster.handle("GET", "/api/v1/nodes")
     assert status == 200
     assert [v for v, _, _ in cluster.request_log] == ["list", "watch", "list"]
+
+
+_ops = st.lists(st.tuples(st.sampled_from(["create", "delete", "label"]), st.integers(0, 30)), max_size=12)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    initial=st.sets(st.integers(0, 30), max_size=25),
+    page_size=st.integers(1, 7),
+    between=st.lists(_ops, min_size=1, max_size=8),
+    namespaced=st.booleans(),
+)
+def test_pages_always_form_the_first_page_snapshot(
+    initial: set[int], page_size: int, between: list[list[tuple[str, int]]], namespaced: bool
+) -> None:
+    """Whatever is written between pages, the pages concatenate to the list as of page one."""
+    c = MemoryCluster(seed=1)
+
+    def pod(i: int) -> dict[str, Any]:
+        return {
+            "metadata": {"name": f"p{i:02d}", "namespace": f"ns{i % 3}"},
+            "spec": {"containers": [{"name": "c"}]},
+        }
+
+    for i in sorted(initial):
+        c.create("pods", pod(i))
+    ns = "ns1" if namespaced else None
+    expected = [
+        (p["metadata"]["namespace"], p["metadata"]["name"], p["metadata"]["resourceVersion"])
+        for p in c.list("pods", ns)["items"]
+    ]
+    got: list[tuple[str, str, str]] = []
+    token: str | None = None
+    round_ = 0
+    while True:
+        page = c.list("pods", ns, limit=page_size, continue_=token)
+        got += [
+            (p["metadata"]["namespace"], p["metadata"]["name"], p["metadata"]["resourceVersion"])
+            for p in page["items"]
+        ]
+        token = page["metadata"].get("continue")
+        if not token:
+            break
+        remaining = page["metadata"]["remainingItemCount"]
+        assert remaining == len(expected) - len(got)
+        for op, i in between[round_ % len(between)]:
+            exists = c.count("pods") and any(p["metadata"]["name"] == f"p{i:02d}" for p in c.objects("pods"))
+            if op == "create" and not exists:
+                c.create("pods", pod(i))
+            elif op == "delete" and exists:
+                c.delete("pods", f"p{i:02d}", f"ns{i % 3}")
+            elif op == "label" and exists:
+                c.patch("pods", f"p{i:02d}", {"metadata": {"labels": {"r": str(round_)}}}, f"ns{i % 3}")
+        round_ += 1
+    assert got == expected

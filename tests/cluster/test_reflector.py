@@ -8,6 +8,8 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from vgpu_scheduler.cluster.api import key_of
 from vgpu_scheduler.cluster.client import KubeClient
@@ -272,3 +274,65 @@ def test_backoff_sequence_and_jitter() -> None:
     j = Backoff(initial=1.0, maximum=1.0, jitter=0.5, rng=random.Random(1))
     samples = [j.next() for _ in range(200)]
     assert all(1.0 <= s <= 1.5 for s in samples) and len(set(samples)) > 100
+
+
+_steps = st.lists(
+    st.one_of(
+        st.tuples(st.sampled_from(["create", "delete", "label", "bind"]), st.integers(0, 12)),
+        st.tuples(
+            st.sampled_from(["drop", "compact", "fail_watch", "fail_list", "bookmark", "yield"]), st.just(0)
+        ),
+    ),
+    max_size=40,
+)
+
+
+@settings(max_examples=40, deadline=None)
+@given(steps=_steps, history=st.integers(2, 20))
+def test_reflector_converges_whatever_happens(steps: list[tuple[str, int]], history: int) -> None:
+    """Random writes mixed with drops, compactions, failures and bookmarks: the handler's view
+    always ends equal to the cluster, and every callback is consistent with the previous ones."""
+    asyncio.run(_converge(steps, history))
+
+
+async def _converge(steps: list[tuple[str, int]], history: int) -> None:
+    from vgpu_scheduler.cluster.transport import MemoryTransport
+
+    cluster = MemoryCluster(seed=2, history_size=history)
+    rec = Recorder()
+    r = Reflector(KubeClient(MemoryTransport(cluster)), "pods", handler=rec, backoff=fast_backoff())
+    r.start()
+    try:
+        assert await r.wait_synced(10)
+        for op, i in steps:
+            name = f"p{i}"
+            exists = any(p["metadata"]["name"] == name for p in cluster.objects("pods"))
+            if op == "create" and not exists:
+                cluster.create(
+                    "pods",
+                    {
+                        "metadata": {"name": name, "namespace": "default"},
+                        "spec": {"containers": [{"name": "c"}]},
+                    },
+                )
+            elif op == "delete" and exists:
+                cluster.delete("pods", name, "default", grace_period_seconds=0)
+            elif op == "label" and exists:
+                cluster.patch("pods", name, {"metadata": {"labels": {"n": str(len(rec.calls))}}}, "default")
+            elif op == "bind" and exists and not cluster.get("pods", name, "default")["spec"].get("nodeName"):
+                cluster.bind("default", name, "n1")
+            elif op == "drop":
+                cluster.drop_watches()
+            elif op == "compact":
+                cluster.compact()
+            elif op == "fail_watch":
+                cluster.fail_next("watch", 1, 500)
+            elif op == "fail_list":
+                cluster.fail_next("list", 1, 503)
+            elif op == "bookmark":
+                cluster.trigger_bookmarks()
+            elif op == "yield":
+                await asyncio.sleep(0.001)
+        await eventually(lambda: rec.state == truth(cluster), "convergence")
+    finally:
+        await r.stop()

@@ -129,10 +129,14 @@ class Reflector:
     async def stop(self) -> None:
         self._stop.set()
         task, self._task = self._task, None
-        if task is not None and not task.done():
+        # Cancel until it is really done: on Python 3.11 a cancellation can be swallowed by
+        # asyncio.wait_for in code we await (e.g. a transport's read), and one lost cancel must not
+        # leave stop() waiting for a watch that lasts minutes.
+        while task is not None and not task.done():
             task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            await asyncio.wait({task}, timeout=0.1)
+        if task is not None and not task.cancelled() and task.exception() is not None:
+            log.warning("reflector %s ended with %r", self.name, task.exception())
 
     async def run(self) -> None:
         need_list = True
@@ -170,7 +174,8 @@ class Reflector:
 
     async def _sleep(self, delay: float) -> None:
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._stop.wait(), delay)
+            async with asyncio.timeout(delay):  # not wait_for: it can swallow a cancellation (3.11)
+                await self._stop.wait()
 
     async def _list_and_replace(self) -> None:
         # The whole relist with the GC paused: otherwise each page's dicts trigger collections that
@@ -216,6 +221,8 @@ class Reflector:
             async for type_, obj in events:
                 got = True
                 self._apply(type_, obj)
+                if self._stop.is_set():
+                    break
         return got
 
     def _apply(self, type_: str, obj: Obj) -> None:
