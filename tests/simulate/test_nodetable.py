@@ -200,3 +200,14 @@ def test_extender_args_bytes_are_what_msgspec_encodes() -> None:
     for names in ([], ["n00"], ["n00", "n-\u00e9"]):
         body = _extender_args(p, msgspec.json.encode(names))
         assert body == msgspec.json.encode({"Pod": p, "Nodes": None, "NodeNames": names})
+
+
+def test_filter_answer_typed_and_tolerant_readings_agree() -> None:
+    from vgpu_scheduler.simulate.loop import _filter_answer
+
+    well_formed = {"NodeNames": ["n00"], "FailedNodes": {"n01": "no GPU"}, "Error": ""}
+    got = _filter_answer(msgspec.json.encode(well_formed))
+    assert (got.node_names, got.failed_nodes, got.error) == (["n00"], {"n01": "no GPU"}, "")
+    assert _filter_answer(b'{"NodeNames":null,"FailedNodes":null,"Error":"boom"}').error == "boom"
+    odd = _filter_answer(b'{"NodeNames":["n00"],"FailedNodes":{"n01":3},"Error":0}')
+    assert (odd.node_names, odd.failed_nodes, odd.error) == (["n00"], {"n01": "3"}, "")

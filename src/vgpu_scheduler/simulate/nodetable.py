@@ -41,7 +41,7 @@ MAX_CACHED_KEYS = 1024
 class NodeSlot:
     """One node: its latest informer object, its NodeInfo and its generation."""
 
-    __slots__ = ("generation", "info", "inputs", "name", "node")
+    __slots__ = ("generation", "index", "info", "inputs", "name", "node")
 
     def __init__(self, name: str, node: Obj) -> None:
         self.name = name
@@ -49,6 +49,8 @@ class NodeSlot:
         self.inputs = node_filter_inputs(node)
         self.info = NodeInfo(node)
         self.generation = 0
+        self.index = -1
+        """Position in `NodeTable.order` (-1: not in it)."""
 
 
 class NodeTable:
@@ -73,6 +75,9 @@ class NodeTable:
         """Bumped when `order` changes (a node appears or disappears)."""
         self.epoch = 0
         """Bumped when anything a verdict or score depends on changes."""
+        # What each epoch since `_log_start` changed: a position in `order`, or -1 for "anything".
+        self._log: list[int] = []
+        self._log_start = 0
 
     def refresh(self) -> None:
         """Catch up with the informer's store."""
@@ -95,9 +100,14 @@ class NodeTable:
         # The store holds exactly the ordered nodes: then same size + known names = same node set.
         self._exact = len(order) == len(self._names) == len(objects)
         if order != self.order:
+            for slot in self.order:
+                slot.index = -1
+            for i, slot in enumerate(order):
+                slot.index = i
             self.order = order
             self.layout += 1
             self.epoch += 1
+            self._log, self._log_start = [], self.epoch
 
     def _replace_changed(self, objects: list[Obj]) -> bool:
         """The common case: the same nodes, a few of them replaced by a newer version (found by
@@ -119,7 +129,7 @@ class NodeTable:
         slot = self._slots.get(name)
         if slot is None:
             slot = self._slots[name] = NodeSlot(name, node)
-            self.epoch += 1
+            self._changed(-1)
         elif slot.node is not node:
             slot.node = node
             inputs = node_filter_inputs(node)
@@ -130,7 +140,20 @@ class NodeTable:
 
     def _bump(self, slot: NodeSlot) -> None:
         slot.generation += 1
+        self._changed(slot.index)
+
+    def _changed(self, index: int) -> None:
         self.epoch += 1
+        if len(self._log) > 4 * len(self.order) + 64:  # keep it short: older readers rescan all
+            self._log, self._log_start = [], self.epoch - 1
+        self._log.append(index)
+
+    def changed_since(self, epoch: int) -> set[int] | None:
+        """Positions in `order` whose generation may have moved since `epoch`; None: maybe all."""
+        if epoch < self._log_start or epoch > self.epoch:
+            return None
+        changed = set(self._log[epoch - self._log_start :])
+        return None if -1 in changed else changed
 
     def add_pod(self, node_name: str, pod: Mapping[str, Any]) -> None:
         """Count a pod placed on `node_name` (ignored if the informer does not know the node)."""
@@ -189,14 +212,17 @@ class VerdictCache:
         self.provider = provider
         self._by_key: dict[Hashable, _Verdicts] = {}
         self._layout = -1
+        self._pod_keys: dict[str, tuple[Mapping[str, Any], Hashable | None]] = {}
 
-    def filter(self, pod: Mapping[str, Any]) -> FilterResult:
+    def filter(self, pod: Mapping[str, Any], pod_id: str | None = None) -> FilterResult:
+        """The verdicts for `pod` on every node. `pod_id` (namespace/name) remembers the pod's key
+        while the same pod object comes back (a retried pod), until `forget(pod_id)`."""
         table = self.table
         table.refresh()
         if self._layout != table.layout or len(self._by_key) >= MAX_CACHED_KEYS:
             self._by_key.clear()
             self._layout = table.layout
-        key = self.provider.filter_key(pod)
+        key = self._key(pod, pod_id)
         if key is None:
             entry = _Verdicts(len(table.order))
         else:
@@ -205,11 +231,28 @@ class VerdictCache:
             self._update(entry, pod)
         return FilterResult(entry.feasible, entry.feasible_set, dict(entry.failed), entry.names_json)
 
+    def _key(self, pod: Mapping[str, Any], pod_id: str | None) -> Hashable | None:
+        if pod_id is None:
+            return self.provider.filter_key(pod)
+        known = self._pod_keys.get(pod_id)
+        if known is not None and known[0] is pod:  # the informer replaces objects it updates
+            return known[1]
+        key = self.provider.filter_key(pod)
+        self._pod_keys[pod_id] = (pod, key)
+        return key
+
+    def forget(self, pod_id: str) -> None:
+        """The pod is placed (or gone): drop its remembered key."""
+        self._pod_keys.pop(pod_id, None)
+
     def _update(self, entry: _Verdicts, pod: Mapping[str, Any]) -> None:
         check = self.provider.filter
         generations, reasons = entry.generations, entry.reasons
         changed = entry.epoch < 0
-        for i, slot in enumerate(self.table.order):
+        order = self.table.order
+        positions = None if changed else self.table.changed_since(entry.epoch)
+        for i in range(len(order)) if positions is None else positions:
+            slot = order[i]
             if generations[i] != slot.generation:
                 generations[i] = slot.generation
                 reason = check(pod, slot.node, slot.info)
