@@ -115,7 +115,8 @@ class Reflector:
 
     async def wait_synced(self, timeout: float | None = None) -> bool:
         try:
-            await asyncio.wait_for(self.synced.wait(), timeout)
+            async with asyncio.timeout(timeout):
+                await self.synced.wait()
         except TimeoutError:
             return False
         return True
