@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from vgpu_scheduler.cluster.errors import ApiError
+from vgpu_scheduler.cluster.errors import ApiConnectionError, ApiError
 from vgpu_scheduler.cluster.nodelock import NodeLocker, NodeLockError
 from vgpu_scheduler.config import NvidiaConfig
 from vgpu_scheduler.engine.decide import Chosen, Error, NoFit, NoRequest, decide, decide_on_nodes
@@ -218,6 +218,9 @@ class Extender:
             try:  # the informer may lag behind kube-scheduler by a few milliseconds
                 self.stats.api_calls_in_bind += 1
                 pod = await self.api.get_pod(namespace, name)
+            except ApiConnectionError as exc:  # the pod may well exist: keep its reservation
+                log.error("bind %s/%s: %s", namespace, name, exc)
+                return str(exc)
             except ApiError as exc:
                 self._drop(uid)
                 log.error("bind %s/%s: %s", namespace, name, exc)
@@ -250,13 +253,15 @@ class Extender:
             self.stats.api_calls_in_bind += 2
             await self.api.patch_pod(namespace, name, patch)
             await self.api.bind_pod(namespace, name, uid, node)
-        except (ApiError, NodeLockError) as exc:
+        # A connection error (API server down, --kube-timeout) is a failure like any other: answered
+        # in `Error`, and the lock taken before it released, or it would hold the node for 5 min.
+        except (ApiError, ApiConnectionError, NodeLockError) as exc:
             message = str(exc)
             log.error("bind %s/%s to %s failed: %s", namespace, name, node, message)
             if locked:
                 try:
                     await self.locker.release(node, namespace, name)
-                except ApiError as release_exc:
+                except (ApiError, ApiConnectionError) as release_exc:
                     log.error("releasing the lock of node %s failed: %s", node, release_exc)
             self.events.record(pod, WARNING, "BindingFailed", message)
             return message
