@@ -289,3 +289,52 @@ async def test_leadership_follows_the_lease(
     cluster.patch("leases", "hami-scheduler", {"spec": {"holderIdentity": f"{me}_9f1e"}}, "hami-system")
     await it.eventually(lambda: stack.process.synced.is_set(), "the pass on regaining leadership")
     assert (await stack.filter(pod, ["gpu-a"]))["NodeNames"] == ["gpu-a"]
+
+
+async def test_resource_quota_from_the_api_limits_webhook_and_filter(
+    it: Any, cluster: MemoryCluster, launch: Any, plugin: BackgroundDevicePlugin
+) -> None:
+    """§5.8 end to end: a ResourceQuota seen through the informer caps namespace GPU memory at
+    admission and at filter time, and raising it through the API lifts the cap."""
+    cluster.create("nodes", it.gpu_node("gpu-a"))
+    quota = {
+        "apiVersion": "v1",
+        "kind": "ResourceQuota",
+        "metadata": {"name": "gpu", "namespace": "default"},
+        "spec": {"hard": {"limits.nvidia.com/gpumem": "4000"}},
+    }
+    cluster.create("resourcequotas", quota, namespace="default")
+    stack = await launch()
+    first = it.gpu_pod("first", mem=3000)
+    assert (await stack.post("/webhook", it.review(first)))["response"]["allowed"] is True
+    first = cluster.create("pods", first, namespace="default")
+    assert (await stack.filter(first, ["gpu-a"]))["NodeNames"] == ["gpu-a"]
+    assert await stack.bind(first, "gpu-a") == ""
+
+    second = it.gpu_pod("second", mem=3000)
+    answer = await stack.post("/webhook", it.review(second))
+    assert answer["response"]["allowed"] is False
+    assert answer["response"]["status"] == {
+        "metadata": {},
+        "code": 403,
+        "reason": "Forbidden",
+        "message": "exceeding resource quota",
+    }
+    second = cluster.create("pods", second, namespace="default")  # created anyway (failurePolicy Ignore)
+    result = await stack.filter(second, ["gpu-a"])
+    assert result["FailedNodes"] == {"gpu-a": "2/2 ResourceQuotaNotFit"}
+
+    metrics = await stack.metrics()
+    used = {(labels["quota_name"], labels["limit"]): v for labels, v in metrics["hami_resource_quota_used"]}
+    assert used[("nvidia.com/gpumem", "4000")] == 3000
+
+    cluster.patch(
+        "resourcequotas", "gpu", {"spec": {"hard": {"limits.nvidia.com/gpumem": "8000"}}}, "default"
+    )
+
+    async def allowed() -> bool:
+        answer = await stack.post("/webhook", it.review(it.gpu_pod("third", mem=3000)))
+        return bool(answer["response"]["allowed"])
+
+    await it.eventually(allowed, "the raised quota")
+    assert (await stack.filter(second, ["gpu-a"]))["NodeNames"] == ["gpu-a"]

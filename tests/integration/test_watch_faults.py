@@ -8,7 +8,9 @@ from typing import Any
 
 import pytest
 
+from vgpu_scheduler.cluster.fakeapi import serve
 from vgpu_scheduler.cluster.memory import MemoryCluster
+from vgpu_scheduler.server.main import stop
 from vgpu_scheduler.simulate.deviceplugin import BackgroundDevicePlugin
 from vgpu_scheduler.wire import keys
 
@@ -219,3 +221,59 @@ async def test_slow_api_server_still_schedules(it: Any, cluster: MemoryCluster, 
     made = list(cluster.request_log)[requests_before:]
     assert all(verb == "create" and "/events" in path for verb, _, path in made), made
     assert await stack.bind(pods[0], "gpu-a") == ""
+
+
+async def test_api_server_restart_is_survived(it: Any, cluster: MemoryCluster, api: Any, launch: Any) -> None:
+    """The API server goes away (connections refused) and comes back on the same address: the
+    reflectors keep retrying and catch up; a bind during the outage fails cleanly, then works."""
+    cluster.create("nodes", it.gpu_node("gpu-a"))
+    stack = await launch()
+    pod = cluster.create("pods", it.gpu_pod("p", mem=1000), namespace="default")
+    assert (await stack.filter(pod, ["gpu-a"]))["NodeNames"] == ["gpu-a"]
+    port = api.port
+    await api.close()  # down: open watches cut, new connections refused
+    a1 = it.uuid("gpu-a", 1)
+    cluster.create("pods", it.placed_pod("during", "gpu-a", f"{a1},NVIDIA,7000,70:;"), namespace="default")
+    error = await stack.bind(pod, "gpu-a")
+    assert error and "nodeName" not in cluster.get("pods", "p", "default")["spec"]
+    assert await stack.healthz() == 200
+
+    restarted = await serve(cluster, "127.0.0.1", port, token=it.TOKEN)
+    try:
+        await it.eventually(
+            lambda: stack.process.pods.store.get("default", "during") is not None,
+            "the reflectors to catch up",
+        )
+        assert await stack.bind(pod, "gpu-a") == ""
+        await it.eventually(
+            lambda: it.usage(stack.process) == it.rebuilt_usage(cluster, stack.process),
+            "the ledgers to agree",
+        )
+        used = it.usage(stack.process)["gpu-a"]
+        assert (sum(u[0] for u in used), sum(u[1] for u in used)) == (2, 1000 + 7000)
+    finally:
+        await stack.session.close()
+        await stop(stack.running)
+        launch.stacks.clear()
+        await restarted.close()
+
+
+async def test_timed_out_write_in_bind_releases_the_lock(
+    it: Any, cluster: MemoryCluster, launch: Any
+) -> None:
+    """--kube-timeout: the pod patch times out after the node lock was taken. The bind answers an
+    error (HTTP 200), releases the lock at once (not after 5 minutes), and the retried bind works."""
+    cluster.create("nodes", it.gpu_node("gpu-a"))
+    stack = await launch(kube_timeout=1)
+    pod = cluster.create("pods", it.gpu_pod("p", mem=1000), namespace="default")
+    assert (await stack.filter(pod, ["gpu-a"]))["NodeNames"] == ["gpu-a"]
+    cluster.delay_next("patch", 1, 1.5, resource="pods")
+    error = await stack.bind(pod, "gpu-a")
+    assert "TimeoutError" in error
+    assert _lock(cluster) is None
+    assert await stack.bind(pod, "gpu-a") == ""
+    assert cluster.get("pods", "p", "default")["spec"]["nodeName"] == "gpu-a"
+    await it.eventually(
+        lambda: it.usage(stack.process) == it.rebuilt_usage(cluster, stack.process), "the ledgers to agree"
+    )
+    assert sum(u[0] for u in it.usage(stack.process)["gpu-a"]) == 1
