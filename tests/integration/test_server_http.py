@@ -338,3 +338,71 @@ async def test_resource_quota_from_the_api_limits_webhook_and_filter(
 
     await it.eventually(allowed, "the raised quota")
     assert (await stack.filter(second, ["gpu-a"]))["NodeNames"] == ["gpu-a"]
+
+
+async def test_init_and_sidecar_containers_through_the_device_plugin(
+    it: Any, cluster: MemoryCluster, launch: Any, plugin: BackgroundDevicePlugin
+) -> None:
+    """§4.5 padding end to end: one entry per container, init first, so the plugin's per-container
+    Allocate calls consume exactly what kubelet asks for, and the bind phase ends `success`."""
+    cluster.create("nodes", it.gpu_node("gpu-a"))
+    stack = await launch()
+
+    def gpu(name: str, mem: int) -> dict[str, Any]:
+        limits = {"nvidia.com/gpu": "1", "nvidia.com/gpumem": str(mem), "nvidia.com/gpucores": "10"}
+        return {"name": name, "image": "cuda", "resources": {"limits": limits}}
+
+    pod = it.gpu_pod("multi")
+    pod["spec"]["initContainers"] = [gpu("warmup", 3000)]
+    pod["spec"]["containers"] = [{"name": "sidecar", "image": "envoy"}, gpu("app", 2000), gpu("aux", 1000)]
+    pod = cluster.create("pods", pod, namespace="default")
+    assert (await stack.filter(pod, ["gpu-a"]))["NodeNames"] == ["gpu-a"]
+    assert await stack.bind(pod, "gpu-a") == ""
+    annotations = cluster.get("pods", "multi", "default")["metadata"]["annotations"]
+    entries = annotations[keys.VGPU_ALLOCATED].split(";")
+    assert len(entries) == 4 + 1  # warmup, sidecar, app, aux; then the empty tail after the last ';'
+    assert [e.count(",NVIDIA,") for e in entries] == [1, 0, 1, 1, 0]
+    assert entries[0].endswith(",NVIDIA,3000,10:") and entries[2].endswith(",NVIDIA,2000,10:")
+
+    await it.eventually(
+        lambda: (
+            cluster.get("pods", "multi", "default")["metadata"]["annotations"].get(keys.BIND_PHASE)
+            == keys.BIND_PHASE_SUCCESS
+        ),
+        "the plugin's Allocate calls",
+    )
+    assert cluster.get("pods", "multi", "default")["metadata"]["annotations"][keys.VGPU_TO_ALLOCATE] == ";;;;"
+    # Usage: the init container's peak and the app containers' sum are not added up (§5.2 collapse).
+    await it.eventually(
+        lambda: it.usage(stack.process) == it.rebuilt_usage(cluster, stack.process), "the ledgers to agree"
+    )
+    assert sum(u[1] for u in it.usage(stack.process)["gpu-a"]) <= 3000 + 2000 + 1000
+
+
+async def test_node_label_selector_limits_registration(it: Any, cluster: MemoryCluster, launch: Any) -> None:
+    """--node-label-selector: only matching nodes are registered; a node labelled later joins, one
+    unlabelled leaves."""
+    selected = it.gpu_node("gpu-a")
+    selected["metadata"]["labels"]["gpu"] = "on"
+    cluster.create("nodes", selected)
+    cluster.create("nodes", it.gpu_node("gpu-b"))
+    stack = await launch(node_label_selector={"gpu": "on"})
+    assert set(it.usage(stack.process)) == {"gpu-a"}
+    pod = cluster.create("pods", it.gpu_pod("p", mem=1000), namespace="default")
+    result = await stack.filter(pod, ["gpu-b"])
+    assert result["FailedNodes"] == {"gpu-b": "node unregistered"}
+    cluster.patch("nodes", "gpu-b", {"metadata": {"labels": {"gpu": "on"}}})
+    await it.eventually(lambda: "gpu-b" in it.usage(stack.process), "the newly selected node")
+    assert (await stack.filter(pod, ["gpu-b"]))["NodeNames"] == ["gpu-b"]
+    # Leaving the selection (the watch says DELETED) unregisters it.
+    cluster.patch("nodes", "gpu-a", {"metadata": {"labels": {"gpu": None}}})
+    await it.eventually(lambda: "gpu-a" not in it.usage(stack.process), "the unselected node to leave")
+
+
+async def test_legacy_metrics_names(it: Any, cluster: MemoryCluster, launch: Any) -> None:
+    cluster.create("nodes", it.gpu_node("gpu-a"))
+    stack = await launch(legacy_metrics=True)
+    metrics = await stack.metrics()
+    assert "hami_gpu_memory_limit_bytes" in metrics and "hami_build_info" in metrics
+    legacy = {labels["deviceuuid"]: v for labels, v in metrics["GPUDeviceMemoryLimit"]}
+    assert legacy == {it.uuid("gpu-a", 0): 24 * 1024 * MIB, it.uuid("gpu-a", 1): 24 * 1024 * MIB}
