@@ -4,6 +4,7 @@ one node lock end with one winner, the other told `node lock contention` (or wai
 from __future__ import annotations
 
 import asyncio
+import random
 from typing import Any
 
 from vgpu_scheduler.cluster.client import KubeClient
@@ -151,3 +152,70 @@ async def test_two_replicas_waiting_for_the_lock_both_bind(
         "both pods admitted",
     )
     await it.eventually(lambda: not _locks(cluster), "the last lock release")
+
+
+async def test_schedule_while_deleting_and_cutting_watches(
+    it: Any, cluster: MemoryCluster, launch: Any, plugin: BackgroundDevicePlugin
+) -> None:
+    """Filters and binds racing with pod deletions, watch cuts and 410 relists (seeded): at the end
+    no device is over-committed, the ledger equals one rebuilt from the API, and no lock is left."""
+    rng = random.Random(20261129)
+    for name in NODES:
+        cluster.create("nodes", it.gpu_node(name, gpus=2, count=COUNT, devmem=DEVMEM, devcore=DEVCORE))
+    stack = await launch(node_lock_retry_timeout=20.0)
+    pods = [
+        cluster.create("pods", it.gpu_pod(f"c{i:02}", nums=n, mem=m, cores=c), "default")
+        for i, (n, m, c) in enumerate(SHAPES[i % len(SHAPES)] for i in range(40))
+    ]
+    delays = [rng.uniform(0, 0.5) for _ in pods]
+    deleted: set[str] = set()
+
+    async def schedule(pod: dict[str, Any], delay: float) -> str:
+        await asyncio.sleep(delay)
+        result = await stack.filter(pod, NODES)
+        if result["NodeNames"] is None:
+            return "unfit" if result["FailedNodes"] else result["Error"]
+        return await stack.bind(pod, result["NodeNames"][0]) or "bound"
+
+    async def chaos() -> None:
+        for _ in range(12):
+            await asyncio.sleep(rng.uniform(0.02, 0.08))
+            action = rng.choice(["delete", "delete", "drop", "gone"])
+            if action == "delete":
+                running = [
+                    p["metadata"]["name"]
+                    for p in cluster.objects("pods", "default")
+                    if p["status"].get("phase") == "Running"
+                ]
+                if running:
+                    victim = rng.choice(running)
+                    cluster.delete("pods", victim, "default", grace_period_seconds=0)
+                    deleted.add(victim)
+            else:
+                if action == "gone":
+                    cluster.compact()
+                cluster.drop_watches()
+
+    *outcomes, _ = await asyncio.gather(*(schedule(p, d) for p, d in zip(pods, delays, strict=True)), chaos())
+    assert set(outcomes) <= {"bound", "unfit"}, outcomes
+    assert "bound" in outcomes and deleted
+
+    live_bound = {
+        p["metadata"]["name"] for p in cluster.objects("pods", "default") if p["spec"].get("nodeName")
+    }
+    await it.eventually(
+        lambda: all(
+            p["status"].get("phase") == "Running"
+            for p in cluster.objects("pods", "default")
+            if p["metadata"]["name"] in live_bound
+        ),
+        "the plugin to admit every bound pod",
+        timeout=10,
+    )
+    final = cluster.objects("pods", "default")
+    for uuid, (pods_on, mem, cores) in it.annotated_usage(final).items():
+        assert pods_on <= COUNT and mem <= DEVMEM and cores <= DEVCORE, (uuid, pods_on, mem, cores)
+    await it.eventually(
+        lambda: it.usage(stack.process) == it.rebuilt_usage(cluster, stack.process), "the ledger", timeout=10
+    )
+    await it.eventually(lambda: not _locks(cluster), "every node lock to be released")
