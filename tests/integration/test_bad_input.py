@@ -224,6 +224,13 @@ CASES = [
         _review_error(500, "must be an integer between 0 and 100", uid="u4"),
     ),
     Case(
+        "webhook-over-7MiB",
+        "/webhook",
+        b'{"request": {"uid": "u6", "object": {"x": "' + b"a" * (7 * MIB) + b'"}}}',
+        200,
+        _review_error(413, "request entity is too large; limit is 7340032 bytes"),
+    ),
+    Case(
         "webhook-no-containers",
         "/webhook",
         _review(uid="u5", object=_pod(containers=[])),

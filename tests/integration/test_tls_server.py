@@ -4,6 +4,7 @@ replaced (as kubelet swaps a mounted Secret) new connections get the new certifi
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import ssl
 from pathlib import Path
@@ -12,7 +13,10 @@ from typing import Any
 import aiohttp
 import trustme
 
+from vgpu_scheduler.cluster.fakeapi import serve
 from vgpu_scheduler.cluster.memory import MemoryCluster
+from vgpu_scheduler.flags import SchedulerOptions
+from vgpu_scheduler.server.main import start, stop
 
 
 def _write_pair(ca: trustme.CA, directory: Path, common_name: str) -> tuple[Path, Path]:
@@ -85,3 +89,71 @@ async def test_plain_http_to_the_tls_port_gets_no_answer(
     writer.close()
     assert b"HTTP/1.1 200" not in answer
     assert await stack.healthz() == 200  # still serving TLS
+
+
+async def test_api_server_over_tls_with_client_certificate(it: Any, tmp_path: Path) -> None:
+    """The usual production shape: kube-apiserver over HTTPS, a kubeconfig with the cluster CA and
+    a client certificate (no token). The whole stack starts and schedules through it."""
+    ca = trustme.CA()
+    server_ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ca.issue_cert("127.0.0.1").configure_cert(server_ctx)
+    ca.configure_trust(server_ctx)
+    server_ctx.verify_mode = ssl.CERT_OPTIONAL  # a verified client certificate authenticates
+    client = ca.issue_cert("kube-scheduler.example", common_name="system:kube-scheduler")
+    ca.cert_pem.write_to_path(str(tmp_path / "ca.crt"))
+    client.cert_chain_pems[0].write_to_path(str(tmp_path / "client.crt"))
+    client.private_key_pem.write_to_path(str(tmp_path / "client.key"))
+
+    cluster = MemoryCluster(seed=3)
+    cluster.create("nodes", it.gpu_node("gpu-a"))
+    api = await serve(cluster, "127.0.0.1", 0, ssl=server_ctx, token="nobody-has-this-token")
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        json.dumps(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [
+                    {
+                        "name": "c",
+                        "cluster": {"server": api.url, "certificate-authority": str(tmp_path / "ca.crt")},
+                    }
+                ],
+                "users": [
+                    {
+                        "name": "u",
+                        "user": {
+                            "client-certificate": str(tmp_path / "client.crt"),
+                            "client-key": str(tmp_path / "client.key"),
+                        },
+                    }
+                ],
+                "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
+                "current-context": "c",
+            }
+        )
+    )
+    opts = SchedulerOptions(
+        http_bind="127.0.0.1:0", metrics_bind_address="127.0.0.1:0", kubeconfig=str(kubeconfig)
+    )
+    running = await asyncio.wait_for(start(opts), 10)
+    try:
+        port = running.runners[1].addresses[0][1]
+        pod = cluster.create("pods", it.gpu_pod("p", mem=1000), namespace="default")
+        async with aiohttp.ClientSession() as session:
+            body = {"Pod": pod, "NodeNames": ["gpu-a"]}
+            async with session.post(f"http://127.0.0.1:{port}/filter", json=body) as resp:
+                assert (await resp.json())["NodeNames"] == ["gpu-a"]
+            bind = {
+                "PodName": "p",
+                "PodNamespace": "default",
+                "PodUID": pod["metadata"]["uid"],
+                "Node": "gpu-a",
+            }
+            async with session.post(f"http://127.0.0.1:{port}/bind", json=bind) as resp:
+                assert await resp.json() == {"Error": ""}
+        assert cluster.get("pods", "p", "default")["spec"]["nodeName"] == "gpu-a"
+        assert api.auth_headers and set(api.auth_headers) == {""}  # no token was ever sent
+    finally:
+        await stop(running)
+        await api.close()
