@@ -16,6 +16,12 @@ one that fits:
   node fits, skipped nodes are evaluated anyway for their exact reason strings (and, as a guard, the
   first of them that does fit would still be chosen in order).
 
+Not-fit verdicts are cached across decisions (`engine/verdicts.py`, owned by the state): a node whose
+generation (ledger) and the pod's fingerprint and namespace quota state are unchanged since an
+earlier evaluation gets the same reason string without running the fit again. This is what makes a
+pod that fits nowhere cheap to retry; the cache only replaces evaluations by their earlier results,
+so the decision (and the order of FailedNodes) is the same as without it.
+
 `evaluate_all=True` runs the fit on every node (for the event listing all fitting nodes, and for the
 tests proving both paths choose the same node and devices).
 """
@@ -35,6 +41,7 @@ from vgpu_scheduler.engine.podinfo import init_container_count, pod_annotations,
 from vgpu_scheduler.engine.requests import pod_has_device_requests, pod_requests
 from vgpu_scheduler.engine.scores import ScoringWeightsError
 from vgpu_scheduler.engine.state import SchedulerState
+from vgpu_scheduler.engine.verdicts import pod_fingerprint, quota_token
 from vgpu_scheduler.model import PERCENTAGE_UNSET, ContainerRequests, MigAllocation, PodDevices
 from vgpu_scheduler.wire import keys
 from vgpu_scheduler.wire.allocation import AllocationError, encode_pod_devices
@@ -208,26 +215,41 @@ def decide(
         return _decide_all(requests, n_init, pod, ctx, ledger, candidates, descending, failed, now)
 
     needs = _needs(requests)
+    verdicts = state.verdicts.group(
+        pod_fingerprint(requests, n_init, ctx), quota_token(state.quota, ctx.namespace)
+    )
+    cached = verdicts.get
+    generation = ledger.generation
     skipped: list[str] = []
     for node in _ordered(ledger, candidates, descending):
         if not _may_fit(needs, ledger.summary(node)):
             skipped.append(node)
             continue
-        view = ledger.view(node)
-        assert view is not None
-        result = evaluate_node(requests, n_init, view, pod, ctx=ctx)
-        if isinstance(result, NodeFit):
-            return _chosen(node, result, ledger.score(node), {node: ledger.score(node)}, failed, now)
-        failed[node] = result.reason
+        gen = generation(node)
+        reason = cached(node, gen)
+        if reason is None:
+            view = ledger.view(node)
+            assert view is not None
+            result = evaluate_node(requests, n_init, view, pod, ctx=ctx)
+            if isinstance(result, NodeFit):
+                return _chosen(node, result, ledger.score(node), {node: ledger.score(node)}, failed, now)
+            reason = result.reason
+            verdicts.put(node, gen, reason)
+        failed[node] = reason
     # Nothing fits: the skipped nodes still need their exact reasons.
     for node in skipped:
-        view = ledger.view(node)
-        assert view is not None
-        result = evaluate_node(requests, n_init, view, pod, ctx=ctx)
-        if isinstance(result, NodeFit):  # cannot happen if the summary bounds are right
-            log.error("node %s was skipped as hopeless but fits pod %s; choosing it", node, name)
-            return _chosen(node, result, ledger.score(node), {node: ledger.score(node)}, failed, now)
-        failed[node] = result.reason
+        gen = generation(node)
+        reason = cached(node, gen)
+        if reason is None:
+            view = ledger.view(node)
+            assert view is not None
+            result = evaluate_node(requests, n_init, view, pod, ctx=ctx)
+            if isinstance(result, NodeFit):  # cannot happen if the summary bounds are right
+                log.error("node %s was skipped as hopeless but fits pod %s; choosing it", node, name)
+                return _chosen(node, result, ledger.score(node), {node: ledger.score(node)}, failed, now)
+            reason = result.reason
+            verdicts.put(node, gen, reason)
+        failed[node] = reason
     return NoFit(failed)
 
 

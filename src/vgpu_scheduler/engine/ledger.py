@@ -5,8 +5,10 @@ a pod event costs O(devices of that pod), a node (re-)registration costs O(pods 
 result must always equal a from-scratch rebuild (`rebuild_from`), which the property tests check.
 
 Alongside the usage the ledger keeps, per node, the sums behind the node default score (§5.5), a
-score-ordered index of the nodes, and a lazily refreshed `NodeSummary` that lets the decision skip
-nodes that cannot possibly fit.
+score-ordered index of the nodes, a lazily refreshed `NodeSummary` that lets the decision skip
+nodes that cannot possibly fit, and a per-node *generation*: a number that changes whenever
+anything a fit reads on that node may have changed (inventory, cordon/annotations, usage, MIG
+placements, conflict flags), so a verdict computed at one generation is still valid at the same one.
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ class _Node:
     __slots__ = (
         "capacity",
         "conflicts",
+        "gen",
         "index",
         "score",
         "summary",
@@ -75,6 +78,7 @@ class _Node:
         self.total = DeviceUsage()
         self.score = 0.0
         self.summary: NodeSummary | None = None
+        self.gen = 0
 
     def compute_score(self) -> float:
         return node_default_score((self.capacity,), (self.total,))
@@ -112,6 +116,9 @@ class DeviceLedger:
         self._by_node: dict[str, set[str]] = {}
         # (score, name) ascending over registered nodes.
         self._order: list[tuple[float, str]] = []
+        # Source of node generations: one counter for all nodes, so a node that is removed and
+        # registered again never gets back a generation it had before.
+        self._tick = 0
 
     # -- inventory -------------------------------------------------------------------------------
 
@@ -129,6 +136,7 @@ class DeviceLedger:
             old.view.cordoned = cordoned
             old.view.annotations = annotations
             old.summary = None
+            self._bump(old)
             return
         view = NodeView(node_name, list(devices), [DeviceUsage() for _ in devices], cordoned, annotations)
         node = _Node(view)
@@ -148,6 +156,7 @@ class DeviceLedger:
             del self._nodes[name]
         if new is not None:
             new.score = new.compute_score()
+            self._bump(new)
             self._nodes[name] = new
             insort(self._order, (new.score, name))
 
@@ -200,8 +209,14 @@ class DeviceLedger:
                 self._apply(fresh, self._pods[uid], +1)
             self._place(name, old, fresh)
 
+    def _bump(self, node: _Node) -> None:
+        self._tick += 1
+        node.gen = self._tick
+
     def _rescore(self, name: str, node: _Node) -> None:
+        """After a change of the node's usage: new generation, summary and score."""
         node.summary = None
+        self._bump(node)
         score = node.compute_score()
         if score != node.score:
             self._unorder(node.score, name)
@@ -278,6 +293,11 @@ class DeviceLedger:
         """Node default score (§5.5) of a registered node; 0 for unknown nodes."""
         node = self._nodes.get(node_name)
         return node.score if node is not None else 0.0
+
+    def generation(self, node_name: str) -> int:
+        """The node's current generation (0 for unknown nodes; registered nodes are never 0)."""
+        node = self._nodes.get(node_name)
+        return node.gen if node is not None else 0
 
     def summary(self, node_name: str) -> NodeSummary:
         node = self._nodes.get(node_name)

@@ -8,6 +8,9 @@ is kept whether or not a quota exists, so a quota created later sees the current
 HAMi keeps one limit per (namespace, X): the last quota object written wins and deleting any object
 naming X clears it. That is kept as is (several quotas on the same resource in one namespace are
 rare, and the API server enforces the real quotas anyway).
+
+Each namespace has a *generation* that changes whenever its usage or limits change: a fit verdict
+that consulted `fits` for a namespace stays valid while that namespace's generation is the same.
 """
 
 from __future__ import annotations
@@ -62,6 +65,8 @@ class QuotaManager:
         self._used: dict[str, dict[str, int]] = {}
         # (namespace, name) -> limits the object contributed, so an update can take them back first.
         self._objects: dict[tuple[str, str], dict[str, int]] = {}
+        # namespace -> generation (absent = 0); only ever increases.
+        self._gens: dict[str, int] = {}
 
     @classmethod
     def for_config(cls, cfg: NvidiaConfig) -> QuotaManager:
@@ -90,6 +95,7 @@ class QuotaManager:
     def upsert_quota(self, obj: Mapping[str, Any]) -> None:
         """Add or update: the object's previous limits are removed, then its new ones set."""
         namespace, name = _meta(obj)
+        self._bump(namespace)
         self._drop_object(namespace, name)
         limits = self.parse_limits(obj)
         self._objects[(namespace, name)] = limits
@@ -101,6 +107,7 @@ class QuotaManager:
         if (namespace, name) not in self._objects:
             # Never seen (e.g. deleted before we synced): clear what the object names.
             self._objects[(namespace, name)] = self.parse_limits(obj)
+        self._bump(namespace)
         self._drop_object(namespace, name)
 
     def _drop_object(self, namespace: str, name: str) -> None:
@@ -134,6 +141,7 @@ class QuotaManager:
         usage = self._pod_usage(devices)
         if not usage:
             return
+        self._bump(namespace)
         used = self._used.setdefault(namespace, {})
         for resource, amount in usage.items():
             used[resource] = max(used.get(resource, 0) + amount, 0)
@@ -142,11 +150,23 @@ class QuotaManager:
         used = self._used.get(namespace)
         if used is None:
             return
+        self._bump(namespace)
         for resource, amount in self._pod_usage(devices).items():
             if resource in used:
                 used[resource] = max(used[resource] - amount, 0)
 
+    def _bump(self, namespace: str) -> None:
+        self._gens[namespace] = self._gens.get(namespace, 0) + 1
+
     # -- checks ----------------------------------------------------------------------------------
+
+    def generation(self, namespace: str) -> int:
+        """Changes whenever the namespace's usage or limits change (see module doc)."""
+        return self._gens.get(namespace, 0)
+
+    def has_limits(self, namespace: str) -> bool:
+        """False when `fits` holds for any amount in `namespace` (no managed limit is set)."""
+        return bool(self._limits.get(namespace))
 
     def used(self, namespace: str, resource: str) -> int:
         return self._used.get(namespace, {}).get(resource, 0)

@@ -4,6 +4,10 @@ Every counted pod is in both the ledger (per-device usage) and the quota manager
 with the same collapsed allocation, so they can never disagree. A filter decision is counted at once
 as a *reservation* (no API call here); it is confirmed when the pod's own annotations arrive through
 the watch, and dropped on `release` (patch failed), on deletion, or when the pod is filtered again.
+
+The state also owns the cache of per-node not-fit verdicts (`VerdictCache`) the decision reuses
+across filters; its entries are validated by the ledger's node generations and the quota manager's
+namespace generations, so it needs no other upkeep than dropping removed nodes.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from vgpu_scheduler.engine.podinfo import (
     pod_key,
 )
 from vgpu_scheduler.engine.quota import QuotaManager
+from vgpu_scheduler.engine.verdicts import VerdictCache
 from vgpu_scheduler.model import DeviceInfo
 from vgpu_scheduler.wire import keys
 
@@ -38,6 +43,7 @@ class SchedulerState:
         self.quota = quota if quota is not None else QuotaManager.for_config(cfg or NvidiaConfig())
         # uid -> (node, vgpu-time) of decisions whose annotations have not been seen yet.
         self._reserved: dict[str, tuple[str, str]] = {}
+        self.verdicts = VerdictCache()
 
     # -- nodes -----------------------------------------------------------------------------------
 
@@ -52,6 +58,7 @@ class SchedulerState:
 
     def remove_node(self, node_name: str) -> None:
         self.ledger.remove_node(node_name)
+        self.verdicts.drop_node(node_name)
 
     # -- pods ------------------------------------------------------------------------------------
 

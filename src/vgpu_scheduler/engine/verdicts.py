@@ -1,0 +1,140 @@
+"""Cache of per-node "does not fit" verdicts, reused across filters of the same (or an identical) pod.
+
+When no node fits, the decision must evaluate every node for its exact reason string (§5.3, §5.7
+FailedNodes), and kube-scheduler retries such pods on every cluster event. Between two retries most
+nodes did not change, so their verdict did not either. A verdict is a pure function of
+
+* the pod's *fit fingerprint* (`pod_fingerprint`): everything of the pod that `evaluate_node` reads
+  — the per-container requests, the number of init containers and the `PodFitContext` fields
+  (namespace, GPU policy, numa-bind, type/uuid/mode filters, scoring weights);
+* the node's inventory, cordon and usage, summarised by the ledger's node *generation*;
+* the namespace's quota limits and usage (ResourceQuotaNotFit), summarised by `quota_token`:
+  the quota manager's namespace generation, or None when the namespace has no managed limit (then
+  `fits` is always true and the usage is irrelevant, so churn in the namespace keeps the verdicts).
+
+Entries are grouped per fingerprint: group -> node -> (node generation, reason). A group whose
+quota token changed is emptied, which is the same as keying entries by (fingerprint + token, node,
+generation) without leaving dead groups behind. A stale entry (older node generation) is simply
+overwritten. Only not-fit verdicts are stored: a fit ends the decision anyway.
+
+The size is bounded: when `max_entries` would be exceeded, the least recently used groups go first.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections import OrderedDict
+from collections.abc import Hashable, Sequence
+
+from vgpu_scheduler.engine.fit import PodFitContext
+from vgpu_scheduler.engine.quota import QuotaManager
+from vgpu_scheduler.model import ContainerRequests
+
+DEFAULT_MAX_ENTRIES = 200_000
+
+PodFingerprint = tuple[Hashable, ...]
+
+
+def pod_fingerprint(requests: Sequence[ContainerRequests], n_init: int, ctx: PodFitContext) -> PodFingerprint:
+    """Everything of a pod that a node's fit verdict depends on (two pods with equal fingerprints
+    get the same verdict on the same node state). Vendor order within a container is kept: it
+    decides which request fails first."""
+    return (
+        tuple(tuple(creq.items()) for creq in requests),
+        n_init,
+        ctx.namespace,
+        ctx.policy,
+        ctx.numa_bind,
+        ctx.use_types,
+        ctx.nouse_types,
+        ctx.use_uuids,
+        ctx.nouse_uuids,
+        ctx.vgpu_mode,
+        ctx.weights,
+        ctx.n_init,
+        ctx.quota is not None,
+    )
+
+
+def quota_token(quota: QuotaManager, namespace: str) -> int | None:
+    """What the namespace's quota state contributes to a verdict (see module doc)."""
+    return quota.generation(namespace) if quota.has_limits(namespace) else None
+
+
+class VerdictGroup:
+    """The cached not-fit reasons of one pod fingerprint, per node."""
+
+    __slots__ = ("_cache", "entries", "quota_token")
+
+    def __init__(self, cache: VerdictCache, token: int | None) -> None:
+        # None once evicted or cleared: later puts are dropped so the cache's size stays exact.
+        self._cache: VerdictCache | None = cache
+        self.quota_token = token
+        self.entries: dict[str, tuple[int, str]] = {}
+
+    def get(self, node: str, generation: int) -> str | None:
+        """The reason cached for `node` at `generation`, else None."""
+        entry = self.entries.get(node)
+        if entry is not None and entry[0] == generation:
+            return entry[1]
+        return None
+
+    def put(self, node: str, generation: int, reason: str) -> None:
+        entries = self.entries
+        if node not in entries:
+            cache = self._cache
+            if cache is None or not cache._make_room(self):
+                return  # evicted, or this group alone fills the cache: keep what it has
+            cache._size += 1
+        # Interned: a no-fit pod stores the same few reason texts for thousands of nodes.
+        entries[node] = (generation, sys.intern(reason))
+
+
+class VerdictCache:
+    """Bounded LRU of `VerdictGroup`s by pod fingerprint; owned by `SchedulerState`."""
+
+    def __init__(self, max_entries: int = DEFAULT_MAX_ENTRIES) -> None:
+        self.max_entries = max_entries
+        self._groups: OrderedDict[PodFingerprint, VerdictGroup] = OrderedDict()
+        self._size = 0
+
+    def group(self, fingerprint: PodFingerprint, token: int | None) -> VerdictGroup:
+        """The group of a pod fingerprint (made most recently used), emptied if the quota moved."""
+        group = self._groups.get(fingerprint)
+        if group is None:
+            group = VerdictGroup(self, token)
+            self._groups[fingerprint] = group
+            return group
+        self._groups.move_to_end(fingerprint)
+        if group.quota_token != token:
+            self._size -= len(group.entries)
+            group.entries.clear()
+            group.quota_token = token
+        return group
+
+    def drop_node(self, node: str) -> None:
+        """Forget every verdict about `node` (it was removed from the cluster)."""
+        for group in self._groups.values():
+            if group.entries.pop(node, None) is not None:
+                self._size -= 1
+
+    def clear(self) -> None:
+        for group in self._groups.values():
+            group._cache = None
+        self._groups.clear()
+        self._size = 0
+
+    def __len__(self) -> int:
+        """Number of cached (node, verdict) entries over all groups."""
+        return self._size
+
+    def _make_room(self, keep: VerdictGroup) -> bool:
+        """Evict least recently used groups (never `keep`) until one more entry fits."""
+        while self._size >= self.max_entries:
+            fingerprint, oldest = next(iter(self._groups.items()))
+            if oldest is keep:
+                return False
+            del self._groups[fingerprint]
+            oldest._cache = None
+            self._size -= len(oldest.entries)
+        return True
