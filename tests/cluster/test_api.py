@@ -234,7 +234,7 @@ def test_json_patch_operations() -> None:
         "spec": {"list": [2, 3], "moved": [2, 3]},
     }
     assert doc["spec"]["list"] == [1, 2]
-    with pytest.raises(api.PatchError, match="testing value"):
+    with pytest.raises(api.PatchError, match="test failed"):
         api.json_patch(doc, [{"op": "test", "path": "/spec/list", "value": []}])
     with pytest.raises(api.PatchError, match="does not exist"):
         api.json_patch(doc, [{"op": "replace", "path": "/nope/x", "value": 1}])

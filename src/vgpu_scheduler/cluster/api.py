@@ -17,6 +17,7 @@ from typing import Any
 from urllib.parse import quote, unquote
 
 from vgpu_scheduler.cluster.errors import ApiError, status_body
+from vgpu_scheduler.wire.jsonpatch import JsonPatchError, apply_patch
 
 Obj = dict[str, Any]
 
@@ -450,96 +451,13 @@ class PatchError(ValueError):
 
 
 def json_patch(target: Any, ops: Any) -> Any:
-    """RFC 6902 JSON patch on a deep copy of `target`."""
-    if not isinstance(ops, list):
+    """RFC 6902 JSON patch on a copy of `target` (the webhook's own applier, errors as PatchError)."""
+    if not isinstance(ops, list) or not all(isinstance(op, dict) for op in ops):
         raise PatchError("json patch must be a list of operations")
-    doc = json.loads(json.dumps(target))
-    for op in ops:
-        if not isinstance(op, dict) or not all(isinstance(op.get(k), str) for k in ("op", "path")):
-            raise PatchError(f"invalid operation {op!r}")
-        kind, path = op["op"], op["path"]
-        if kind == "add":
-            doc = _pointer_set(doc, path, op.get("value"), insert=True)
-        elif kind == "remove":
-            doc, _ = _pointer_remove(doc, path)
-        elif kind == "replace":
-            _pointer_get(doc, path)
-            doc = _pointer_set(doc, path, op.get("value"), insert=False)
-        elif kind in ("move", "copy"):
-            src = op.get("from")
-            if not isinstance(src, str):
-                raise PatchError(f"{kind} operation needs 'from'")
-            if kind == "move":
-                doc, value = _pointer_remove(doc, src)
-            else:
-                value = json.loads(json.dumps(_pointer_get(doc, src)))
-            doc = _pointer_set(doc, path, value, insert=True)
-        elif kind == "test":
-            if _pointer_get(doc, path) != op.get("value"):
-                raise PatchError(f"testing value {path} failed")
-        else:
-            raise PatchError(f"unknown json patch operation {kind!r}")
-    return doc
-
-
-def _pointer_parts(path: str) -> list[str]:
-    if path == "":
-        return []
-    if not path.startswith("/"):
-        raise PatchError(f"invalid JSON pointer {path!r}")
-    return [p.replace("~1", "/").replace("~0", "~") for p in path[1:].split("/")]
-
-
-def _walk(doc: Any, parts: list[str]) -> Any:
-    cur = doc
-    for p in parts:
-        if isinstance(cur, dict) and p in cur:
-            cur = cur[p]
-        elif isinstance(cur, list) and p.isdigit() and int(p) < len(cur):
-            cur = cur[int(p)]
-        else:
-            raise PatchError(f"path /{'/'.join(parts)} does not exist")
-    return cur
-
-
-def _pointer_get(doc: Any, path: str) -> Any:
-    return _walk(doc, _pointer_parts(path))
-
-
-def _pointer_set(doc: Any, path: str, value: Any, *, insert: bool) -> Any:
-    parts = _pointer_parts(path)
-    if not parts:
-        return value
-    parent = _walk(doc, parts[:-1])
-    last = parts[-1]
-    if isinstance(parent, dict):
-        parent[last] = value
-    elif isinstance(parent, list):
-        if last == "-" and insert:
-            parent.append(value)
-        elif last.isdigit() and int(last) <= len(parent) - (0 if insert else 1):
-            if insert:
-                parent.insert(int(last), value)
-            else:
-                parent[int(last)] = value
-        else:
-            raise PatchError(f"invalid array index {last!r}")
-    else:
-        raise PatchError(f"path {path} has no parent object")
-    return doc
-
-
-def _pointer_remove(doc: Any, path: str) -> tuple[Any, Any]:
-    parts = _pointer_parts(path)
-    if not parts:
-        raise PatchError("cannot remove the whole document")
-    parent = _walk(doc, parts[:-1])
-    last = parts[-1]
-    if isinstance(parent, dict) and last in parent:
-        return doc, parent.pop(last)
-    if isinstance(parent, list) and last.isdigit() and int(last) < len(parent):
-        return doc, parent.pop(int(last))
-    raise PatchError(f"path {path} does not exist")
+    try:
+        return apply_patch(target, ops)
+    except JsonPatchError as exc:
+        raise PatchError(str(exc)) from exc
 
 
 # --------------------------------------------------------------------------- object shape
