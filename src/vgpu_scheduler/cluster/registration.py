@@ -45,13 +45,7 @@ from vgpu_scheduler.config import NvidiaConfig
 from vgpu_scheduler.engine.state import SchedulerState
 from vgpu_scheduler.model import DeviceInfo
 from vgpu_scheduler.wire import keys
-from vgpu_scheduler.wire.inventory import (
-    InventoryError,
-    attach_pair_scores,
-    decode_cordon,
-    decode_node_devices,
-    decode_pair_scores,
-)
+from vgpu_scheduler.wire.inventory import InventoryError, decode_cordon, decode_nvidia_inventory
 from vgpu_scheduler.wire.quantity import quantity_as_int64
 
 log = logging.getLogger(__name__)
@@ -92,19 +86,6 @@ def allocatable_count(node: Mapping[str, Any], resource: str) -> int:
         return 0
     count = quantity_as_int64(value)
     return count if count is not None else 0
-
-
-def decode_nvidia_inventory(register: str | None, score: str | None) -> list[DeviceInfo]:
-    """NVIDIA's GetNodeDevices: the register annotation with pair scores attached.
-
-    Raises InventoryError (missing annotation, bad inventory, bad score JSON: any of them makes the
-    whole inventory unusable, as in HAMi)."""
-    if register is None:
-        raise InventoryError(f"annos not found {keys.NODE_NVIDIA_REGISTER}")
-    devices = decode_node_devices(register)
-    if score is not None:
-        attach_pair_scores(devices, decode_pair_scores(score))
-    return devices
 
 
 # ---------------------------------------------------------------------------------------------

@@ -45,13 +45,7 @@ from vgpu_scheduler.engine.verdicts import pod_fingerprint, quota_token
 from vgpu_scheduler.model import PERCENTAGE_UNSET, ContainerRequests, MigAllocation, PodDevices
 from vgpu_scheduler.wire import keys
 from vgpu_scheduler.wire.allocation import AllocationError, encode_pod_devices
-from vgpu_scheduler.wire.inventory import (
-    InventoryError,
-    attach_pair_scores,
-    decode_cordon,
-    decode_node_devices,
-    decode_pair_scores,
-)
+from vgpu_scheduler.wire.inventory import InventoryError, decode_cordon, decode_nvidia_inventory
 from vgpu_scheduler.wire.mig import encode_mig_allocations
 
 log = logging.getLogger(__name__)
@@ -326,10 +320,7 @@ def node_view_from_object(node: Mapping[str, Any]) -> NodeView | None:
     if register is None:
         return None
     try:
-        devices = decode_node_devices(register)
-        pair_scores = annotations.get(keys.NODE_NVIDIA_SCORE)
-        if pair_scores is not None:
-            attach_pair_scores(devices, decode_pair_scores(pair_scores))
+        devices = decode_nvidia_inventory(register, annotations.get(keys.NODE_NVIDIA_SCORE))
     except InventoryError as exc:
         log.warning("node %s: unusable device inventory: %s", name, exc)
         return None

@@ -22,6 +22,7 @@ import msgspec
 from ..model import DeviceInfo, MigPlacement, MigProfile
 from . import gocompat as sc
 from .gocompat import go_json
+from .keys import NODE_NVIDIA_REGISTER
 
 # HAMi's own default when a device does not state its mode.
 DEFAULT_MODE = "hami-core"
@@ -448,3 +449,16 @@ def decode_cordon(value: str | None) -> frozenset[str]:
     if not value:
         return frozenset()
     return frozenset(part for part in (p.strip() for p in value.split(",")) if part)
+
+
+def decode_nvidia_inventory(register: str | None, score: str | None) -> list[DeviceInfo]:
+    """NVIDIA's GetNodeDevices: the register annotation with pair scores attached.
+
+    Raises InventoryError (missing annotation, bad inventory, bad score JSON: any of them makes the
+    whole inventory unusable, as in HAMi)."""
+    if register is None:
+        raise InventoryError(f"annos not found {NODE_NVIDIA_REGISTER}")
+    devices = decode_node_devices(register)
+    if score is not None:
+        attach_pair_scores(devices, decode_pair_scores(score))
+    return devices
