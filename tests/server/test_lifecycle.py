@@ -238,3 +238,24 @@ async def test_bind_refuses_a_pod_that_no_longer_fits(harness: Harness) -> None:
     answer = await harness.post("/bind", bind)
     assert "no longer fits node gpu-node-1" in answer["Error"]
     assert "nodeName" not in harness.cluster.get("pods", "huge", "default")["spec"]
+
+
+async def test_reservation_of_a_vanished_pod_is_swept(harness: Harness) -> None:
+    ghost = gpu_pod("ghost")
+    ghost["metadata"]["uid"] = "ghost-uid"  # never created: no watch event will ever free it
+    result = await harness.post("/filter", {"Pod": ghost, "NodeNames": ["gpu-node-1"]})
+    assert result["NodeNames"] == ["gpu-node-1"]
+    extender = harness.process.extender
+    assert extender.sweep_reservations(harness.process._pod_exists, max_age=60) == 0  # too young
+    extender.now = lambda: NOW + 61
+    assert extender.sweep_reservations(harness.process._pod_exists, max_age=60) == 1
+    assert _usage(harness.process, "gpu-node-1") == [(0, 0, 0), (0, 0, 0)]
+
+
+async def test_reservation_of_a_live_pod_is_kept(harness: Harness) -> None:
+    pod = await harness.admit_and_create(gpu_pod("alive"))
+    await harness.post("/filter", {"Pod": pod, "NodeNames": ["gpu-node-1"]})
+    extender = harness.process.extender
+    extender.now = lambda: NOW + 3600
+    assert extender.sweep_reservations(harness.process._pod_exists, max_age=60) == 0
+    assert sorted(_usage(harness.process, "gpu-node-1")) == [(0, 0, 0), (1, 1000, 30)]

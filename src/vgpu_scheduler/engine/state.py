@@ -115,6 +115,10 @@ class SchedulerState:
     def is_reserved(self, uid: str) -> bool:
         return uid in self._reserved
 
+    def reservations(self) -> list[tuple[str, str]]:
+        """(uid, vgpu-time) of every decision whose annotations have not been seen yet."""
+        return [(uid, reserved[1]) for uid, reserved in self._reserved.items()]
+
     def allocation(self, uid: str) -> PodAllocation | None:
         return self.ledger.allocation(uid)
 

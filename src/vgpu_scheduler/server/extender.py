@@ -120,6 +120,27 @@ class Extender:
             if len(self._deleted) > RECENTLY_DELETED:
                 del self._deleted[next(iter(self._deleted))]
 
+    def sweep_reservations(self, pod_exists: Callable[[str, str, str], bool], max_age: float) -> int:
+        """Drop reservations older than `max_age` seconds whose pod is gone from the informer.
+
+        The safety net behind on_pod_deleted: a pod deleted before our watch ever saw it, then
+        filtered from kube-scheduler's lagging cache, would otherwise hold its devices forever.
+        """
+        dropped = 0
+        now = self.now()
+        for uid, reserved_at in self.state.reservations():
+            alloc = self.state.allocation(uid)
+            try:
+                age = now - int(reserved_at)
+            except ValueError:
+                age = max_age + 1
+            if alloc is None or age <= max_age or pod_exists(alloc.namespace, alloc.name, uid):
+                continue
+            log.info("dropping the reservation of vanished pod %s/%s", alloc.namespace, alloc.name)
+            self._drop(uid)
+            dropped += 1
+        return dropped
+
     # -- filter -----------------------------------------------------------------------------------
 
     async def filter(self, body: bytes) -> bytes:

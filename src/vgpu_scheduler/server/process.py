@@ -9,6 +9,7 @@ the extender verbs. Only the transport differs: HTTP to a kube-apiserver, or the
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Callable
@@ -28,6 +29,10 @@ from vgpu_scheduler.flags import SchedulerOptions
 from vgpu_scheduler.server.extender import EventSink, Extender, Policies
 
 log = logging.getLogger(__name__)
+
+RESERVATION_SWEEP_SECONDS = 30.0
+RESERVATION_MAX_AGE_SECONDS = 60.0
+"""A reservation older than this whose pod is not in the informer cache is dropped."""
 
 Obj = dict[str, Any]
 
@@ -144,6 +149,7 @@ class SchedulerProcess:
         )
         self.nodes.handler = self.registration.handler
         self.leader.add_listener(self.registration.on_leader_change)
+        self._sweeper: asyncio.Task[None] | None = None
 
     def _informers_synced(self) -> bool:
         return all(r.has_synced for r in self.reflectors) and self.leader.has_synced
@@ -163,11 +169,26 @@ class SchedulerProcess:
         if self.recorder is not None:
             self.recorder.start()
         self.registration.start()
+        self._sweeper = asyncio.create_task(self._sweep_reservations(), name="reservation sweep")
         if self.leader.is_leader():
             # The first pass: filter answers only after it, like HAMi's `synced` flag.
             await asyncio.wait_for(self.synced.wait(), sync_timeout)
 
+    def _pod_exists(self, namespace: str, name: str, uid: str) -> bool:
+        pod = self.pods.store.get(namespace, name)
+        return pod is not None and (pod.get("metadata") or {}).get("uid") == uid
+
+    async def _sweep_reservations(self) -> None:
+        while True:
+            await asyncio.sleep(RESERVATION_SWEEP_SECONDS)
+            self.extender.sweep_reservations(self._pod_exists, RESERVATION_MAX_AGE_SECONDS)
+
     async def stop(self) -> None:
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._sweeper
+            self._sweeper = None
         await self.registration.stop()
         await self.leader.stop()
         if self.recorder is not None:
