@@ -192,21 +192,50 @@ def test_cache_drops_a_removed_node_everywhere() -> None:
     assert cache.group(("q",), None).get("b", 1) == "r"
 
 
-def test_cache_is_bounded_and_evicts_least_recently_used_groups() -> None:
+def test_cache_is_bounded_and_keeps_groups_in_use() -> None:
     cache = VerdictCache(max_entries=4)
     old, new = cache.group(("old",), None), cache.group(("new",), None)
     old.put("a", 1, "r")
     old.put("b", 1, "r")
     new.put("a", 1, "r")
-    cache.group(("old",), None)  # used again: "new" is now the least recently used
+    cache.group(("old",), None)
     old.put("c", 1, "r")
     third = cache.group(("third",), None)
-    third.put("a", 1, "r")  # full: evicts "new"
+    third.put("a", 1, "r")  # full, and every group was used recently: not cached
     assert len(cache) == 4
-    assert cache.group(("new",), None).get("a", 1) is None
+    assert third.get("a", 1) is None
+    assert cache.group(("new",), None).get("a", 1) == "r"
     assert cache.group(("old",), None).get("c", 1) == "r"
-    new.put("z", 1, "r")  # an evicted group object no longer adds to the cache
-    assert len(cache) <= 4
+
+
+def test_cache_evicts_groups_idle_for_two_rounds() -> None:
+    cache = VerdictCache(max_entries=2)
+    stale = cache.group(("stale",), None)
+    stale.put("a", 1, "r")
+    stale.put("b", 1, "r")
+    for i in range(30):  # two other pods are retried; "stale" is never asked for again
+        cache.group((f"other-{i % 2}",), None)
+    fresh = cache.group(("fresh",), None)
+    fresh.put("a", 1, "r")  # full: the idle group is evicted
+    assert fresh.get("a", 1) == "r"
+    assert len(cache) == 1
+    stale.put("z", 1, "r")  # an evicted group object no longer adds to the cache
+    assert len(cache) == 1
+
+
+def test_cyclic_retries_keep_a_stable_working_set() -> None:
+    # Three pending pods retried in turn, room for two groups' verdicts: LRU would miss every time.
+    cache = VerdictCache(max_entries=4)
+    hits = 0
+    for _round in range(5):
+        for pod in ("p1", "p2", "p3"):
+            group = cache.group((pod,), None)
+            for node in ("a", "b"):
+                if group.get(node, 1) == "r":
+                    hits += 1
+                else:
+                    group.put(node, 1, "r")
+    assert hits == 4 * 2 * 2  # two pods' verdicts stay cached after the first round
 
 
 def test_a_group_larger_than_the_cache_keeps_what_fits() -> None:

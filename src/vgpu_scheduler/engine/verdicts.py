@@ -17,7 +17,11 @@ quota token changed is emptied, which is the same as keying entries by (fingerpr
 generation) without leaving dead groups behind. A stale entry (older node generation) is simply
 overwritten. Only not-fit verdicts are stored: a fit ends the decision anyway.
 
-The size is bounded: when `max_entries` would be exceeded, the least recently used groups go first.
+The size is bounded. Eviction is scan-resistant: pending pods are retried in a fixed cycle, and
+plain LRU would throw out exactly the group needed next. When the cache is full, the least recently
+used group is evicted only if it sat idle through two whole rounds of group accesses (its pod was
+scheduled or deleted); otherwise the new verdict is simply not cached, and the groups in use keep
+theirs.
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ from vgpu_scheduler.engine.fit import PodFitContext
 from vgpu_scheduler.engine.quota import QuotaManager
 from vgpu_scheduler.model import ContainerRequests
 
-DEFAULT_MAX_ENTRIES = 200_000
+DEFAULT_MAX_ENTRIES = 500_000
 
 PodFingerprint = tuple[Hashable, ...]
 
@@ -64,13 +68,14 @@ def quota_token(quota: QuotaManager, namespace: str) -> int | None:
 class VerdictGroup:
     """The cached not-fit reasons of one pod fingerprint, per node."""
 
-    __slots__ = ("_cache", "entries", "quota_token")
+    __slots__ = ("_cache", "entries", "last_used", "quota_token")
 
     def __init__(self, cache: VerdictCache, token: int | None) -> None:
         # None once evicted or cleared: later puts are dropped so the cache's size stays exact.
         self._cache: VerdictCache | None = cache
         self.quota_token = token
         self.entries: dict[str, tuple[int, str]] = {}
+        self.last_used = 0
 
     def get(self, node: str, generation: int) -> str | None:
         """The reason cached for `node` at `generation`, else None."""
@@ -97,14 +102,18 @@ class VerdictCache:
         self.max_entries = max_entries
         self._groups: OrderedDict[PodFingerprint, VerdictGroup] = OrderedDict()
         self._size = 0
+        self._tick = 0
 
     def group(self, fingerprint: PodFingerprint, token: int | None) -> VerdictGroup:
         """The group of a pod fingerprint (made most recently used), emptied if the quota moved."""
+        self._tick += 1
         group = self._groups.get(fingerprint)
         if group is None:
             group = VerdictGroup(self, token)
+            group.last_used = self._tick
             self._groups[fingerprint] = group
             return group
+        group.last_used = self._tick
         self._groups.move_to_end(fingerprint)
         if group.quota_token != token:
             self._size -= len(group.entries)
@@ -129,11 +138,11 @@ class VerdictCache:
         return self._size
 
     def _make_room(self, keep: VerdictGroup) -> bool:
-        """Evict least recently used groups (never `keep`) until one more entry fits."""
+        """Evict idle least recently used groups (never `keep`) until one more entry fits."""
         while self._size >= self.max_entries:
             fingerprint, oldest = next(iter(self._groups.items()))
-            if oldest is keep:
-                return False
+            if oldest is keep or self._tick - oldest.last_used <= 2 * len(self._groups):
+                return False  # every cached group is in use: keep them, skip this verdict
             del self._groups[fingerprint]
             oldest._cache = None
             self._size -= len(oldest.entries)
