@@ -45,7 +45,6 @@ from vgpu_scheduler.simulate.workload import InvalidDurationError, demo_workload
 
 PROG = "vgpu-scheduler simulate"
 NODE_POLICIES = ("binpack", "spread")
-GPU_POLICIES = ("binpack", "spread", "topology-aware")
 DEFAULT_COUNT = 200
 
 
@@ -73,7 +72,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"pods in the demo workload (default {DEFAULT_COUNT})")
     p.add_argument("--device-config-file", metavar="FILE", help="device config (default: the chart's)")
     p.add_argument("--node-scheduler-policy", default="binpack", choices=NODE_POLICIES)
-    p.add_argument("--gpu-scheduler-policy", default="spread", choices=GPU_POLICIES)
+    p.add_argument(
+        "--gpu-scheduler-policy",
+        default="spread",
+        metavar="POLICY",
+        help="binpack, spread, topology-aware, mutex, numa, or a comma chain such as binpack,numa "
+        "(as the server's flag; unknown values act as spread, like HAMi)",
+    )
     p.add_argument("--provider", default=DEFAULT_PROVIDER, choices=provider_names(),
                    help="algorithm provider: the predicates and priorities kube-scheduler runs")
     p.add_argument("--extender-url", metavar="URL",
