@@ -45,6 +45,19 @@ from vgpu_scheduler.simulate.workload import InvalidDurationError, demo_workload
 
 PROG = "vgpu-scheduler simulate"
 NODE_POLICIES = ("binpack", "spread")
+GPU_POLICY_TOKENS = ("binpack", "spread", "topology-aware", "mutex", "numa")
+
+
+def _gpu_policy(value: str) -> str:
+    """The server takes any string (HAMi treats unknown names as spread, a known trap, #1931);
+    a what-if run should say so instead of silently simulating spread."""
+    tokens = [t.strip() for t in value.split(",")]
+    unknown = [t for t in tokens if t not in GPU_POLICY_TOKENS]
+    if unknown:
+        raise argparse.ArgumentTypeError(
+            f"unknown policy {', '.join(unknown)!s} (known: {', '.join(GPU_POLICY_TOKENS)})"
+        )
+    return value
 DEFAULT_COUNT = 200
 
 
@@ -76,8 +89,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--gpu-scheduler-policy",
         default="spread",
         metavar="POLICY",
-        help="binpack, spread, topology-aware, mutex, numa, or a comma chain such as binpack,numa "
-        "(as the server's flag; unknown values act as spread, like HAMi)",
+        type=_gpu_policy,
+        help="binpack, spread, topology-aware, mutex, numa, or a comma chain such as binpack,numa",
     )
     p.add_argument("--provider", default=DEFAULT_PROVIDER, choices=provider_names(),
                    help="algorithm provider: the predicates and priorities kube-scheduler runs")
