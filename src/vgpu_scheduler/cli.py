@@ -8,6 +8,14 @@ from collections.abc import Sequence
 from vgpu_scheduler.flags import FlagError, parse_args, usage
 
 PROG = "vgpu-scheduler"
+COMMANDS = (
+    ("simulate", "schedule pods on a simulated cluster (no Kubernetes needed)"),
+    ("version", "print version"),
+)
+
+
+def _usage() -> str:
+    return usage(PROG, COMMANDS)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -25,13 +33,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         opts, positional = parse_args(args)
     except FlagError as exc:
-        print(f"Error: {exc}\n{usage(PROG)}", file=sys.stderr)
+        print(f"Error: {exc}\n{_usage()}", file=sys.stderr)
         return 2
     if opts.help:
-        print(f"kubernetes vgpu scheduler\n\n{usage(PROG)}", end="")
+        print(f"kubernetes vgpu scheduler\n\n{_usage()}", end="")
         return 0
     if positional:
-        print(f'Error: unknown command "{positional[0]}" for "{PROG}"\n{usage(PROG)}', file=sys.stderr)
+        print(f'Error: unknown command "{positional[0]}" for "{PROG}"\n{_usage()}', file=sys.stderr)
         return 2
     from vgpu_scheduler.server.process import run
 
