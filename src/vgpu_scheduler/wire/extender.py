@@ -12,6 +12,8 @@ from typing import Any
 
 import msgspec
 
+from vgpu_scheduler.wire.gocompat import json_kind
+
 MAX_BODY_BYTES = 1 << 20
 """HAMi reads at most 1 MiB of a request body; a longer one decodes as truncated JSON."""
 
@@ -56,7 +58,7 @@ def _decode_object(body: bytes, type_name: str) -> dict[str, Any]:
         return {}
     if not isinstance(value, dict):
         raise ExtenderDecodeError(
-            f"json: cannot unmarshal {_go_kind(value)} into Go value of type {type_name}"
+            f"json: cannot unmarshal {json_kind(value)} into Go value of type {type_name}"
         )
     return value
 
@@ -69,18 +71,6 @@ def _first_value(body: bytes, original: msgspec.DecodeError) -> Any:
     except json.JSONDecodeError as exc:
         raise ExtenderDecodeError(f"invalid JSON: {original}") from exc
     return value
-
-
-def _go_kind(value: Any) -> str:
-    if isinstance(value, bool):
-        return "bool"
-    if isinstance(value, int | float):
-        return "number"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, list):
-        return "array"
-    return "object"
 
 
 def _fields(obj: dict[str, Any], names: tuple[str, ...]) -> dict[str, Any]:
@@ -101,7 +91,7 @@ def _typed(value: Any, want: type, struct: str, field: str, go_type: str) -> Any
     if value is None or isinstance(value, want):
         return value
     raise ExtenderDecodeError(
-        f"json: cannot unmarshal {_go_kind(value)} into Go struct field {struct}.{field} of type {go_type}"
+        f"json: cannot unmarshal {json_kind(value)} into Go struct field {struct}.{field} of type {go_type}"
     )
 
 

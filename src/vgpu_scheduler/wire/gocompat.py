@@ -114,3 +114,19 @@ def go_json(obj: Any) -> str:
         if raw in text:
             text = text.replace(raw, esc)
     return text
+
+
+def json_kind(value: Any) -> str:
+    """The JSON kind of a decoded value, as encoding/json names it in errors ("cannot unmarshal
+    number into ...")."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, int | float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list):
+        return "array"
+    return "object"

@@ -21,7 +21,7 @@ import msgspec
 
 from ..model import DeviceInfo, MigPlacement, MigProfile
 from . import gocompat as sc
-from .gocompat import go_json
+from .gocompat import go_json, json_kind
 from .keys import NODE_NVIDIA_REGISTER
 
 # HAMi's own default when a device does not state its mode.
@@ -43,22 +43,8 @@ class InventoryError(ValueError):
 _json_decode: Callable[[str | bytes], Any] = msgspec.json.Decoder().decode
 
 
-def _json_type(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "bool"
-    if isinstance(value, (int, float)):
-        return "number"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, list):
-        return "array"
-    return "object"
-
-
 def _bad(where: str, field: str, want: str, value: Any) -> InventoryError:
-    return InventoryError(f"{where}: field {field!r} must be {want}, got {_json_type(value)} {value!r}")
+    return InventoryError(f"{where}: field {field!r} must be {want}, got {json_kind(value)} {value!r}")
 
 
 def _int_in(where: str, field: str, value: Any, lo: int, hi: int, want: str) -> int:
@@ -101,7 +87,7 @@ _DEVICE_KEYS = frozenset(
 
 def _placement(where: str, raw: Any) -> MigPlacement:
     if type(raw) is not dict:
-        raise InventoryError(f"{where}: placement must be an object, got {_json_type(raw)}")
+        raise InventoryError(f"{where}: placement must be an object, got {json_kind(raw)}")
     obj = _fold(raw, _PLACEMENT_KEYS)
     start = obj.get("start")
     size = obj.get("size")
@@ -113,7 +99,7 @@ def _placement(where: str, raw: Any) -> MigPlacement:
 
 def _mig_profile(where: str, raw: Any) -> MigProfile:
     if type(raw) is not dict:
-        raise InventoryError(f"{where}: MIG profile must be an object, got {_json_type(raw)}")
+        raise InventoryError(f"{where}: MIG profile must be an object, got {json_kind(raw)}")
     obj = {k.lower(): v for k, v in raw.items()}  # canonical names are camelCase: always fold
     name = obj.get("name")
     placements_raw = obj.get("placements")
@@ -135,7 +121,7 @@ def _mig_profile(where: str, raw: Any) -> MigProfile:
 def _device_from_json(i: int, raw: Any) -> DeviceInfo:
     where = f"device {i}"
     if type(raw) is not dict:
-        raise InventoryError(f"{where} must be a JSON object, got {_json_type(raw)}")
+        raise InventoryError(f"{where} must be a JSON object, got {json_kind(raw)}")
     d = DeviceInfo(id="")
     for key, value in raw.items():
         if value is None:  # Go leaves the field at its zero value
@@ -255,7 +241,7 @@ def _decode_json_general(value: str) -> list[DeviceInfo]:
     if raw is None:
         return []
     if type(raw) is not list:
-        raise InventoryError(f"node annotation JSON must be an array, got {_json_type(raw)}")
+        raise InventoryError(f"node annotation JSON must be an array, got {json_kind(raw)}")
     return [_device_from_json(i, obj) for i, obj in enumerate(raw)]
 
 
@@ -395,14 +381,14 @@ def decode_pair_scores(value: str) -> dict[str, dict[str, int]]:
     if raw is None:
         return {}
     if type(raw) is not list:
-        raise InventoryError(f"pair score JSON must be an array, got {_json_type(raw)}")
+        raise InventoryError(f"pair score JSON must be an array, got {json_kind(raw)}")
     out: dict[str, dict[str, int]] = {}
     for i, item in enumerate(raw):
         where = f"pair score {i}"
         if item is None:
             continue
         if type(item) is not dict:
-            raise InventoryError(f"{where} must be an object, got {_json_type(item)}")
+            raise InventoryError(f"{where} must be an object, got {json_kind(item)}")
         obj = _fold(item, _PAIR_KEYS)
         uuid_raw = obj.get("uuid")
         uuid = "" if uuid_raw is None else _str(where, "uuid", uuid_raw)
