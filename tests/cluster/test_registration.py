@@ -150,8 +150,11 @@ def test_allocatable_count(allocatable: Any, expected: int) -> None:
 def test_decode_inventory_errors() -> None:
     with pytest.raises(InventoryError, match=r"annos not found hami\.io/node-nvidia-register"):
         decode_nvidia_inventory(None, None)
-    with pytest.raises(InventoryError, match="no gpu found on node"):
-        decode_nvidia_inventory("[]", None)
+    # Zero devices is an error for NVIDIA in either dialect (HAMi's GetNodeDevices checks the
+    # decoded list, whatever the dialect).
+    for empty in ("[]", "[ ]", ":", "::"):
+        with pytest.raises(InventoryError, match=r"^no gpu found on node$"):
+            decode_nvidia_inventory(empty, None)
     with pytest.raises(InventoryError, match="pair score"):
         decode_nvidia_inventory(INV_2, "{not json")
     devices = decode_nvidia_inventory(INV_2, SCORES)
@@ -266,12 +269,16 @@ async def test_decode_errors_never_register(env: Env, annotations: dict[str, str
     assert env.devices("bad") is None and env.devices("good") == ["GPU-9"]
 
 
-async def test_zero_devices_removes_node(env: Env) -> None:
+@pytest.mark.parametrize("empty", ["[]", "::"])
+async def test_zero_devices_is_a_discovery_error_that_keeps_devices(env: Env, empty: str) -> None:
+    # §3.2/§8.3: NVIDIA's GetNodeDevices fails with "no gpu found on node" on an empty inventory
+    # in either dialect, so the registered devices are kept (nothing is removed).
     env.add(make_node("gpu-1", {keys.NODE_NVIDIA_REGISTER: INV_2}))
     await env.run()
-    env.patch("gpu-1", {keys.NODE_NVIDIA_REGISTER: "::"})  # legacy form with no device: no error
+    env.patch("gpu-1", {keys.NODE_NVIDIA_REGISTER: empty})
     report = await env.loop.run_pass()
-    assert report.removed == ["gpu-1"] and env.devices("gpu-1") is None
+    assert report.removed == [] and report.errors == {"gpu-1": "no gpu found on node"}
+    assert env.devices("gpu-1") == ["GPU-0", "GPU-1"]
 
 
 async def test_allocatable_drop_to_zero_cleans_up_on_next_pass(env: Env) -> None:

@@ -228,8 +228,6 @@ def _decode_json(value: str) -> list[DeviceInfo]:
         devices = [_from_fast(f) for f in _fast_decode(value)]
     except (msgspec.DecodeError, msgspec.ValidationError):
         devices = _decode_json_general(value)
-    if not devices:
-        raise InventoryError("no gpu found on node")
     return devices
 
 
@@ -445,6 +443,8 @@ def decode_nvidia_inventory(register: str | None, score: str | None) -> list[Dev
     if register is None:
         raise InventoryError(f"annos not found {NODE_NVIDIA_REGISTER}")
     devices = decode_node_devices(register)
+    if not devices:  # checked on the decoded list, so it holds for both dialects
+        raise InventoryError("no gpu found on node")
     if score is not None:
         attach_pair_scores(devices, decode_pair_scores(score))
     return devices
