@@ -1,5 +1,6 @@
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -92,3 +93,32 @@ def test_binding_result() -> None:
     assert json.loads(encode_binding_result("boom")) == {"Error": "boom"}
     with pytest.raises(ExtenderDecodeError):
         decode_binding_args(b'{"PodName": 1}')
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "expected"),
+    [
+        pytest.param(
+            {"failed": {"node-b": "1/2 CardNotHealth", "node-a": "node unregistered", "Node-c": "x"}},
+            b'{"Nodes":null,"NodeNames":null,'
+            b'"FailedNodes":{"Node-c":"x","node-a":"node unregistered","node-b":"1/2 CardNotHealth"},'
+            b'"FailedAndUnresolvableNodes":null,"Error":""}',
+            id="failed-nodes-keys-sorted-like-go-maps",
+        ),
+        pytest.param(
+            {"failed_unresolvable": {"z": "1", "y": "2"}},
+            b'{"Nodes":null,"NodeNames":null,"FailedNodes":null,'
+            b'"FailedAndUnresolvableNodes":{"y":"2","z":"1"},"Error":""}',
+            id="unresolvable-keys-sorted",
+        ),
+        pytest.param(
+            {"node_names": ["n2", "n1"]},
+            b'{"Nodes":null,"NodeNames":["n2","n1"],"FailedNodes":null,'
+            b'"FailedAndUnresolvableNodes":null,"Error":""}',
+            id="node-names-keep-their-order",
+        ),
+    ],
+)
+def test_filter_result_bytes_match_go_encoding(kwargs: dict[str, Any], expected: bytes) -> None:
+    """Go's encoding/json writes map keys sorted; struct fields in declaration order."""
+    assert encode_filter_result(**kwargs) == expected

@@ -132,16 +132,24 @@ def encode_filter_result(
     failed_unresolvable: dict[str, str] | None = None,
     error: str = "",
 ) -> bytes:
-    """ExtenderFilterResult with Go field names, nulls for unset fields."""
+    """ExtenderFilterResult with Go field names, nulls for unset fields.
+
+    Go's encoding/json writes map keys sorted, so the failed-node maps are written sorted too:
+    the same answer gives the same bytes whatever order the nodes were evaluated in.
+    """
     return _encoder.encode(
         {
             "Nodes": None if nodes is None else {"metadata": {}, "items": nodes},
             "NodeNames": node_names,
-            "FailedNodes": failed,
-            "FailedAndUnresolvableNodes": failed_unresolvable,
+            "FailedNodes": _sorted_map(failed),
+            "FailedAndUnresolvableNodes": _sorted_map(failed_unresolvable),
             "Error": error,
         }
     )
+
+
+def _sorted_map(values: dict[str, str] | None) -> dict[str, str] | None:
+    return None if values is None else dict(sorted(values.items()))
 
 
 def encode_binding_result(error: str = "") -> bytes:
