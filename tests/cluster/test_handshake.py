@@ -61,6 +61,9 @@ def test_format_without_zone_uses_local_time() -> None:
         ("2026-11-29 21:60:00", None),
         ("", None),
         ("now", None),
+        # Go reads ASCII digits only; Python's \d would also take other scripts' digits.
+        ("\u0662\u0660\u0662\u0666-11-29 21:03:30", None),  # Arabic-Indic year
+        ("2026-11-29 21:03:\uff13\uff10", None),  # full-width seconds
     ],
 )
 def test_parse_timestamp(text: str, expected: datetime | None) -> None:

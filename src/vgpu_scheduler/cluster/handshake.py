@@ -25,8 +25,9 @@ HANDSHAKE_TIMEOUT = timedelta(seconds=60)
 
 # Go's time.DateTime layout "2006-01-02 15:04:05" as time.Parse reads it: fixed-width year, month,
 # day, minute and second; the hour may have one or two digits; a fractional second ("." or ",") may
-# follow the seconds even though the layout has none; nothing else may follow.
-_DATETIME_RE = re.compile(r"(\d{4})-(\d{2})-(\d{2}) (\d{1,2}):(\d{2}):(\d{2})(?:[.,](\d+))?")
+# follow the seconds even though the layout has none; nothing else may follow. Digits are ASCII
+# only (re.ASCII: a bare \d would also match other scripts' digits, which Go rejects).
+_DATETIME_RE = re.compile(r"(\d{4})-(\d{2})-(\d{2}) (\d{1,2}):(\d{2}):(\d{2})(?:[.,](\d+))?", re.ASCII)
 
 
 def format_timestamp(now: datetime, tz: tzinfo | None = None) -> str:
