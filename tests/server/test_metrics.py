@@ -406,3 +406,39 @@ def test_duplicate_series_are_emitted_once_and_zero_memory_has_no_ratio() -> Non
     got = {f.name: f.samples for f in families(MetricsSnapshot(devices=(row, row)))}
     assert len(got["hami_gpu_shared_count"]) == 1
     assert "hami_node_gpu_memory_allocated_ratio" not in got
+
+
+# HELP text of every family, as HAMi's collector declares it (dashboards and diffs see these).
+HELP_TEXTS = {
+    "hami_build_info": "hami build metadata exposed as labels with a constant value of 1.",
+    "hami_gpu_memory_limit_bytes": "Device memory limit for a certain GPU",
+    "hami_gpu_core_limit_ratio": "Device core limit for a certain GPU",
+    "hami_gpu_memory_allocated_bytes": "Device memory allocated for a certain GPU",
+    "hami_gpu_shared_count": "Number of containers sharing this GPU",
+    "hami_gpu_core_allocated_ratio": "Device core allocated for a certain GPU",
+    "hami_node_gpu_overview": "GPU overview on a certain node",
+    "hami_node_gpu_memory_allocated_ratio": "GPU memory allocated ratio on a certain GPU (0-1)",
+    "hami_node_gpu_mig_instance_info": "Realized MIG instance identity and scheduler placement",
+    "hami_resource_quota_used": "resourcequota usage for a certain device",
+    "hami_resource_quota_limit": "resourcequota limit for a certain device",
+    "hami_vgpu_memory_allocated_bytes": "vGPU memory allocated from a container",
+    "hami_vgpu_core_allocated_ratio": "vGPU core allocated from a container",
+    "GPUDeviceMemoryLimit": "Device memory limit for a certain GPU",
+    "GPUDeviceCoreLimit": "Device memory core limit for a certain GPU",
+    "GPUDeviceMemoryAllocated": "Device memory allocated for a certain GPU",
+    "GPUDeviceSharedNum": "Number of containers sharing this GPU",
+    "GPUDeviceCoreAllocated": "Device core allocated for a certain GPU",
+    "nodeGPUOverview": "GPU overview on a certain node",
+    "nodeGPUMemoryPercentage": "GPU Memory Allocated Percentage on a certain GPU",
+    "nodeGPUMigInstance": "GPU Sharing mode. 0 for hami-core, 1 for mig, 2 for mps",
+    "QuotaUsed": "resourcequota usage for a certain device",
+    "vGPUMemoryAllocated": "vGPU memory allocated from a container",
+    "vGPUCoreAllocated": "vGPU core allocated from a container",
+}
+
+
+async def test_help_texts(serve_metrics: Any) -> None:
+    url = await serve_metrics(metrics_registry(make_state(), legacy=True))
+    _, text = await scrape(url)
+    helps = dict(line.split(" ", 3)[2:] for line in text.splitlines() if line.startswith("# HELP"))
+    assert helps == HELP_TEXTS

@@ -245,11 +245,11 @@ OVERVIEW = _Spec(
     ("node", "device_uuid", "device_index", "device_cores", "device_memory_limit", "device_type"),
 )
 MEMORY_RATIO = _Spec(
-    "hami_node_gpu_memory_allocated_ratio", "GPU Memory Allocated Percentage on a certain GPU", _DEV
+    "hami_node_gpu_memory_allocated_ratio", "GPU memory allocated ratio on a certain GPU (0-1)", _DEV
 )
 MIG_INSTANCE = _Spec(
     "hami_node_gpu_mig_instance_info",
-    "MIG instance realized on a certain GPU",
+    "Realized MIG instance identity and scheduler placement",
     (
         "node",
         "device_uuid",
