@@ -24,6 +24,7 @@ from vgpu_scheduler.cluster.nodelock import NodeLocker, NodeLockError
 from vgpu_scheduler.config import NvidiaConfig
 from vgpu_scheduler.engine.decide import Chosen, Error, NoFit, NoRequest, decide, decide_on_nodes
 from vgpu_scheduler.engine.podinfo import pod_annotations, pod_key
+from vgpu_scheduler.engine.reasons import parse_reason
 from vgpu_scheduler.engine.requests import pod_requests
 from vgpu_scheduler.engine.state import SchedulerState
 from vgpu_scheduler.wire import keys
@@ -209,16 +210,8 @@ class Extender:
         )
 
     def _record_failure(self, pod: Mapping[str, Any], failed: Mapping[str, str]) -> None:
-        by_reason: dict[str, list[str]] = {}
-        for node, reason in failed.items():
-            by_reason.setdefault(reason, []).append(node)
-        for reason, nodes in sorted(by_reason.items()):
-            self.events.record(
-                pod, WARNING, "FilteringFailed", f"{len(nodes)} nodes {reason}({','.join(sorted(nodes))})"
-            )
-        self.events.record(
-            pod, WARNING, "FilteringFailed", f"no available node, {len(failed)} nodes do not meet"
-        )
+        for message in filtering_failed_messages(failed):
+            self.events.record(pod, WARNING, "FilteringFailed", message)
 
     # -- bind -------------------------------------------------------------------------------------
 
@@ -321,6 +314,22 @@ class Extender:
         if uid:
             self._pending.pop(uid, None)
             self.state.release(uid)
+
+
+def filtering_failed_messages(failed: Mapping[str, str]) -> list[str]:
+    """The FilteringFailed event texts when no node fits (§5.7).
+
+    One event per reason *type* (a node whose reason string names several types counts under
+    each), then the summary. Nodes without a reason type ("node unregistered") only count in the
+    summary, as in HAMi, which groups the nodes it evaluated by `ParseReason`.
+    """
+    by_type: dict[str, list[str]] = {}
+    for node, reason in failed.items():
+        for name in parse_reason(reason):
+            by_type.setdefault(name, []).append(node)
+    out = [f"{len(nodes)} nodes {name}({','.join(sorted(nodes))})" for name, nodes in sorted(by_type.items())]
+    out.append(f"no available node, {len(failed)} nodes do not meet")
+    return out
 
 
 def _regular_containers_request(pod: Mapping[str, Any], cfg: NvidiaConfig) -> bool:
