@@ -190,6 +190,30 @@ async def test_pod_without_devices_is_echoed(harness: Harness) -> None:
     assert result["NodeNames"] == ["a", "b"] and result["FailedNodes"] is None
 
 
+@pytest.mark.parametrize(
+    ("args", "node_names"),
+    [
+        pytest.param({"NodeNames": ["a", "b"]}, ["a", "b"], id="node-names-echoed"),
+        pytest.param({"NodeNames": []}, [], id="empty-node-names-echoed"),
+        pytest.param({}, None, id="no-lists-echo-null"),
+        # HAMi echoes only NodeNames: a caller sending full Nodes gets neither list back.
+        pytest.param({"Nodes": {"items": [registered_node()]}}, None, id="nodes-not-echoed"),
+    ],
+)
+async def test_pod_without_devices_echoes_only_node_names(
+    harness: Harness, args: dict[str, Any], node_names: list[str] | None
+) -> None:
+    pod = {"metadata": {"name": "plain", "namespace": "default", "uid": "x"}, "spec": {"containers": [{}]}}
+    result = await harness.post("/filter", {"Pod": pod, **args})
+    assert result == {
+        "Nodes": None,
+        "NodeNames": node_names,
+        "FailedNodes": None,
+        "FailedAndUnresolvableNodes": None,
+        "Error": "",
+    }
+
+
 async def test_bad_requests_get_documented_answers(harness: Harness) -> None:
     session = harness.session
     async with session.post("/filter", data=b"") as resp:

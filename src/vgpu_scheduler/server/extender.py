@@ -161,19 +161,20 @@ class Extender:
         pod = args.pod
         if args.node_names is None and args.nodes is not None:
             return self._filter_template_nodes(pod, args.nodes.get("items") or [])
-        return self._filter_live(pod, args.node_names or [])
+        return self._filter_live(pod, args.node_names)
 
-    def _filter_live(self, pod: dict[str, Any], node_names: list[str]) -> bytes:
+    def _filter_live(self, pod: dict[str, Any], node_names: list[str] | None) -> bytes:
         uid, namespace, name = pod_key(pod)
         self._pending.pop(uid, None)
         if uid in self._deleted:
             log.info("filter %s/%s: the pod has been deleted", namespace, name)
             return encode_filter_result(error=f'pods "{name}" not found')
+        policies = self.policies
         decision = decide(
-            pod, node_names, self.state, self.cfg, self.policies.node, self.policies.gpu, int(self.now())
+            pod, node_names or [], self.state, self.cfg, policies.node, policies.gpu, int(self.now())
         )
         if isinstance(decision, NoRequest):
-            return encode_filter_result(node_names=node_names)
+            return encode_filter_result(node_names=node_names)  # echoed as sent, null included
         if isinstance(decision, Error):
             log.error("filter %s/%s: %s", namespace, name, decision.message)
             return encode_filter_result(error=decision.message)
@@ -191,7 +192,8 @@ class Extender:
             pod, items, self.cfg, self.policies.node, self.policies.gpu, int(self.now())
         )
         if isinstance(decision, NoRequest):
-            return encode_filter_result(nodes=items)
+            # HAMi echoes only NodeNames (null here): the answer carries neither list (§5.1).
+            return encode_filter_result()
         if isinstance(decision, Error):
             return encode_filter_result(error=decision.message)
         if isinstance(decision, NoFit):
