@@ -337,6 +337,8 @@ def test_encode_legacy_always_nine_fields() -> None:
         ('[{"uuid":"GPU-0","score":{"a":1}},{"uuid":"GPU-0","score":{"b":2}}]', {"GPU-0": {"a": 1}}),
         ('[{"uuid":"GPU-0"}]', {"GPU-0": {}}),
         ('[{"uuid":"GPU-0","score":null},null]', {"GPU-0": {}}),
+        # Go decodes a null map value as the zero value: the peer is present with score 0.
+        ('[{"uuid":"GPU-0","score":{"GPU-1":null,"GPU-2":3}}]', {"GPU-0": {"GPU-1": 0, "GPU-2": 3}}),
         ("[]", {}),
         ("null", {}),
     ],

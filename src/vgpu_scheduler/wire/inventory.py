@@ -396,6 +396,9 @@ def decode_pair_scores(value: str) -> dict[str, dict[str, int]]:
             if type(score_raw) is not dict:
                 raise _bad(where, "score", "an object", score_raw)
             for other, s in score_raw.items():
+                if s is None:  # Go stores the zero value for a null map element
+                    scores[other] = 0
+                    continue
                 scores[other] = _int_in(
                     where, f"score[{other!r}]", s, sc.INT64_MIN, sc.INT64_MAX, "an integer"
                 )
