@@ -122,3 +122,34 @@ def test_binding_result() -> None:
 def test_filter_result_bytes_match_go_encoding(kwargs: dict[str, Any], expected: bytes) -> None:
     """Go's encoding/json writes map keys sorted; struct fields in declaration order."""
     assert encode_filter_result(**kwargs) == expected
+
+
+@pytest.mark.parametrize(
+    ("tail", "outcome"),
+    [
+        pytest.param(b"\n", ["a"], id="value-complete-within-limit-newline-after"),
+        pytest.param(b" " * MAX_BODY_BYTES, ["a"], id="value-complete-within-limit-padding-after"),
+    ],
+)
+def test_body_limit_cuts_like_a_limit_reader(tail: bytes, outcome: list[str]) -> None:
+    """Go decodes the first value from the first 1 MiB: a value that ends inside it decodes."""
+    value = b'{"Pod": {"metadata": {"name": "p"}}, "NodeNames": ["a"]}'
+    body = value + b" " * (MAX_BODY_BYTES - len(value)) + tail
+    assert len(body) > MAX_BODY_BYTES
+    assert decode_extender_args(body).node_names == outcome
+
+
+@pytest.mark.parametrize(
+    "cut_inside",
+    [
+        pytest.param(b"1.", id="number-after-point"),
+        pytest.param(b"-", id="number-sign"),
+        pytest.param(b"tr", id="literal"),
+        pytest.param(b'"ab', id="string"),
+    ],
+)
+def test_value_cut_at_the_limit_is_unexpected_eof(cut_inside: bytes) -> None:
+    head = b'{"Pod": {"x": ' + b" " * (MAX_BODY_BYTES - 14 - len(cut_inside)) + cut_inside
+    assert len(head) == MAX_BODY_BYTES
+    with pytest.raises(ExtenderDecodeError, match=r"^unexpected EOF$"):
+        decode_extender_args(head + b"5}}")

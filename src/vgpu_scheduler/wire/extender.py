@@ -7,6 +7,7 @@ stops after the first JSON value; both are kept so any body kube-scheduler accep
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,14 +42,14 @@ _decoder = msgspec.json.Decoder()
 
 
 def _decode_object(body: bytes, type_name: str) -> dict[str, Any]:
-    if len(body) > MAX_BODY_BYTES:
-        # What Go's io.LimitReader + json.Decoder report for a body cut at 1 MiB.
-        raise ExtenderDecodeError("unexpected EOF")
+    # Go decodes the first JSON value from an io.LimitReader of 1 MiB: the body is cut there, and
+    # a value that does not end before the cut reports "unexpected EOF".
+    body = body[:MAX_BODY_BYTES]
     try:
         value = _decoder.decode(body)
     except msgspec.DecodeError as exc:
         text = str(exc)
-        if "truncated" in text:
+        if "truncated" in text or _fails_at_end(text, body):
             raise ExtenderDecodeError("unexpected EOF") from exc
         if not body.strip():
             raise ExtenderDecodeError("EOF") from exc
@@ -61,6 +62,16 @@ def _decode_object(body: bytes, type_name: str) -> dict[str, Any]:
             f"json: cannot unmarshal {json_kind(value)} into Go value of type {type_name}"
         )
     return value
+
+
+_BYTE_POSITION = re.compile(r"\(byte (\d+)\)$")
+
+
+def _fails_at_end(text: str, body: bytes) -> bool:
+    """The error is at the very end of the input (e.g. a number cut after "1." or "-"): Go's
+    decoder would have wanted more bytes, which is an unexpected EOF, not a syntax error."""
+    match = _BYTE_POSITION.search(text)
+    return match is not None and int(match.group(1)) >= len(body.rstrip())
 
 
 def _first_value(body: bytes, original: msgspec.DecodeError) -> Any:
