@@ -299,8 +299,16 @@ def test_simulation_path_reads_inventory_from_node_objects() -> None:
     pod = make_pod("p", ctr(mem=1000))
     d = decide_on_nodes(pod, nodes, CFG, "binpack", "spread", NOW)
     assert isinstance(d, Chosen) and d.node == "t-b"
-    # All scores are 0 without usage: nodes are tried by name and t-b is the first that fits.
-    assert d.failed == {"t-a": "node unregistered", "t-c": "node unregistered", "t-e": "node unregistered"}
+    # All scores are 0 without usage: the tie goes to the first name. Every node is evaluated, so
+    # the answer reports every node that does not fit, with its detailed reason (§5.7).
+    assert d.failed == {
+        "t-a": "node unregistered",
+        "t-c": "node unregistered",
+        "t-d": "1/1 CardInsufficientMemory",
+        "t-e": "node unregistered",
+        "t-f": "1/1 CardCordoned",
+    }
+    assert d.scores == {"t-b": 0.0}
     assert d.annotations[keys.VGPU_ALLOCATED] == "GPU-b,NVIDIA,1000,0:;"
     nofit = decide_on_nodes(make_pod("p", ctr(mem=9000)), nodes, CFG, "binpack", "spread", NOW)
     assert nofit == NoFit({

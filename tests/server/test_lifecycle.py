@@ -214,6 +214,35 @@ async def test_pod_without_devices_echoes_only_node_names(
     }
 
 
+async def test_simulation_path_answers_with_node_objects(harness: Harness) -> None:
+    """§5.7 simulation path: `Nodes` in, the chosen node object out, every failing node listed."""
+    template = registered_node()
+    bare = {"metadata": {"name": "bare"}}
+    pod = gpu_pod("sim")
+    pod["metadata"]["uid"] = "sim-uid"
+    result = await harness.post("/filter", {"Pod": pod, "Nodes": {"items": [bare, template]}})
+    assert result == {
+        "Nodes": {"metadata": {}, "items": [template]},
+        "NodeNames": None,
+        "FailedNodes": {"bare": "node unregistered"},
+        "FailedAndUnresolvableNodes": None,
+        "Error": "",
+    }
+    result = await harness.post("/filter", {"Pod": pod, "Nodes": {"items": [template]}})
+    assert result["Nodes"] == {"metadata": {}, "items": [template]} and result["FailedNodes"] == {}
+    huge = gpu_pod("sim-huge", mem="99999")
+    result = await harness.post("/filter", {"Pod": huge, "Nodes": {"items": [template, bare]}})
+    assert result == {
+        "Nodes": None,
+        "NodeNames": None,
+        "FailedNodes": {"bare": "node unregistered", "gpu-node-1": "2/2 CardInsufficientMemory"},
+        "FailedAndUnresolvableNodes": None,
+        "Error": "",
+    }
+    # Nothing was reserved: the template nodes are not the live cluster.
+    assert _usage(harness.process, "gpu-node-1") == [(0, 0, 0), (0, 0, 0)]
+
+
 async def test_bad_requests_get_documented_answers(harness: Harness) -> None:
     session = harness.session
     async with session.post("/filter", data=b"") as resp:

@@ -341,8 +341,9 @@ def decide_on_nodes(
 ) -> Decision:
     """The side-effect-free path for `Nodes` requests (template nodes, §5.7 "Simulation path").
 
-    Inventory comes from each node object, usage is empty, nothing is recorded. With no usage every
-    node score is 0, so the first fitting node by name is chosen (policy order degenerates to names).
+    Inventory comes from each node object, usage is empty, nothing is recorded. Every node is
+    evaluated (HAMi fits all candidates) so the answer lists every node that does not fit. With no
+    usage every node score is 0, so the first fitting node by name is chosen.
     """
     requests = pod_requests(pod, cfg)
     if not pod_has_device_requests(requests):
@@ -363,9 +364,14 @@ def decide_on_nodes(
             failed[node_name] = NODE_UNREGISTERED
         elif node_name not in views:
             views[node_name] = view
+    fits: dict[str, NodeFit] = {}
     for node_name in sorted(views):
         result = evaluate_node(requests, n_init, views[node_name], pod, ctx=ctx)
         if isinstance(result, NodeFit):
-            return _chosen(node_name, result, 0.0, {node_name: 0.0}, failed, now)
-        failed[node_name] = result.reason
-    return NoFit(failed)
+            fits[node_name] = result
+        else:
+            failed[node_name] = result.reason
+    if not fits:
+        return NoFit(failed)
+    best = next(iter(fits))  # every score is 0: the first name wins the tie
+    return _chosen(best, fits[best], 0.0, dict.fromkeys(fits, 0.0), failed, now)

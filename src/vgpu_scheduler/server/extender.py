@@ -199,7 +199,9 @@ class Extender:
         if isinstance(decision, NoFit):
             return encode_filter_result(failed=decision.failed)
         chosen = [n for n in items if (n.get("metadata") or {}).get("name") == decision.node][:1]
-        return encode_filter_result(nodes=chosen, failed=decision.failed or None)
+        # Every failing node is reported next to the chosen one ({} when none failed, as the map HAMi
+        # builds is never nil).
+        return encode_filter_result(nodes=chosen, failed=decision.failed)
 
     def _record_success(self, pod: Mapping[str, Any], chosen: Chosen) -> None:
         fits = ",".join(f"{node}:{score:.2f}" for node, score in sorted(chosen.scores.items()))
