@@ -8,7 +8,9 @@ from typing import Any
 
 import pytest
 
+from vgpu_scheduler.cluster import nodelock
 from vgpu_scheduler.cluster.client import KubeClient
+from vgpu_scheduler.cluster.errors import ApiError, status_body
 from vgpu_scheduler.cluster.memory import MemoryCluster
 from vgpu_scheduler.cluster.nodelock import (
     NodeLockContention,
@@ -81,10 +83,37 @@ def test_parse_lock_forms() -> None:
     assert (value.namespace, value.pod) == ("jingyu-test", "gputest-6c77bb77f8-gvtzc")
     legacy = parse_lock("2025-10-20T03:07:02+08:00")
     assert not legacy.has_owner
-    with pytest.raises(NodeLockError, match="malformed lock annotation: expected 3 parts"):
-        parse_lock("2025-10-20T03:07:02Z,ns")
-    with pytest.raises(NodeLockError, match="RFC3339"):
-        parse_lock("lock")
+    assert legacy.taken_at == datetime(2025, 10, 19, 19, 7, 2, tzinfo=UTC)
+
+
+RFC = '"2006-01-02T15:04:05Z07:00"'
+
+
+# HAMi's ParseNodeLock errors, word for word: a bind on such a node answers with them.
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        (
+            "2025-10-20T03:07:02Z,ns",
+            "malformed lock annotation: expected 3 parts, got 2 from 2025-10-20T03:07:02Z,ns",
+        ),
+        ("a,b,c,d", "malformed lock annotation: expected 3 parts, got 4 from a,b,c,d"),
+        ("lock", f'parsing time "lock" as {RFC}: cannot parse "lock" as "2006"'),
+        ("garbage,default,p1", f'parsing time "garbage" as {RFC}: cannot parse "garbage" as "2006"'),
+        (
+            " 2025-10-20T03:07:02Z",
+            f'parsing time " 2025-10-20T03:07:02Z" as {RFC}: cannot parse " 2025-10-20T03:07:02Z" as "2006"',
+        ),
+        (
+            "2025-10-20T03:07:02,ns,p",
+            f'parsing time "2025-10-20T03:07:02" as {RFC}: cannot parse "" as "Z07:00"',
+        ),
+    ],
+)
+def test_parse_lock_errors(value: str, message: str) -> None:
+    with pytest.raises(NodeLockError) as err:
+        parse_lock(value)
+    assert str(err.value) == message
 
 
 async def test_lock_sets_the_owner_value_and_is_reentrant(cluster: MemoryCluster, client: KubeClient) -> None:
@@ -191,3 +220,74 @@ async def test_retry_times_out_with_hami_message(cluster: MemoryCluster, client:
     locker = NodeLocker(client, now=Clock())
     with pytest.raises(NodeLockContention, match=r"timed out after 300ms waiting for node n1 to be unlocked"):
         await locker.lock_with_retry("n1", "default", "p2", retry_timeout=0.3)
+
+
+async def test_unparsable_lock_fails_even_when_it_names_this_pod(
+    cluster: MemoryCluster, client: KubeClient
+) -> None:
+    cluster.create("nodes", _node("n1", "garbage,default,p1"))
+    with pytest.raises(NodeLockError) as err:
+        await NodeLocker(client, now=Clock()).lock("n1", "default", "p1")
+    assert str(err.value) == f'parsing time "garbage" as {RFC}: cannot parse "garbage" as "2006"'
+    assert _lock_of(cluster, "n1") == "garbage,default,p1"
+
+
+async def test_expired_lock_of_this_pod_is_taken_again_with_a_new_time(
+    cluster: MemoryCluster, client: KubeClient
+) -> None:
+    cluster.create("pods", _pod("p1"), namespace="default")
+    cluster.create("nodes", _node("n1", format_lock(T0, "default", "p1")))
+    clock = Clock()
+    clock.now = T0 + timedelta(minutes=6)
+    await NodeLocker(client, now=clock).lock("n1", "default", "p1")
+    assert _lock_of(cluster, "n1") == "2026-11-29T21:06:00Z,default,p1"
+
+
+async def test_lock_without_a_namespace_is_never_dangling(cluster: MemoryCluster, client: KubeClient) -> None:
+    # HAMi checks the holder only when the lock names both a namespace and a pod.
+    cluster.create("nodes", _node("n1", "2026-11-29T21:00:00Z,,gone"))
+    with pytest.raises(NodeLockContention):
+        await NodeLocker(client, now=Clock()).lock("n1", "default", "p2")
+
+
+class FailingApi:
+    """A LockApi whose pod reads or node writes fail with a given API error."""
+
+    def __init__(self, node: dict[str, Any], *, pod_error: ApiError | None = None) -> None:
+        self.node = node
+        self.pod_error = pod_error
+        self.patches = 0
+
+    async def get_node(self, name: str) -> dict[str, Any]:
+        return self.node
+
+    async def patch_node(self, name: str, patch: dict[str, Any]) -> dict[str, Any]:
+        self.patches += 1
+        raise ApiError(500, status_body(500, "InternalError", "etcdserver: request timed out"))
+
+    async def get_pod(self, namespace: str, name: str) -> dict[str, Any]:
+        if self.pod_error is not None:
+            raise self.pod_error
+        return _pod(name, namespace)
+
+
+async def test_holder_lookup_error_is_the_bind_error() -> None:
+    forbidden = ApiError(
+        403, status_body(403, "Forbidden", 'pods "holder" is forbidden: User "x" cannot get resource "pods"')
+    )
+    api = FailingApi(_node("n1", format_lock(T0, "default", "holder")), pod_error=forbidden)
+    with pytest.raises(NodeLockError) as err:
+        await NodeLocker(api, now=Clock()).lock("n1", "default", "p2")
+    assert str(err.value) == 'pods "holder" is forbidden: User "x" cannot get resource "pods"'
+
+
+async def test_lock_write_failing_every_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(nodelock, "_backoff", lambda attempt: 0.0)
+    api = FailingApi(_node("n1"))
+    with pytest.raises(NodeLockError) as err:
+        await NodeLocker(api, now=Clock()).lock("n1", "default", "p2")
+    assert api.patches == 5  # HAMi retries every write error 5 times
+    assert str(err.value) == (
+        "failed to set node lock (node=n1, retry strategy={Duration:100ms Factor:2 Jitter:0.5 Steps:5 "
+        "Cap:0s}): etcdserver: request timed out"
+    )

@@ -22,11 +22,14 @@ from typing import Any, Protocol
 
 from vgpu_scheduler.cluster.errors import ApiError
 from vgpu_scheduler.durations import format_go_duration
+from vgpu_scheduler.wire.gotime import GoTimeParseError, parse_rfc3339
 from vgpu_scheduler.wire.keys import NODE_LOCK
 
 log = logging.getLogger(__name__)
 
 CONFLICT_RETRIES = 5
+RETRY_STRATEGY = "{Duration:100ms Factor:2 Jitter:0.5 Steps:5 Cap:0s}"
+"""HAMi's lock-write backoff as Go prints it (%+v of wait.Backoff) in its failure message."""
 CONTENTION_POLL_SECONDS = 0.1
 
 
@@ -68,22 +71,20 @@ def format_lock(moment: datetime, namespace: str, pod: str) -> str:
 
 
 def parse_lock(value: str) -> LockValue:
+    """HAMi's ParseNodeLock, with its error texts (a bind on such a node fails with them)."""
     if "," not in value:
         return LockValue(_parse_time(value))
     parts = value.split(",")
     if len(parts) != 3:
-        raise NodeLockError(f"malformed lock annotation: expected 3 parts, got {len(parts)}: {value!r}")
+        raise NodeLockError(f"malformed lock annotation: expected 3 parts, got {len(parts)} from {value}")
     return LockValue(_parse_time(parts[0]), parts[1], parts[2])
 
 
 def _parse_time(text: str) -> datetime:
     try:
-        moment = datetime.fromisoformat(text.strip())
-    except ValueError as exc:
-        raise NodeLockError(f"parsing time {text!r} as RFC3339: {exc}") from exc
-    if moment.tzinfo is None:
-        raise NodeLockError(f"parsing time {text!r} as RFC3339: missing time zone")
-    return moment
+        return parse_rfc3339(text)
+    except GoTimeParseError as exc:
+        raise NodeLockError(str(exc)) from None
 
 
 def _annotations(node: dict[str, Any]) -> dict[str, str]:
@@ -123,21 +124,34 @@ class NodeLocker:
         return await self._api.get_node(name)
 
     async def lock(self, node_name: str, namespace: str, pod: str) -> None:
-        """Take the lock for namespace/pod, or raise NodeLockContention / NodeLockError."""
+        """Take the lock for namespace/pod, or raise NodeLockContention / NodeLockError.
+
+        HAMi's order: an unparsable lock fails the bind; an expired one is taken over (even our
+        own, which refreshes its time); a live one of this pod is re-entered; one whose holder
+        pod is gone is taken over; anything else is contention."""
         guard = self._local.setdefault(node_name, asyncio.Lock())
         async with guard:
             fresh = False
+            last_error = ""
             for attempt in range(CONFLICT_RETRIES):
                 node = await self._read(node_name, fresh)
                 current = _annotations(node).get(NODE_LOCK)
                 if current is not None:
-                    if current.endswith(f",{namespace},{pod}"):
-                        return  # re-entrant: a multi-vendor pod, or a retried bind
-                    if await self._held_by_other(node_name, current, namespace, pod):
+                    try:
+                        held = parse_lock(current)
+                    except NodeLockError:
                         if fresh:
-                            raise self._contention(node_name)
-                        fresh = True  # the cache may be behind a release: confirm with a read
+                            raise
+                        fresh = True  # the cache may be behind the API: decide on a read
                         continue
+                    if not self._expired(node_name, current, held):
+                        if not fresh:
+                            fresh = True
+                            continue
+                        if held.has_owner and (held.namespace, held.pod) == (namespace, pod):
+                            return  # re-entrant: a multi-vendor pod, or a retried bind
+                        if await self._holder_alive(node_name, held):
+                            raise self._contention(node_name)
                 patch = {
                     "metadata": {
                         "annotations": {NODE_LOCK: format_lock(self._now(), namespace, pod)},
@@ -147,12 +161,13 @@ class NodeLocker:
                 try:
                     await self._api.patch_node(node_name, patch)
                     return
-                except ApiError as exc:
-                    if exc.status != 409:
-                        raise NodeLockError(f"failed to lock node {node_name}: {exc}") from exc
+                except ApiError as exc:  # a 409 means a stale read; anything else may pass too
+                    last_error = exc.message
                     fresh = True
                     await asyncio.sleep(_backoff(attempt))
-            raise NodeLockError(f"failed to lock node {node_name}: too many conflicting updates")
+            raise NodeLockError(
+                f"failed to set node lock (node={node_name}, retry strategy={RETRY_STRATEGY}): {last_error}"
+            )
 
     def _contention(self, node_name: str) -> NodeLockContention:
         return NodeLockContention(
@@ -160,27 +175,23 @@ class NodeLocker:
             "node lock contention"
         )
 
-    async def _held_by_other(self, node_name: str, value: str, namespace: str, pod: str) -> bool:
-        """False when the lock is ours, expired, or its holder pod is gone."""
-        parsed = parse_lock(value)
-        if parsed.has_owner and (parsed.namespace, parsed.pod) == (namespace, pod):
-            return False
-        if self._now() - parsed.taken_at > timedelta(seconds=self.timeout):
+    def _expired(self, node_name: str, value: str, held: LockValue) -> bool:
+        if self._now() - held.taken_at > timedelta(seconds=self.timeout):
             log.info("node %s lock %r expired, taking it over", node_name, value)
+            return True
+        return False
+
+    async def _holder_alive(self, node_name: str, held: LockValue) -> bool:
+        """False only when the lock names a pod (namespace and name) the API no longer has."""
+        if not (held.namespace and held.pod):
+            return True
+        try:
+            await self._api.get_pod(held.namespace, held.pod)
+        except ApiError as exc:
+            if exc.status != 404:
+                raise NodeLockError(exc.message) from exc  # Go's StatusError text: the message
+            log.info("node %s lock holder %s/%s is gone, taking over", node_name, held.namespace, held.pod)
             return False
-        if parsed.has_owner:
-            try:
-                await self._api.get_pod(parsed.namespace, parsed.pod)
-            except ApiError as exc:
-                if exc.status == 404:
-                    log.info(
-                        "node %s lock holder %s/%s is gone, taking over",
-                        node_name,
-                        parsed.namespace,
-                        parsed.pod,
-                    )
-                    return False
-                raise NodeLockError(f"failed to check lock holder of node {node_name}: {exc}") from exc
         return True
 
     async def lock_with_retry(self, node_name: str, namespace: str, pod: str, retry_timeout: float) -> None:
