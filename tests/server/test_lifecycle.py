@@ -191,22 +191,27 @@ async def test_pod_without_devices_is_echoed(harness: Harness) -> None:
 
 
 @pytest.mark.parametrize(
-    ("args", "node_names"),
+    ("args", "node_names", "nodes"),
     [
-        pytest.param({"NodeNames": ["a", "b"]}, ["a", "b"], id="node-names-echoed"),
-        pytest.param({"NodeNames": []}, [], id="empty-node-names-echoed"),
-        pytest.param({}, None, id="no-lists-echo-null"),
-        # HAMi echoes only NodeNames: a caller sending full Nodes gets neither list back.
-        pytest.param({"Nodes": {"items": [registered_node()]}}, None, id="nodes-not-echoed"),
+        pytest.param({"NodeNames": ["a", "b"]}, ["a", "b"], None, id="node-names-echoed"),
+        pytest.param({"NodeNames": []}, [], None, id="empty-node-names-echoed"),
+        pytest.param({}, None, None, id="no-lists-echo-null"),
+        # Deliberate difference: HAMi answers neither list here, which strands the pod.
+        pytest.param(
+            {"Nodes": {"items": [registered_node()]}},
+            None,
+            {"metadata": {}, "items": [registered_node()]},
+            id="nodes-echoed",
+        ),
     ],
 )
-async def test_pod_without_devices_echoes_only_node_names(
-    harness: Harness, args: dict[str, Any], node_names: list[str] | None
+async def test_pod_without_devices_is_echoed_as_sent(
+    harness: Harness, args: dict[str, Any], node_names: list[str] | None, nodes: dict[str, Any] | None
 ) -> None:
     pod = {"metadata": {"name": "plain", "namespace": "default", "uid": "x"}, "spec": {"containers": [{}]}}
     result = await harness.post("/filter", {"Pod": pod, **args})
     assert result == {
-        "Nodes": None,
+        "Nodes": nodes,
         "NodeNames": node_names,
         "FailedNodes": None,
         "FailedAndUnresolvableNodes": None,

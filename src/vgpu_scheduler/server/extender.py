@@ -192,8 +192,10 @@ class Extender:
             pod, items, self.cfg, self.policies.node, self.policies.gpu, int(self.now())
         )
         if isinstance(decision, NoRequest):
-            # HAMi echoes only NodeNames (null here): the answer carries neither list (§5.1).
-            return encode_filter_result()
+            # Deliberate difference: HAMi echoes only NodeNames (null here), so kube-scheduler gets
+            # no node at all and a device-free pod can never schedule with nodeCacheCapable=false.
+            # Echo the Nodes that were sent instead.
+            return encode_filter_result(nodes=items)
         if isinstance(decision, Error):
             return encode_filter_result(error=decision.message)
         if isinstance(decision, NoFit):
@@ -242,7 +244,7 @@ class Extender:
             except ApiError as exc:
                 self._drop(uid)
                 log.error("bind %s/%s: %s", namespace, name, exc)
-                return str(exc) if exc.status != 404 else f'pod "{name}" not found'
+                return exc.message if exc.status != 404 else f'pod "{name}" not found'
         if self.cached_node(node) is None:
             self._drop(uid or pod_key(pod)[0])
             message = f"failed to get node {node}"
@@ -274,7 +276,7 @@ class Extender:
         # A connection error (API server down, --kube-timeout) is a failure like any other: answered
         # in `Error`, and the lock taken before it released, or it would hold the node for 5 min.
         except (ApiError, ApiConnectionError, NodeLockError) as exc:
-            message = str(exc)
+            message = _error_text(exc)
             log.error("bind %s/%s to %s failed: %s", namespace, name, node, message)
             if locked:
                 try:
@@ -334,6 +336,11 @@ def filtering_failed_messages(failed: Mapping[str, str]) -> list[str]:
     out = [f"{len(nodes)} nodes {name}({','.join(sorted(nodes))})" for name, nodes in sorted(by_type.items())]
     out.append(f"no available node, {len(failed)} nodes do not meet")
     return out
+
+
+def _error_text(exc: Exception) -> str:
+    """What Go's err.Error() shows: for an API error that is the Status message alone."""
+    return exc.message if isinstance(exc, ApiError) else str(exc)
 
 
 def _regular_containers_request(pod: Mapping[str, Any], cfg: NvidiaConfig) -> bool:
