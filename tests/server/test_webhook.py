@@ -25,6 +25,7 @@ from vgpu_scheduler.wire.jsonpatch import apply_patch
 FIXTURES = Path("/work/shared/fixtures/kube-1.36/admission")
 V1 = "admission.k8s.io/v1"
 V1BETA1 = "admission.k8s.io/v1beta1"
+UNTYPED = (None, None)
 OPTS = dataclasses.replace(SchedulerOptions(), scheduler_name="hami-scheduler")
 CFG = NvidiaConfig()
 
@@ -498,89 +499,116 @@ def test_api_version_is_echoed(api_version: str) -> None:
 
 
 @pytest.mark.parametrize(
-    ("body", "api_version", "uid", "message"),
+    ("body", "typed", "uid", "message"),
     [
-        (b"", V1, "", "request body is empty"),
-        (b"{not json", V1, "", "couldn't decode AdmissionReview: "),
-        (b"[]", V1, "", "couldn't decode AdmissionReview: body is not a JSON object"),
+        # Never decoded: an untyped review (no apiVersion, no kind), as controller-runtime's writeResponse.
+        (b"", UNTYPED, "", "request body is empty"),
+        (b"{not json", UNTYPED, "", "couldn't decode AdmissionReview: "),
+        (b"[]", UNTYPED, "", "couldn't decode AdmissionReview: body is not a JSON object"),
+        (b'{"apiVersion":1,"request":{}}', UNTYPED, "", "apiVersion must be a string"),
+        (b'{"request":"x"}', UNTYPED, "", "request is not a JSON object"),
+        (b'{"request":{"uid":5}}', UNTYPED, "", "request.uid is not a string"),
+        # Decoded: apiVersion and kind echoed as sent, unchecked (an unregistered decode target).
         (
             b'{"apiVersion":"admission.k8s.io/v2","kind":"AdmissionReview","request":{"uid":"u"}}',
-            V1,
-            "",
-            "unsupported AdmissionReview type: apiVersion='admission.k8s.io/v2'",
+            ("admission.k8s.io/v2", "AdmissionReview"),
+            "u",
+            "there is no content to decode",
         ),
-        (b'{"apiVersion":"admission.k8s.io/v1","kind":"Pod"}', V1, "", "unsupported AdmissionReview type"),
+        (
+            b'{"apiVersion":"admission.k8s.io/v1","kind":"Pod"}',
+            (V1, "Pod"),
+            "",
+            "there is no content to decode",
+        ),
+        (b'{"kind":"AdmissionReview","request":{}}', (None, "AdmissionReview"), "", "there is no content"),
         (
             b'{"apiVersion":"admission.k8s.io/v1beta1","kind":"AdmissionReview"}',
-            V1BETA1,
+            (V1BETA1, "AdmissionReview"),
             "",
-            "AdmissionReview has no request",
+            "there is no content to decode",
         ),
+        # No uid is no error: the review is handled and answered with an empty uid.
         (
-            b'{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"object":{}}}',
-            V1,
+            b'{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"object":{"spec":{"containers":[{}]}}}}',
+            (V1, "AdmissionReview"),
             "",
-            "AdmissionReview request has no uid",
+            "",
         ),
         (
             b'{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":""}}',
-            V1,
+            (V1, "AdmissionReview"),
             "",
-            "AdmissionReview request has no uid",
+            "there is no content to decode",
         ),
         (
             b'{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"u","object":null}}',
-            V1,
+            (V1, "AdmissionReview"),
             "u",
             "there is no content to decode",
         ),
         (
             b'{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"u","object":"x"}}',
-            V1,
+            (V1, "AdmissionReview"),
             "u",
             "request.object is not a JSON object",
         ),
-        (b'{"request":{"uid":"u","object":{"kind":"Deployment"}}}', V1, "u", "expected a v1 Pod"),
-        (review({"spec": {"containers": "x"}}), V1, "uid-1", "spec.containers must be an array"),
-        (review({"spec": {"containers": ["x"]}}), V1, "uid-1", "spec.containers[0] must be an object"),
+        (
+            b'{"request":{"uid":"u","object":{"kind":"Deployment"}}}',
+            (V1, "AdmissionReview"),
+            "u",
+            "expected a v1 Pod",
+        ),
+        (
+            review({"spec": {"containers": "x"}}),
+            (V1, "AdmissionReview"),
+            "uid-1",
+            "spec.containers must be an array",
+        ),
+        (
+            review({"spec": {"containers": ["x"]}}),
+            (V1, "AdmissionReview"),
+            "uid-1",
+            "spec.containers[0] must be an object",
+        ),
         (
             review({"spec": {"containers": [{"resources": {"limits": {GPU: "one"}}}]}}),
-            V1,
+            (V1, "AdmissionReview"),
             "uid-1",
             "spec.containers[0].resources.limits[nvidia.com/gpu]: quantities must match",
         ),
         (
             review({"spec": {"containers": [{"resources": {"limits": {GPU: True}}}]}}),
-            V1,
+            (V1, "AdmissionReview"),
             "uid-1",
             "a quantity must be a string or a number",
         ),
         (
             review({"spec": {"containers": [{"env": {"a": 1}}]}}),
-            V1,
+            (V1, "AdmissionReview"),
             "uid-1",
             "spec.containers[0].env must be an array",
         ),
         (
             review({"spec": {"containers": [{"securityContext": {"privileged": "yes"}}]}}),
-            V1,
+            (V1, "AdmissionReview"),
             "uid-1",
             "securityContext.privileged must be a boolean",
         ),
         (
             review({"spec": {"schedulerName": 5, "containers": [{}]}}),
-            V1,
+            (V1, "AdmissionReview"),
             "uid-1",
             "spec.schedulerName must be a string",
         ),
-        (review({"spec": []}), V1, "uid-1", "pod.spec must be an object"),
-        (review({"spec": {"containers": [{}]}}, V1BETA1), V1BETA1, "uid-1", ""),
+        (review({"spec": []}), (V1, "AdmissionReview"), "uid-1", "pod.spec must be an object"),
+        (review({"spec": {"containers": [{}]}}, V1BETA1), (V1BETA1, "AdmissionReview"), "uid-1", ""),
     ],
 )
-def test_bad_requests(body: bytes, api_version: str, uid: str, message: str) -> None:
+def test_bad_requests(body: bytes, typed: tuple[str | None, str | None], uid: str, message: str) -> None:
     status, answer = handle_admission_review(body, OPTS, CFG)
     assert status == 200
-    assert answer["apiVersion"] == api_version
+    assert (answer.get("apiVersion"), answer.get("kind")) == typed
     response = answer["response"]
     assert response["uid"] == uid
     if not message:  # control row: a well-formed minimal pod is fine
@@ -695,17 +723,20 @@ async def test_http_round_trip_with_captured_request() -> None:
 )
 async def test_http_content_type_checked(content_type: str, message: str) -> None:
     answer = await post(review(pod(container())), content_type)
+    assert set(answer) == {"response"}  # untyped: controller-runtime never decoded the review
     assert answer["response"]["allowed"] is False
     assert answer["response"]["status"] == {"metadata": {}, "code": 400, "message": message}
 
 
 async def test_http_empty_body() -> None:
     answer = await post(b"", None)
+    assert set(answer) == {"response"}
     assert answer["response"]["status"]["message"] == "request body is empty"
 
 
 async def test_http_body_limit() -> None:
     answer = await post(b" " * (MAX_REQUEST_BYTES + 1))
+    assert set(answer) == {"response"}
     assert answer["response"]["status"] == {
         "metadata": {},
         "code": 413,

@@ -29,7 +29,7 @@ from vgpu_scheduler.engine.requests import init_container_count, pod_requests
 from vgpu_scheduler.flags import SchedulerOptions
 from vgpu_scheduler.model import ContainerRequests
 from vgpu_scheduler.wire.admission import (
-    ADMISSION_V1,
+    UNTYPED,
     AdmissionDecodeError,
     AdmissionResponse,
     decode_admission_review,
@@ -307,13 +307,13 @@ def handle_admission_review(
         request = decode_admission_review(body)
     except AdmissionDecodeError as err:
         log.error("unable to decode the request: %s", err)
-        return 200, encode_admission_review(err.api_version, err.uid, AdmissionResponse.error(400, str(err)))
+        return 200, encode_admission_review(err.review_type, err.uid, AdmissionResponse.error(400, str(err)))
     try:
         response = review_pod(request.object, opts, cfg, quota_fits, request.namespace)
     except PodShapeError as err:
         log.error("Failed to decode request: %s", err)
         response = AdmissionResponse.error(400, str(err))
-    return 200, encode_admission_review(request.api_version, request.uid, response)
+    return 200, encode_admission_review(request.review_type, request.uid, response)
 
 
 async def _read_limited(request: web.Request, limit: int) -> bytes | None:
@@ -341,11 +341,11 @@ def webhook_handler(
             error = AdmissionResponse.error(
                 413, f"request entity is too large; limit is {MAX_REQUEST_BYTES} bytes"
             )
-            return web.json_response(encode_admission_review(ADMISSION_V1, "", error))
+            return web.json_response(encode_admission_review(UNTYPED, "", error))
         content_type = request.headers.get("Content-Type", "")
         if body and content_type != "application/json":  # an empty body is reported first
             error = AdmissionResponse.error(400, f"contentType={content_type}, expected application/json")
-            return web.json_response(encode_admission_review(ADMISSION_V1, "", error))
+            return web.json_response(encode_admission_review(UNTYPED, "", error))
         status, review = handle_admission_review(body, opts, cfg, quota_fits)
         return web.json_response(review, status=status)
 

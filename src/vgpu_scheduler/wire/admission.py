@@ -1,11 +1,17 @@
 """AdmissionReview envelopes (`admission.k8s.io/v1` and `v1beta1`) as controller-runtime speaks them.
 
 HAMi's webhook runs inside controller-runtime, so kube-apiserver sees its answers in that shape:
-the response echoes the request's apiVersion and uid, always carries `status.code` (200 unless a
-denial or error says otherwise), and a mutation is a base64 RFC 6902 patch with
-`patchType: "JSONPatch"` (no patch fields when nothing changed). Transport-level problems
-(undecodable body, missing request or uid) are answered as `allowed: false` with code 400,
-still with HTTP 200 — the status lives inside the review, as in controller-runtime.
+the response carries the request's uid and always `status.code` (200 unless a denial or error
+says otherwise), and a mutation is a base64 RFC 6902 patch with `patchType: "JSONPatch"` (no
+patch fields when nothing changed). Everything is answered with HTTP 200; failures live inside
+the review. Two envelopes, as in controller-runtime:
+
+* once the body decoded as an AdmissionReview, the answer echoes its apiVersion and kind as sent
+  (controller-runtime decodes into an unregistered type, so it checks neither; both absent ⇒
+  `admission.k8s.io/v1 AdmissionReview`). A missing uid is not an error: it is echoed empty;
+  a missing request or object is "there is no content to decode" (code 400);
+* a body that never decoded (empty, too large, wrong Content-Type, not JSON) is answered with an
+  untyped review: no apiVersion and no kind (Go's omitempty on the zero TypeMeta).
 """
 
 from __future__ import annotations
@@ -21,14 +27,27 @@ ADMISSION_V1 = "admission.k8s.io/v1"
 ADMISSION_V1BETA1 = "admission.k8s.io/v1beta1"
 ADMISSION_VERSIONS = (ADMISSION_V1, ADMISSION_V1BETA1)
 KIND = "AdmissionReview"
+NO_CONTENT = "there is no content to decode"
+
+
+@dataclass(frozen=True, slots=True)
+class ReviewType:
+    """apiVersion and kind of the review answered ("" = the field is left out)."""
+
+    api_version: str = ""
+    kind: str = ""
+
+
+UNTYPED = ReviewType()
+REVIEW_V1 = ReviewType(ADMISSION_V1, KIND)
 
 
 class AdmissionDecodeError(ValueError):
     """A body that is not a usable AdmissionReview; answered with code 400."""
 
-    def __init__(self, message: str, *, api_version: str = ADMISSION_V1, uid: str = "") -> None:
+    def __init__(self, message: str, *, review_type: ReviewType = UNTYPED, uid: str = "") -> None:
         super().__init__(message)
-        self.api_version = api_version
+        self.review_type = review_type
         self.uid = uid
 
 
@@ -36,12 +55,21 @@ class AdmissionDecodeError(ValueError):
 class AdmissionRequest:
     """The parts of `AdmissionReview.request` the webhook uses."""
 
-    api_version: str
+    review_type: ReviewType
     uid: str
     object: dict[str, Any]
     namespace: str = ""
     name: str = ""
     operation: str = ""
+
+
+def _review_type(review: dict[str, Any]) -> ReviewType:
+    api_version, kind = review.get("apiVersion", ""), review.get("kind", "")
+    for key, value in (("apiVersion", api_version), ("kind", kind)):
+        if value is not None and not isinstance(value, str):
+            raise AdmissionDecodeError(f"couldn't get version/kind; json parse error: {key} must be a string")
+    found = ReviewType(api_version or "", kind or "")
+    return found if found != UNTYPED else REVIEW_V1
 
 
 def decode_admission_review(body: bytes) -> AdmissionRequest:
@@ -54,33 +82,28 @@ def decode_admission_review(body: bytes) -> AdmissionRequest:
         raise AdmissionDecodeError(f"couldn't decode AdmissionReview: {err}") from None
     if not isinstance(review, dict):
         raise AdmissionDecodeError("couldn't decode AdmissionReview: body is not a JSON object")
-    api_version = review.get("apiVersion")
-    kind = review.get("kind")
-    if api_version is None and kind is None:
-        api_version = ADMISSION_V1  # controller-runtime assumes v1 for an untyped review
-    if api_version not in ADMISSION_VERSIONS or kind not in (KIND, None):
-        raise AdmissionDecodeError(
-            f"unsupported AdmissionReview type: apiVersion={api_version!r} kind={kind!r}; "
-            f"expected kind {KIND} in {' or '.join(ADMISSION_VERSIONS)}"
-        )
+    review_type = _review_type(review)
     request = review.get("request")
+    if request is None:
+        raise AdmissionDecodeError(NO_CONTENT, review_type=review_type)
     if not isinstance(request, dict):
-        raise AdmissionDecodeError("AdmissionReview has no request", api_version=api_version)
+        raise AdmissionDecodeError("couldn't decode AdmissionReview: request is not a JSON object")
     uid = request.get("uid")
-    if not isinstance(uid, str) or not uid:
-        raise AdmissionDecodeError("AdmissionReview request has no uid", api_version=api_version)
+    if uid is not None and not isinstance(uid, str):
+        raise AdmissionDecodeError("couldn't decode AdmissionReview: request.uid is not a string")
+    uid = uid or ""
     obj = request.get("object")
     if obj is None:
-        raise AdmissionDecodeError("there is no content to decode", api_version=api_version, uid=uid)
+        raise AdmissionDecodeError(NO_CONTENT, review_type=review_type, uid=uid)
     if not isinstance(obj, dict):
-        raise AdmissionDecodeError("request.object is not a JSON object", api_version=api_version, uid=uid)
+        raise AdmissionDecodeError("request.object is not a JSON object", review_type=review_type, uid=uid)
 
     def text(key: str) -> str:
         value = request.get(key)
         return value if isinstance(value, str) else ""
 
     return AdmissionRequest(
-        api_version=api_version,
+        review_type=review_type,
         uid=uid,
         object=obj,
         namespace=text("namespace"),
@@ -125,8 +148,8 @@ def encode_patch(ops: list[Op]) -> str:
     return base64.b64encode(raw).decode("ascii")
 
 
-def encode_admission_review(api_version: str, uid: str, response: AdmissionResponse) -> dict[str, Any]:
-    """The AdmissionReview to send back (same apiVersion as the request)."""
+def encode_admission_review(review_type: ReviewType, uid: str, response: AdmissionResponse) -> dict[str, Any]:
+    """The AdmissionReview to send back (`review_type` from the request, or UNTYPED)."""
     status: dict[str, Any] = {"metadata": {}, "code": response.code}
     if response.reason:
         status["reason"] = response.reason
@@ -136,5 +159,10 @@ def encode_admission_review(api_version: str, uid: str, response: AdmissionRespo
     if response.patch:
         body["patch"] = encode_patch(response.patch)
         body["patchType"] = "JSONPatch"
-    version = api_version if api_version in ADMISSION_VERSIONS else ADMISSION_V1
-    return {"kind": KIND, "apiVersion": version, "response": body}
+    review: dict[str, Any] = {}
+    if review_type.kind:
+        review["kind"] = review_type.kind
+    if review_type.api_version:
+        review["apiVersion"] = review_type.api_version
+    review["response"] = body
+    return review
