@@ -337,7 +337,7 @@ async def test_gzip_methods_and_paths(serve_metrics: Any) -> None:
             assert resp.headers["Content-Encoding"] == "gzip"
             assert b"hami_gpu_shared_count" in gzip.decompress(await resp.read())
         async with session.post(url + "/metrics") as resp:
-            assert resp.status == 405
+            assert resp.status == 200  # promhttp serves every method
         async with session.get(url + "/healthz") as resp:
             assert resp.status == 404
 

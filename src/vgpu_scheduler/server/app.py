@@ -1,4 +1,6 @@
-"""The main HTTP(S) server's routes (hami-spec §1.5): filter, bind, webhook, healthz, readyz."""
+"""The main HTTP(S) server's routes (hami-spec §1.5): filter, bind, webhook, healthz, readyz.
+
+Requests no route takes are answered as HAMi's httprouter does (server/gohttp.py)."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ from aiohttp import web
 
 from vgpu_scheduler.server.debug import add_pprof_routes
 from vgpu_scheduler.server.extender import Extender
+from vgpu_scheduler.server.gohttp import httprouter_fallback
 from vgpu_scheduler.wire.extender import MAX_BODY_BYTES
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -51,8 +54,10 @@ def make_app(
     app.router.add_post("/filter", _extender_route(extender.filter))
     app.router.add_post("/bind", _extender_route(extender.bind))
     app.router.add_post("/webhook", webhook)
-    app.router.add_get("/healthz", _ok)
-    app.router.add_get("/readyz", readyz or _ok)
+    # httprouter serves GET routes to GET only (no implicit HEAD).
+    app.router.add_get("/healthz", _ok, allow_head=False)
+    app.router.add_get("/readyz", readyz or _ok, allow_head=False)
     if profiling:
         add_pprof_routes(app)
+    app.middlewares.append(httprouter_fallback(app))
     return app

@@ -59,7 +59,8 @@ async def profile(request: web.Request) -> web.Response:
 
 
 def add_pprof_routes(app: web.Application) -> None:
-    app.router.add_get("/debug/pprof/cmdline", cmdline)
-    app.router.add_get("/debug/pprof/profile", profile)
-    app.router.add_get("/debug/pprof/goroutine", tasks)
-    app.router.add_get("/debug/pprof/{tail:.*}", index)
+    # HAMi routes GET /debug/pprof/*suffix only (httprouter: no implicit HEAD).
+    app.router.add_get("/debug/pprof/cmdline", cmdline, allow_head=False)
+    app.router.add_get("/debug/pprof/profile", profile, allow_head=False)
+    app.router.add_get("/debug/pprof/goroutine", tasks, allow_head=False)
+    app.router.add_get("/debug/pprof/{tail:.*}", index, allow_head=False)

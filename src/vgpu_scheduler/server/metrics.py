@@ -37,6 +37,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 from prometheus_client.samples import Sample
 
+from vgpu_scheduler.server.gohttp import servemux_fallback
 from vgpu_scheduler.version import build_info_labels
 
 if TYPE_CHECKING:
@@ -506,7 +507,7 @@ def make_metrics_app(
     executor: concurrent.futures.Executor | None = None,
     renderer: Callable[[CollectorRegistry, bool], bytes] = render,
 ) -> web.Application:
-    """An aiohttp app serving only `GET /metrics` (the caller binds it to --metrics-bind-address)."""
+    """An aiohttp app serving only `/metrics` (the caller binds it to --metrics-bind-address)."""
 
     async def metrics(request: web.Request) -> web.Response:
         compress = "gzip" in request.headers.get("Accept-Encoding", "").lower()
@@ -520,6 +521,7 @@ def make_metrics_app(
             headers["Content-Encoding"] = "gzip"
         return web.Response(body=body, headers=headers)
 
-    app = web.Application()
-    app.router.add_get("/metrics", metrics)
+    # HAMi: a net/http ServeMux holding promhttp at /metrics, which answers every method.
+    app = web.Application(middlewares=[servemux_fallback])
+    app.router.add_route("*", "/metrics", metrics)
     return app
