@@ -16,18 +16,21 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
 from vgpu_scheduler.config import NvidiaConfig
+from vgpu_scheduler.engine.podinfo import PodAllocation
 from vgpu_scheduler.engine.state import SchedulerState
-from vgpu_scheduler.model import DeviceInfo, MigPlacement, MigProfile
+from vgpu_scheduler.model import ContainerDevice, DeviceInfo, MigPlacement, MigProfile
 from vgpu_scheduler.server.metrics import (
     CONTENT_TYPE,
     ContainerRow,
     DeviceRow,
     MetricsSnapshot,
     SchedulerCollector,
+    StateSnapshot,
     families,
     make_metrics_app,
     metrics_registry,
     normalized_cores,
+    snapshot_rows,
 )
 from vgpu_scheduler.version import build_info_labels
 from vgpu_scheduler.wire import keys
@@ -442,3 +445,39 @@ async def test_help_texts(serve_metrics: Any) -> None:
     _, text = await scrape(url)
     helps = dict(line.split(" ", 3)[2:] for line in text.splitlines() if line.startswith("# HELP"))
     assert helps == HELP_TEXTS
+
+
+def _amd_rows(devcore: int, node_of_device: str = "a1") -> dict[str, Series]:
+    # HAMi's regression case (#2518): a 50% request on a 64-CU AMD GPU is stored as 32 CUs.
+    dev = DeviceInfo(id="AMD-1", index=0, count=1, devmem=192000, devcore=devcore, type="AMDGPU", health=True)
+    alloc = PodAllocation(
+        uid="u",
+        namespace="default",
+        name="amd-pod",
+        node="a1",
+        devices={"AMDGPU": [[ContainerDevice("AMD-1", "AMDGPU", 96000, 32)]]},
+    )
+    raw = StateSnapshot(nodes=((node_of_device, ((dev, 1, 96000, 32),)),), pods=(alloc,))
+    return {
+        f.name: {tuple(sorted(s.labels.items())): s.value for s in f.samples}
+        for f in families(snapshot_rows(raw), legacy=True)
+    }
+
+
+@pytest.mark.parametrize(
+    ("devcore", "node_of_device", "limit", "allocated", "container"),
+    [
+        (64, "a1", 100, 50, 50),  # normalized by the device's capacity (HAMi's expected values)
+        (64, "elsewhere", 100, 50, 50),  # the device is found by UUID on whichever node has it
+        (0, "a1", 0, 32, 32),  # unknown capacity: raw values, as HAMi's normalizeAMDCoreMetrics
+    ],
+)
+def test_amd_container_cores_follow_the_device_type(
+    devcore: int, node_of_device: str, limit: float, allocated: float, container: float
+) -> None:
+    got = _amd_rows(devcore, node_of_device)
+    [core_limit] = got["hami_gpu_core_limit_ratio"].values()
+    [core_allocated] = got["hami_gpu_core_allocated_ratio"].values()
+    [vgpu_core] = got["hami_vgpu_core_allocated_ratio"].values()
+    [legacy_vgpu_core] = got["vGPUCoreAllocated"].values()
+    assert (core_limit, core_allocated, vgpu_core, legacy_vgpu_core) == (limit, allocated, container, 32)

@@ -170,6 +170,9 @@ def snapshot_rows(raw: StateSnapshot) -> MetricsSnapshot:
                     _is_amd_device(dev.type, dev.device_vendor),
                 )
             )
+    device_of: dict[str, tuple[int, int, bool]] = {}  # uuid -> (index, devcore, AMD), first node wins
+    for d in devices:
+        device_of.setdefault(d.uuid, (d.index, d.devcore, d.amd))
     migs: list[MigRow] = []
     containers: list[ContainerRow] = []
     for alloc in raw.pods:
@@ -191,12 +194,14 @@ def snapshot_rows(raw: StateSnapshot) -> MetricsSnapshot:
                     m.placement.size,
                 )
             )
-        for vendor, per_container in alloc.devices.items():
+        for per_container in alloc.devices.values():
             for ci, entries in enumerate(per_container):
                 for entry in entries:
                     if not entry.uuid:
                         continue  # HAMi skips (and warns about) entries without a UUID
-                    devcore = node_ids.get(entry.uuid, (0, 0))[1]
+                    # HAMi finds the device by UUID among the registered ones and normalizes by
+                    # its type and core capacity (an unknown device keeps the raw value).
+                    _, devcore, amd = device_of.get(entry.uuid, (0, 0, False))
                     containers.append(
                         ContainerRow(
                             alloc.namespace,
@@ -207,7 +212,7 @@ def snapshot_rows(raw: StateSnapshot) -> MetricsSnapshot:
                             entry.usedmem,
                             entry.usedcores,
                             devcore,
-                            vendor.upper() == AMD or entry.type.upper() == AMD,
+                            amd,
                         )
                     )
     quotas = tuple(QuotaRow(e.namespace, e.resource, e.used, e.limit) for e in raw.quotas)
@@ -354,11 +359,12 @@ def families(snapshot: MetricsSnapshot, legacy: bool = False) -> list[Metric]:
         idx, cores, memlimit = str(d.index), str(d.devcore), str(d.devmem)
         dev = (d.node, d.uuid, idx, d.type)
         fam(MEMORY_LIMIT).add(dev, float(d.devmem * MIB))
-        fam(CORE_LIMIT).add(dev, 100.0 if d.amd else float(d.devcore))
+        amd_cores = d.amd and d.devcore > 0  # HAMi normalizes AMD only with a known capacity
+        fam(CORE_LIMIT).add(dev, 100.0 if amd_cores else float(d.devcore))
         fam(MEMORY_ALLOCATED).add((d.node, d.uuid, idx, cores, d.type), float(d.usedmem * MIB))
         fam(SHARED_COUNT).add(dev, float(d.used))
         fam(CORE_ALLOCATED).add(
-            dev, normalized_cores(d.usedcores, d.devcore) if d.amd else float(d.usedcores)
+            dev, normalized_cores(d.usedcores, d.devcore) if amd_cores else float(d.usedcores)
         )
         fam(OVERVIEW).add((d.node, d.uuid, idx, cores, memlimit, d.type), float(d.usedmem * MIB))
         if d.devmem > 0:
@@ -402,7 +408,8 @@ def families(snapshot: MetricsSnapshot, legacy: bool = False) -> list[Metric]:
     for c in snapshot.containers:
         ctr = (c.namespace, c.node, c.pod, str(c.container_index), c.uuid)
         fam(VGPU_MEMORY).add(ctr, float(c.usedmem * MIB))
-        fam(VGPU_CORE).add(ctr, normalized_cores(c.usedcores, c.devcore) if c.amd else float(c.usedcores))
+        amd_cores = c.amd and c.devcore > 0
+        fam(VGPU_CORE).add(ctr, normalized_cores(c.usedcores, c.devcore) if amd_cores else float(c.usedcores))
         if legacy:
             fam(LEGACY_VGPU_MEMORY).add(ctr, float(c.usedmem * MIB))
             fam(LEGACY_VGPU_CORE).add(ctr, float(c.usedcores))
