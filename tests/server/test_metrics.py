@@ -27,6 +27,7 @@ from vgpu_scheduler.server.metrics import (
     SchedulerCollector,
     StateSnapshot,
     families,
+    go_float,
     make_metrics_app,
     metrics_registry,
     normalized_cores,
@@ -283,11 +284,11 @@ async def test_text_is_ordered_like_client_golang(serve_metrics: Any) -> None:
     # Series sort by their label values taken in label-name order (device_index first here).
     assert lines == [
         'hami_gpu_shared_count{device_index="0",device_type="NVIDIA-A100",device_uuid="GPU-0",node="n1",'
-        'zone="vGPU"} 2.0',
+        'zone="vGPU"} 2',
         'hami_gpu_shared_count{device_index="1",device_type="NVIDIA-A100",device_uuid="GPU-1",node="n1",'
-        'zone="vGPU"} 1.0',
+        'zone="vGPU"} 1',
         'hami_gpu_shared_count{device_index="3",device_type="NVIDIA-A100",device_uuid="GPU-M",node="mig-1",'
-        'zone="vGPU"} 2.0',
+        'zone="vGPU"} 2',
     ]
     assert (
         'hami_gpu_memory_limit_bytes{device_index="0",device_type="NVIDIA-A100",device_uuid="GPU-0",'
@@ -481,3 +482,44 @@ def test_amd_container_cores_follow_the_device_type(
     [vgpu_core] = got["hami_vgpu_core_allocated_ratio"].values()
     [legacy_vgpu_core] = got["vGPUCoreAllocated"].values()
     assert (core_limit, core_allocated, vgpu_core, legacy_vgpu_core) == (limit, allocated, container, 32)
+
+
+@pytest.mark.parametrize(
+    ("value", "text"),
+    [
+        (2.0, "2"),
+        (0.0, "0"),
+        (1.0, "1"),
+        (0.25, "0.25"),
+        (30.0, "30"),
+        (123456.0, "123456"),
+        (1e6, "1e+06"),
+        (1234567.0, "1.234567e+06"),
+        (8192 * MIB, "8.589934592e+09"),
+        (1000 * MIB, "1.048576e+09"),
+        (0.0001, "0.0001"),
+        (0.00001, "1e-05"),
+        (1 / 3, "0.3333333333333333"),
+        (-2.5, "-2.5"),
+        (float("inf"), "+Inf"),
+        (float("nan"), "NaN"),
+    ],
+)
+def test_values_are_written_like_client_golang(value: float, text: str) -> None:
+    assert go_float(value) == text
+
+
+async def test_exposition_lines_are_client_golangs(serve_metrics: Any) -> None:
+    url = await serve_metrics(metrics_registry(make_state(), build_info={"version": "v", "revision": "r"}))
+    _, text = await scrape(url)
+    lines = text.splitlines()
+    assert lines[:3] == [
+        "# HELP hami_build_info hami build metadata exposed as labels with a constant value of 1.",
+        "# TYPE hami_build_info gauge",
+        'hami_build_info{revision="r",version="v"} 1',
+    ]
+    assert (
+        'hami_gpu_shared_count{device_index="0",device_type="NVIDIA-A100",device_uuid="GPU-0",node="n1",'
+        'zone="vGPU"} 2' in lines
+    )
+    assert text.endswith("\n") and not text.endswith("\n\n")
