@@ -291,3 +291,54 @@ async def test_lock_write_failing_every_time(monkeypatch: pytest.MonkeyPatch) ->
         "failed to set node lock (node=n1, retry strategy={Duration:100ms Factor:2 Jitter:0.5 Steps:5 "
         "Cap:0s}): etcdserver: request timed out"
     )
+
+
+class ScriptedNodes:
+    """A LockApi whose node reads return the given lock values in turn; every write conflicts
+    except the last one allowed."""
+
+    def __init__(self, values: list[str]) -> None:
+        self.values = values
+        self.reads = 0
+        self.deleted: list[str] = []
+
+    async def get_node(self, name: str) -> dict[str, Any]:
+        value = self.values[min(self.reads, len(self.values) - 1)]
+        self.reads += 1
+        node = _node(name, value)
+        node["metadata"]["resourceVersion"] = str(self.reads)
+        return node
+
+    async def patch_node(self, name: str, patch: dict[str, Any]) -> dict[str, Any]:
+        if self.reads < len(self.values):
+            raise ApiError(409, status_body(409, "Conflict", "the object has been modified"))
+        self.deleted.append(self.values[-1])
+        return {}
+
+    async def get_pod(self, namespace: str, name: str) -> dict[str, Any]:
+        return _pod(name, namespace)
+
+
+@pytest.mark.parametrize(
+    ("values", "skip", "deleted"),
+    [
+        # A legacy lock replaced by another legacy lock after a conflict is not ours to delete.
+        (["2026-11-29T21:00:00Z", "2026-11-29T21:00:05Z"], False, []),
+        (["2026-11-29T21:00:00Z", "2026-11-29T21:00:00Z"], False, ["2026-11-29T21:00:00Z"]),
+        # Forced release (expired / dangling takeover) deletes only the value it judged.
+        ([format_lock(T0, "default", "old"), format_lock(T0, "default", "new")], True, []),
+        # Our own owner-format lock is deleted whatever its time.
+        (
+            [format_lock(T0, "default", "p"), format_lock(T0, "default", "p")],
+            False,
+            [format_lock(T0, "default", "p")],
+        ),
+    ],
+)
+async def test_release_stops_when_the_lock_changed(
+    monkeypatch: pytest.MonkeyPatch, values: list[str], skip: bool, deleted: list[str]
+) -> None:
+    monkeypatch.setattr(nodelock, "_backoff", lambda attempt: 0.0)
+    api = ScriptedNodes(values)
+    await NodeLocker(api, now=Clock()).release("n1", "default", "p", skip_owner_check=skip)
+    assert api.deleted == deleted

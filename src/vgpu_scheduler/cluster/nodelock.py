@@ -215,9 +215,13 @@ class NodeLocker:
     async def release(
         self, node_name: str, namespace: str, pod: str, *, skip_owner_check: bool = False
     ) -> None:
-        """Delete the lock if this pod holds it (or unconditionally with skip_owner_check)."""
+        """Delete the lock if this pod holds it (or unconditionally with skip_owner_check).
+
+        A lock without an owner (legacy bare time) or one released with skip_owner_check is only
+        deleted while it is still the value first read: one set meanwhile is someone else's."""
         guard = self._local.setdefault(node_name, asyncio.Lock())
         async with guard:
+            first: str | None = None
             for attempt in range(CONFLICT_RETRIES):
                 try:
                     node = await self._api.get_node(node_name)
@@ -228,7 +232,11 @@ class NodeLocker:
                 current = _annotations(node).get(NODE_LOCK)
                 if current is None:
                     return
-                if not skip_owner_check and "," in current and not current.endswith(f",{namespace},{pod}"):
+                first = current if first is None else first
+                if skip_owner_check or "," not in current:
+                    if current != first:
+                        return
+                elif not current.endswith(f",{namespace},{pod}"):
                     return
                 patch = {
                     "metadata": {"annotations": {NODE_LOCK: None}, "resourceVersion": _resource_version(node)}
