@@ -6,7 +6,7 @@ import platform
 
 import pytest
 
-from vgpu_scheduler import __version__
+from vgpu_scheduler import __version__, cli
 from vgpu_scheduler.version import BuildInfo, build_info, build_info_labels, go_platform, version_lines
 
 SAMPLE = BuildInfo(
@@ -82,3 +82,26 @@ def test_build_info_labels() -> None:
     }
     labels = build_info_labels()
     assert set(labels) == {"version", "revision", "build_date", "go_version", "compiler", "platform"}
+
+
+# `scheduler [flags] version [flags]`: cobra finds the subcommand among the flags and parses every
+# flag against it, where only the persistent (global device) flags exist.
+@pytest.mark.parametrize(
+    ("argv", "code", "first_line"),
+    [
+        (["version"], 0, "version:"),
+        (["version", "extra"], 0, "version:"),
+        (["--debug", "version"], 0, "version:"),
+        (["version", "--device-config-file=/x.yaml"], 0, "version:"),
+        (["--device-config-file", "/x.yaml", "version"], 0, "version:"),
+        (["--http_bind=:1", "version"], 2, "Error: unknown flag: --http_bind"),
+        (["version", "--bogus"], 2, "Error: unknown flag: --bogus"),
+    ],
+)
+def test_version_subcommand(
+    argv: list[str], code: int, first_line: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert cli.main(argv) == code
+    out = capsys.readouterr()
+    assert out.out == ""  # cobra's Println writes to stderr
+    assert out.err.splitlines()[0].startswith(first_line)

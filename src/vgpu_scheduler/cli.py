@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 
-from vgpu_scheduler.flags import FlagError, parse_args, usage
+from vgpu_scheduler.flags import PERSISTENT_FLAGS, FlagError, parse_args, usage
 
 PROG = "vgpu-scheduler"
 COMMANDS = (
@@ -14,13 +14,28 @@ COMMANDS = (
 )
 
 
+def _first_positional(args: list[str]) -> str | None:
+    try:
+        _, positional = parse_args(args)
+    except FlagError:
+        return args[0] if args[:1] == ["version"] else None
+    return positional[0] if positional else None
+
+
 def _usage() -> str:
     return usage(PROG, COMMANDS)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
-    if args[:1] == ["version"]:
+    if _first_positional(args) == "version":
+        # cobra finds the subcommand among the flags, then parses every flag against it: only the
+        # persistent (global) ones are known there.
+        try:
+            parse_args(args, PERSISTENT_FLAGS)
+        except FlagError as exc:
+            print(f"Error: {exc}", file=sys.stderr)
+            return 2
         from vgpu_scheduler.version import version_lines
 
         # cobra's Println without an output writer goes to stderr, as HAMi's `scheduler version`.

@@ -560,8 +560,9 @@ FLAGS: tuple[Flag, ...] = (
     _f("sgpu-topology-aware", _GO_BOOL, "metax sgpu topology aware scheduling"),
 )
 
-_BY_NAME = {f.name: f for f in FLAGS}
-_BY_SHORTHAND = {f.shorthand: f for f in FLAGS if f.shorthand}
+# The global (device) flags HAMi adds as *persistent* flags: the only ones its `version`
+# subcommand accepts (root flags, klog flags and -h belong to the root command alone).
+PERSISTENT_FLAGS: tuple[Flag, ...] = FLAGS[[f.name for f in FLAGS].index("help") + 1 :]
 
 
 def _flag_label(flag: Flag) -> str:
@@ -569,8 +570,10 @@ def _flag_label(flag: Flag) -> str:
 
 
 class _Parser:
-    def __init__(self) -> None:
+    def __init__(self, flags: Sequence[Flag] = FLAGS) -> None:
         self.values: dict[str, Any] = {}
+        self.by_name = {f.name: f for f in flags}
+        self.by_shorthand = {f.shorthand: f for f in flags if f.shorthand}
 
     def set(self, flag: Flag, value: str) -> None:
         try:
@@ -588,7 +591,7 @@ class _Parser:
         if not body or body[0] in "-=":
             raise FlagError(f"bad flag syntax: {arg}")
         name, has_value, value = body.partition("=")
-        flag = _BY_NAME.get(name)
+        flag = self.by_name.get(name)
         if flag is None:
             raise FlagError(f"unknown flag: --{name}")
         if has_value:
@@ -605,7 +608,7 @@ class _Parser:
         chars = arg[1:]
         while chars:
             c = chars[0]
-            flag = _BY_SHORTHAND.get(c)
+            flag = self.by_shorthand.get(c)
             if flag is None:
                 raise FlagError(f"unknown shorthand flag: {c!r} in {arg}")
             if len(chars) > 2 and chars[1] == "=":
@@ -624,9 +627,10 @@ class _Parser:
                 raise FlagError(f"flag needs an argument: {c!r} in {arg}")
 
 
-def parse_args(argv: Sequence[str]) -> tuple[SchedulerOptions, list[str]]:
-    """Parse the command line (without the program name) into options and positional arguments."""
-    parser = _Parser()
+def parse_args(argv: Sequence[str], flags: Sequence[Flag] = FLAGS) -> tuple[SchedulerOptions, list[str]]:
+    """Parse the command line (without the program name) into options and positional arguments;
+    `flags` restricts the accepted flags (a subcommand sees only the persistent ones)."""
+    parser = _Parser(flags)
     positional: list[str] = []
     rest = list(argv)
     while rest:
@@ -638,7 +642,7 @@ def parse_args(argv: Sequence[str]) -> tuple[SchedulerOptions, list[str]]:
             positional.append(arg)  # pflag intersperses positionals with flags
         elif arg[1] == "-":
             parser.long(arg, arg[2:], rest)
-        elif len(name := arg[1:].partition("=")[0]) > 1 and name in _BY_NAME:
+        elif len(name := arg[1:].partition("=")[0]) > 1 and name in parser.by_name:
             parser.long(arg, arg[1:], rest)  # single-dash long name, as Go's flag package allows
         else:
             parser.shorthands(arg, rest)
