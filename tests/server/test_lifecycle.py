@@ -317,3 +317,32 @@ async def test_reservation_of_a_live_pod_is_kept(harness: Harness) -> None:
     extender.now = lambda: NOW + 3600
     assert extender.sweep_reservations(harness.process._pod_exists, max_age=60) == 0
     assert sorted(_usage(harness.process, "gpu-node-1")) == [(0, 0, 0), (1, 1000, 30)]
+
+
+@pytest.mark.parametrize(
+    ("gpu_in", "locks"),
+    [("containers", True), ("initContainers", False)],
+)
+async def test_node_lock_only_for_regular_container_requests(
+    harness: Harness, gpu_in: str, locks: bool
+) -> None:
+    """§6.1 step 3: a backend locks the node only for a pod whose regular containers request it."""
+    pod = gpu_pod(f"lock-{gpu_in.lower()}")
+    if gpu_in == "initContainers":
+        gpu = pod["spec"]["containers"][0]
+        pod["spec"]["initContainers"] = [gpu]
+        pod["spec"]["containers"] = [{"name": "app", "image": "busybox"}]
+    pod = await harness.admit_and_create(pod)
+    result = await harness.post("/filter", {"Pod": pod, "NodeNames": ["gpu-node-1"]})
+    assert result["NodeNames"] == ["gpu-node-1"]
+    meta = pod["metadata"]
+    bound = await harness.post(
+        "/bind",
+        {"PodName": meta["name"], "PodNamespace": "default", "PodUID": meta["uid"], "Node": "gpu-node-1"},
+    )
+    assert bound == {"Error": ""}
+    lock = (harness.cluster.get("nodes", "gpu-node-1")["metadata"].get("annotations") or {}).get(
+        keys.NODE_LOCK
+    )
+    assert (lock is not None and lock.endswith(f",default,{meta['name']}")) is locks
+    assert (lock is None) is not locks
