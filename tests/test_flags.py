@@ -49,6 +49,9 @@ EXPECTED_FLAGS: list[tuple[str, str, str]] = [
     # ours
     ("kubeconfig", "string", ""),
     ("cluster-snapshot", "string", ""),
+    ("embedded-api-bind", "string", ""),
+    ("bind-timeout", "duration", "20s"),
+    ("lock-aware-placement", "bool", "true"),
     ("help", "bool", "false"),
     # §1.2 global flags
     ("device-config-file", "string", ""),

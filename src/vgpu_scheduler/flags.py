@@ -61,6 +61,9 @@ class SchedulerOptions:
     # Ours.
     kubeconfig: str = ""
     cluster_snapshot: str = ""
+    embedded_api_bind: str = ""
+    bind_timeout: float = 20.0  # seconds; keep well under the extender's httpTimeout
+    lock_aware_placement: bool = True
     help: bool = False
     # Global flags (§1.2).
     device_config_file: str = ""
@@ -483,6 +486,24 @@ FLAGS: tuple[Flag, ...] = (
         _STRING,
         "Run on an embedded in-memory cluster seeded from this snapshot file "
         "instead of a Kubernetes API server",
+    ),
+    _f(
+        "embedded-api-bind",
+        _STRING,
+        "With --cluster-snapshot: also serve the embedded cluster's Kubernetes API, unauthenticated, "
+        "on this address (e.g. 127.0.0.1:6443), to create pods in it",
+    ),
+    _f(
+        "bind-timeout",
+        _DURATION,
+        "Upper bound of one /bind call, lock wait included; a bind still running then stops and "
+        "releases its node lock. Keep it well under the extender's httpTimeout (30s)",
+    ),
+    _f(
+        "lock-aware-placement",
+        _BOOL,
+        "Rank nodes whose node lock is held (or about to be taken by a bind in flight) after "
+        "every free node that fits, so a burst spreads over nodes instead of queueing on one",
     ),
     _f("add_dir_header", _GO_BOOL, "If true, adds the file directory to the header of the log messages"),
     _f(

@@ -256,6 +256,7 @@ async def test_bad_request_gets_the_documented_answer(
 ) -> None:
     cluster.create("nodes", it.gpu_node("gpu-a"))
     cluster.create("pods", it.gpu_pod("real", mem=1000), namespace="default")
+    cluster.seed_from_list([_pod()])  # the pod the filter cases name, with its uid
     stack = await launch()
     # A file-like body: aiohttp streams it (raw bytes over 1 MiB would warn about blocking the loop).
     body = io.BytesIO(case.body)

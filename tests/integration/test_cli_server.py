@@ -25,7 +25,7 @@ def _run(*args: str, timeout: float = 20) -> subprocess.CompletedProcess[str]:
 
 
 async def test_serves_the_demo_cluster_and_exits_0_on_sigterm(it: Any, tmp_path: Path) -> None:
-    http_port, metrics_port = it.free_port(), it.free_port()
+    http_port, metrics_port, api_port = it.free_port(), it.free_port(), it.free_port()
     log = (tmp_path / "stderr.log").open("w")
     proc = await asyncio.create_subprocess_exec(
         PYTHON,
@@ -38,6 +38,7 @@ async def test_serves_the_demo_cluster_and_exits_0_on_sigterm(it: Any, tmp_path:
         "--metrics-bind-address",
         f"127.0.0.1:{metrics_port}",
         "--scheduler-name=hami-scheduler",
+        f"--embedded-api-bind=127.0.0.1:{api_port}",
         stdout=log,
         stderr=log,
     )
@@ -54,8 +55,16 @@ async def test_serves_the_demo_cluster_and_exits_0_on_sigterm(it: Any, tmp_path:
                     return False
 
             await it.eventually(up, "the server to listen", timeout=20)
+            # The filter only places pods the cluster has: create it through the embedded API.
             pod = it.gpu_pod("demo-pod", mem=4000, cores=25)
-            pod["metadata"]["uid"] = "uid-demo-pod"
+            api = f"http://127.0.0.1:{api_port}/api/v1/namespaces/default/pods"
+            async with session.post(api, json=pod) as resp:
+                assert resp.status == 201, await resp.text()
+                pod = await resp.json()
+            unknown = {**pod, "metadata": {**pod["metadata"], "uid": "no-such-uid"}}
+            refused = {"Pod": unknown, "NodeNames": ["gpu-node-00"]}
+            async with session.post(base + "/filter", json=refused) as resp:
+                assert (await resp.json())["Error"] == 'pods "demo-pod" not found'
             body = {"Pod": pod, "NodeNames": ["gpu-node-00", "gpu-node-08", "no-such-node"]}
             async with session.post(base + "/filter", json=body) as resp:
                 assert resp.status == 200

@@ -298,11 +298,30 @@ async def test_bind_refuses_a_pod_that_no_longer_fits(harness: Harness) -> None:
     assert "nodeName" not in harness.cluster.get("pods", "huge", "default")["spec"]
 
 
-async def test_reservation_of_a_vanished_pod_is_swept(harness: Harness) -> None:
+async def test_filter_for_a_pod_that_exists_nowhere_reserves_nothing(harness: Harness) -> None:
     ghost = gpu_pod("ghost")
     ghost["metadata"]["uid"] = "ghost-uid"  # never created: no watch event will ever free it
     result = await harness.post("/filter", {"Pod": ghost, "NodeNames": ["gpu-node-1"]})
+    assert result["NodeNames"] is None and result["Error"] == 'pods "ghost" not found'
+    assert _usage(harness.process, "gpu-node-1") == [(0, 0, 0), (0, 0, 0)]
+    assert harness.process.extender.stats.filters_unknown_pod == 1
+
+
+async def test_filter_waits_briefly_for_the_watch_to_deliver_the_pod(harness: Harness) -> None:
+    pod = gpu_pod("late")
+    pod["metadata"]["uid"] = "late-uid"
+    answer = asyncio.ensure_future(harness.post("/filter", {"Pod": pod, "NodeNames": ["gpu-node-1"]}))
+    await asyncio.sleep(0.05)
+    harness.cluster.seed_from_list([pod])  # the watch delivers it while the filter waits
+    assert (await answer)["NodeNames"] == ["gpu-node-1"]
+
+
+async def test_reservation_of_a_vanished_pod_is_swept(harness: Harness) -> None:
+    pod = await harness.admit_and_create(gpu_pod("vanishing"))
+    result = await harness.post("/filter", {"Pod": pod, "NodeNames": ["gpu-node-1"]})
     assert result["NodeNames"] == ["gpu-node-1"]
+    # The pod disappears without a delete event reaching us (e.g. a watch gap before a relist).
+    harness.process.pods.store.remove("default/vanishing")
     extender = harness.process.extender
     assert extender.sweep_reservations(harness.process._pod_exists, max_age=60) == 0  # too young
     extender.now = lambda: NOW + 61

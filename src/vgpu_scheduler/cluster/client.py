@@ -234,13 +234,21 @@ class KubeClient:
     async def patch_node(self, name: str, merge_patch: Mapping[str, Any]) -> Obj:
         return await self.patch(api.NODES, name, merge_patch)
 
-    async def bind_pod(self, namespace: str, name: str, uid: str, node: str) -> Obj:
+    async def bind_pod(
+        self, namespace: str, name: str, uid: str, node: str, *, resource_version: str | None = None
+    ) -> Obj:
         """POST pods/binding with the body kube-scheduler's binder sends (fixtures
-        extender/binding-api.request.json); answers the 201 Status. A stale uid gives 409."""
+        extender/binding-api.request.json); answers the 201 Status. A stale uid gives 409.
+
+        With `resource_version` the Binding is also a precondition on the pod's version (the API
+        server checks it like the uid): it binds only the pod exactly as we last wrote it."""
+        meta: Obj = {"name": name, "namespace": namespace, "uid": uid}
+        if resource_version:
+            meta["resourceVersion"] = resource_version
         binding = {
             "apiVersion": "v1",
             "kind": "Binding",
-            "metadata": {"name": name, "namespace": namespace, "uid": uid},
+            "metadata": meta,
             "target": {"apiVersion": "v1", "kind": "Node", "name": node},
         }
         return await self._call("POST", api.resource_path(api.PODS, namespace, name, "binding"), body=binding)

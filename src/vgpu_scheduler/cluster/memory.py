@@ -971,6 +971,18 @@ class MemoryCluster:
                     f"{meta.get('uid')}",
                 ),
             )
+        want_rv = bmeta.get("resourceVersion")
+        if want_rv and want_rv != meta.get("resourceVersion"):
+            raise self._conflict(
+                rt,
+                name,
+                _storage_error(
+                    rt,
+                    key,
+                    f"Precondition failed: ResourceVersion in precondition: {want_rv}, "
+                    f"ResourceVersion in object meta: {meta.get('resourceVersion')}",
+                ),
+            )
         spec = current.obj.get("spec") or {}
         bound_to = spec.get("nodeName")
         if meta.get("deletionTimestamp"):

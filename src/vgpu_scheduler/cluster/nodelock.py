@@ -169,6 +169,34 @@ class NodeLocker:
                 f"failed to set node lock (node={node_name}, retry strategy={RETRY_STRATEGY}): {last_error}"
             )
 
+    def live_holder(
+        self,
+        node_name: str,
+        pod_exists: Callable[[str, str], bool],
+    ) -> LockValue | None:
+        """The holder of a live lock on the node as the informer cache shows it, else None.
+
+        No API call: used to rank nodes at filter time, where a slightly stale answer only costs a
+        less good spread. A lock that cannot be parsed, has expired, or names a pod the cache no
+        longer has is not live (the next bind would fail on it or take it over)."""
+        if self._cached_node is None:
+            return None
+        node = self._cached_node(node_name)
+        if node is None:
+            return None
+        value = _annotations(node).get(NODE_LOCK)
+        if value is None:
+            return None
+        try:
+            held = parse_lock(value)
+        except NodeLockError:
+            return None
+        if self._now() - held.taken_at > timedelta(seconds=self.timeout):
+            return None
+        if held.namespace and held.pod and not pod_exists(held.namespace, held.pod):
+            return None
+        return held
+
     def _contention(self, node_name: str) -> NodeLockContention:
         return NodeLockContention(
             f"node {node_name} has been locked within {format_go_duration(self.timeout)}: "
@@ -194,8 +222,19 @@ class NodeLocker:
             return False
         return True
 
-    async def lock_with_retry(self, node_name: str, namespace: str, pod: str, retry_timeout: float) -> None:
-        """Poll on contention until retry_timeout; other errors fail at once."""
+    async def lock_with_retry(
+        self,
+        node_name: str,
+        namespace: str,
+        pod: str,
+        retry_timeout: float,
+        *,
+        should_stop: Callable[[], bool] = lambda: False,
+    ) -> None:
+        """Poll on contention until retry_timeout; other errors fail at once.
+
+        `should_stop` ends the wait early (the bind was superseded or its caller went away): the
+        last contention error is raised then, nothing is taken."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + retry_timeout
         while True:
@@ -203,7 +242,7 @@ class NodeLocker:
                 await self.lock(node_name, namespace, pod)
                 return
             except NodeLockContention:
-                if retry_timeout <= 0:
+                if retry_timeout <= 0 or should_stop():
                     raise
                 if loop.time() + CONTENTION_POLL_SECONDS > deadline:
                     raise NodeLockContention(

@@ -29,7 +29,7 @@ tests proving both paths choose the same node and devices).
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -181,8 +181,13 @@ def decide(
     now: int,
     *,
     evaluate_all: bool = False,
+    deprioritized: Callable[[str], bool] | None = None,
 ) -> Decision:
     """Choose a node among `node_names` for `pod` using the live ledger and quotas.
+
+    `deprioritized(node)` true ranks a node after every other fitting node (lock-aware placement:
+    its node lock is held, so a bind there would wait or fail); among themselves such nodes keep
+    the policy order. With no such node the choice is exactly HAMi's.
 
     Side effect (§5.2): the pod's own earlier allocation or reservation is dropped from `state`
     first, so a pod filtered again is never counted twice. The decision itself is not recorded:
@@ -206,7 +211,9 @@ def decide(
     failed = dict.fromkeys(unregistered, NODE_UNREGISTERED)
 
     if evaluate_all:
-        return _decide_all(requests, n_init, pod, ctx, ledger, candidates, descending, failed, now)
+        return _decide_all(
+            requests, n_init, pod, ctx, ledger, candidates, descending, failed, now, deprioritized
+        )
 
     needs = _needs(requests)
     verdicts = state.verdicts.group(
@@ -215,35 +222,41 @@ def decide(
     cached = verdicts.get
     generation = ledger.generation
     skipped: list[str] = []
+    deferred: list[str] = []
+
+    def fit_or_reason(node: str) -> NodeFit | str:
+        gen = generation(node)
+        reason = cached(node, gen)
+        if reason is not None:
+            return reason
+        view = ledger.view(node)
+        assert view is not None
+        result = evaluate_node(requests, n_init, view, pod, ctx=ctx)
+        if isinstance(result, NodeFit):
+            return result
+        verdicts.put(node, gen, result.reason)
+        return result.reason
+
     for node in _ordered(ledger, candidates, descending):
         if not _may_fit(needs, ledger.summary(node)):
             skipped.append(node)
             continue
-        gen = generation(node)
-        reason = cached(node, gen)
-        if reason is None:
-            view = ledger.view(node)
-            assert view is not None
-            result = evaluate_node(requests, n_init, view, pod, ctx=ctx)
-            if isinstance(result, NodeFit):
-                return _chosen(node, result, ledger.score(node), {node: ledger.score(node)}, failed, now)
-            reason = result.reason
-            verdicts.put(node, gen, reason)
-        failed[node] = reason
-    # Nothing fits: the skipped nodes still need their exact reasons.
-    for node in skipped:
-        gen = generation(node)
-        reason = cached(node, gen)
-        if reason is None:
-            view = ledger.view(node)
-            assert view is not None
-            result = evaluate_node(requests, n_init, view, pod, ctx=ctx)
-            if isinstance(result, NodeFit):  # cannot happen if the summary bounds are right
+        if deprioritized is not None and deprioritized(node):
+            deferred.append(node)
+            continue
+        result = fit_or_reason(node)
+        if isinstance(result, NodeFit):
+            return _chosen(node, result, ledger.score(node), {node: ledger.score(node)}, failed, now)
+        failed[node] = result
+    # Nothing free fits: the deferred nodes in the same order, then the skipped ones, which still
+    # need their exact reasons.
+    for node in deferred + skipped:
+        result = fit_or_reason(node)
+        if isinstance(result, NodeFit):
+            if node in skipped:  # cannot happen if the summary bounds are right
                 log.error("node %s was skipped as hopeless but fits pod %s; choosing it", node, name)
-                return _chosen(node, result, ledger.score(node), {node: ledger.score(node)}, failed, now)
-            reason = result.reason
-            verdicts.put(node, gen, reason)
-        failed[node] = reason
+            return _chosen(node, result, ledger.score(node), {node: ledger.score(node)}, failed, now)
+        failed[node] = result
     return NoFit(failed)
 
 
@@ -257,6 +270,7 @@ def _decide_all(
     descending: bool,
     failed: dict[str, str],
     now: int,
+    deprioritized: Callable[[str], bool] | None = None,
 ) -> Decision:
     fits: dict[str, NodeFit] = {}
     scores: dict[str, float] = {}
@@ -271,7 +285,11 @@ def _decide_all(
             failed[node] = result.reason
     if not fits:
         return NoFit(failed)
-    best = _best(scores, descending)
+    preferred = scores
+    if deprioritized is not None:
+        free = {node: score for node, score in scores.items() if not deprioritized(node)}
+        preferred = free or scores
+    best = _best(preferred, descending)
     return _chosen(best, fits[best], scores[best], scores, failed, now)
 
 

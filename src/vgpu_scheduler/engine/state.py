@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from vgpu_scheduler.config import NvidiaConfig
@@ -41,8 +42,8 @@ class SchedulerState:
     def __init__(self, cfg: NvidiaConfig | None = None, quota: QuotaManager | None = None) -> None:
         self.ledger = DeviceLedger()
         self.quota = quota if quota is not None else QuotaManager.for_config(cfg or NvidiaConfig())
-        # uid -> (node, vgpu-time) of decisions whose annotations have not been seen yet.
-        self._reserved: dict[str, tuple[str, str]] = {}
+        # uid -> decisions whose annotations have not been seen yet.
+        self._reserved: dict[str, Reservation] = {}
         self.verdicts = VerdictCache()
 
     # -- nodes -----------------------------------------------------------------------------------
@@ -63,7 +64,13 @@ class SchedulerState:
     # -- pods ------------------------------------------------------------------------------------
 
     def on_pod(self, pod: Mapping[str, Any]) -> None:
-        """A pod was added or updated (watch/list)."""
+        """A pod was added or updated (watch/list).
+
+        A bound pod's annotations are the truth: they are counted and any reservation that says
+        otherwise is discarded (a late bind of an older decision may have won). For a pod not yet
+        bound, a pending reservation is the newest decision: only annotations equal to it confirm
+        it; others (an earlier placement, a superseded bind's patch) are ignored until it lands.
+        """
         key = pod_key(pod)
         uid, namespace, name = key
         if not uid:
@@ -74,14 +81,30 @@ class SchedulerState:
             return
         annotations = pod_annotations(pod)
         node = annotations.get(keys.VGPU_NODE)
+        bound_to = _bound_node(pod)
+        reserved = self._reserved.get(uid)
         if not node:
+            if bound_to and reserved is not None:
+                log.warning("pod %s/%s was bound to %s without our annotations", namespace, name, bound_to)
+                self._drop(uid)
             # Not ours, or our patch has not landed yet: a pending reservation stays counted.
             return
-        reserved = self._reserved.get(uid)
-        if reserved is not None and _older(annotations.get(keys.VGPU_TIME, ""), reserved[1]):
-            # An event from before our patch (annotations of an earlier placement of this pod, e.g.
-            # after a failed bind): the reservation is newer, keep it until our annotations arrive.
+        if (
+            reserved is not None
+            and not bound_to
+            and not reserved.confirmed_by(annotations)
+            and not _newer(annotations.get(keys.VGPU_TIME, ""), reserved.time)
+        ):
             return
+        if reserved is not None and bound_to and not reserved.confirmed_by(annotations):
+            log.warning(
+                "pod %s/%s is bound to %s with another allocation than reserved on %s: the pod wins",
+                namespace,
+                name,
+                bound_to,
+                reserved.node,
+            )
+            self._drop(uid)
         previous = self.ledger.allocation(uid)
         shrunk = previous is not None and previous.init_shrunk
         alloc = allocation_from_annotations(pod, key, annotations, shrunk)
@@ -101,7 +124,7 @@ class SchedulerState:
         self._drop(uid)
         alloc = pod_allocation(pod, decision.node, decision.devices, decision.mig)
         self._count(alloc)
-        self._reserved[uid] = (decision.node, decision.annotations.get(keys.VGPU_TIME, ""))
+        self._reserved[uid] = Reservation(decision.node, dict(decision.annotations))
         return alloc
 
     def release(self, uid: str) -> None:
@@ -117,7 +140,11 @@ class SchedulerState:
 
     def reservations(self) -> list[tuple[str, str]]:
         """(uid, vgpu-time) of every decision whose annotations have not been seen yet."""
-        return [(uid, reserved[1]) for uid, reserved in self._reserved.items()]
+        return [(uid, reserved.time) for uid, reserved in self._reserved.items()]
+
+    def reserved_node(self, uid: str) -> str | None:
+        reserved = self._reserved.get(uid)
+        return reserved.node if reserved is not None else None
 
     def allocation(self, uid: str) -> PodAllocation | None:
         return self.ledger.allocation(uid)
@@ -148,9 +175,32 @@ class SchedulerState:
         self.quota.delete_quota(obj)
 
 
-def _older(event_time: str, reserved_time: str) -> bool:
-    """True when `event_time` (hami.io/vgpu-time, unix seconds) is strictly before the reservation."""
+@dataclass(slots=True, frozen=True)
+class Reservation:
+    """A filter decision counted before its annotations reach the pod."""
+
+    node: str
+    annotations: dict[str, str]
+    """The §4.1 annotations the bind writes: node, time and the encoded allocation."""
+
+    @property
+    def time(self) -> str:
+        return self.annotations.get(keys.VGPU_TIME, "")
+
+    def confirmed_by(self, pod_annotations: Mapping[str, str]) -> bool:
+        return all(pod_annotations.get(k) == v for k, v in self.annotations.items())
+
+
+def _newer(event_time: str, reserved_time: str) -> bool:
+    """True when `event_time` (hami.io/vgpu-time, unix seconds) is strictly after the reservation:
+    another writer (a second replica) decided later than we did."""
     try:
-        return int(event_time) < int(reserved_time)
+        return int(event_time) > int(reserved_time)
     except ValueError:
         return False
+
+
+def _bound_node(pod: Mapping[str, Any]) -> str:
+    spec = pod.get("spec")
+    node = spec.get("nodeName") if isinstance(spec, Mapping) else None
+    return node if isinstance(node, str) else ""

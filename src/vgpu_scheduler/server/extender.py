@@ -6,8 +6,15 @@ Two deliberate differences from HAMi, both invisible on the wire:
   §4.1 annotations are written at bind, in the same patch as `bind-phase: allocating`. The device
   plugin reads them only after the Binding exists, and kube-scheduler's serial scheduling cycle
   no longer waits for a patch round trip per pod.
-* Bind retries node-lock contention for every pod (not only PodGroup members) up to
-  `--node-lock-retry-timeout`, instead of failing fast into kube-scheduler's backoff.
+* Lock-aware placement: among the nodes that fit, one whose node lock is held (or about to be
+  taken by a bind in flight) is ranked after every free one, so a burst spreads over nodes
+  instead of queueing on one node's lock. Bind then waits on contention only for PodGroup
+  members, as HAMi does, and never longer than `--bind-timeout`.
+
+A bind acts only on the decision it belongs to: a newer filter for the same pod supersedes a bind
+still in flight, which stops before its next write and releases its lock; so does a bind whose
+caller has gone away or whose deadline passed. The pod patch and the Binding carry the pod's
+resourceVersion, so of two binds racing for one pod exactly one writes annotations and node.
 """
 
 from __future__ import annotations
@@ -20,12 +27,12 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from vgpu_scheduler.cluster.errors import ApiConnectionError, ApiError
-from vgpu_scheduler.cluster.nodelock import NodeLocker, NodeLockError
+from vgpu_scheduler.cluster.nodelock import NodeLockContention, NodeLocker, NodeLockError
 from vgpu_scheduler.config import NvidiaConfig
 from vgpu_scheduler.engine.decide import Chosen, Error, NoFit, NoRequest, decide, decide_on_nodes
-from vgpu_scheduler.engine.podinfo import pod_annotations, pod_key
+from vgpu_scheduler.engine.podinfo import is_terminal, pod_annotations, pod_key
 from vgpu_scheduler.engine.reasons import parse_reason
-from vgpu_scheduler.engine.requests import pod_requests
+from vgpu_scheduler.engine.requests import pod_has_device_requests, pod_requests
 from vgpu_scheduler.engine.state import SchedulerState
 from vgpu_scheduler.wire import keys
 from vgpu_scheduler.wire.extender import (
@@ -42,6 +49,11 @@ NORMAL = "Normal"
 WARNING = "Warning"
 RECENTLY_DELETED = 10_000
 """How many deleted pod uids are remembered to refuse a late filter for them (see on_pod_deleted)."""
+EVALUATE_ALL_LIMIT = 64
+"""Up to this many candidates every node is evaluated, so FilteringSucceed lists every fitting node
+with its score as HAMi's does; above it the decision stops at the first fit (see engine/decide.py)."""
+POD_WAIT_POLL_SECONDS = 0.01
+PATCH_CONFLICT_RETRIES = 3
 
 
 class EventSink(Protocol):
@@ -55,7 +67,9 @@ class BindApi(Protocol):
         self, namespace: str, name: str, merge_patch: Mapping[str, Any]
     ) -> dict[str, Any]: ...
 
-    async def bind_pod(self, namespace: str, name: str, uid: str, node: str) -> dict[str, Any]: ...
+    async def bind_pod(
+        self, namespace: str, name: str, uid: str, node: str, *, resource_version: str | None = None
+    ) -> dict[str, Any]: ...
 
 
 @dataclass(slots=True)
@@ -70,6 +84,27 @@ class ExtenderStats:
     binds: int = 0
     bind_failures: int = 0
     api_calls_in_bind: int = 0
+    filters_unknown_pod: int = 0
+    """Filters refused because the pod is not (yet) in the informer cache: nothing reserved."""
+    binds_superseded: int = 0
+    """Binds stopped because a newer filter decided again for the same pod."""
+    binds_cancelled: int = 0
+    """Binds whose HTTP caller went away (kube-scheduler's httpTimeout) before they finished."""
+    binds_deadline: int = 0
+    """Binds stopped at --bind-timeout."""
+    binds_wrong_node: int = 0
+    """Binds for a node other than the one the pod's latest filter chose: refused with no write."""
+    lock_contention: int = 0
+
+
+class _BindControl:
+    """What a bind in flight checks before each write: is it still the one that should act?"""
+
+    __slots__ = ("caller_gone", "deadline")
+
+    def __init__(self, deadline: float) -> None:
+        self.deadline = deadline
+        self.caller_gone = False
 
 
 class Extender:
@@ -86,6 +121,9 @@ class Extender:
         cached_pod: Callable[[str, str], dict[str, Any] | None],
         cached_node: Callable[[str], dict[str, Any] | None],
         lock_retry_timeout: float = 28.0,
+        bind_timeout: float = 20.0,
+        lock_aware: bool = True,
+        pod_wait: float = 1.0,
         sync_wait: float = 30.0,
         now: Callable[[], float] = time.time,
     ) -> None:
@@ -99,11 +137,16 @@ class Extender:
         self.cached_pod = cached_pod
         self.cached_node = cached_node
         self.lock_retry_timeout = lock_retry_timeout
+        self.bind_timeout = bind_timeout
+        self.lock_aware = lock_aware
+        self.pod_wait = pod_wait
         self.sync_wait = sync_wait
         self.now = now
         # Filter decisions waiting for their bind: uid -> the decision (the uncollapsed per-container
         # allocation the bind patch writes). Dropped at bind, on re-filter and on pod deletion.
         self._pending: dict[str, Chosen] = {}
+        # How many pending decisions target each node: a bind is coming there (lock-aware ranking).
+        self._pending_per_node: dict[str, int] = {}
         # uids of pods whose deletion the informer has delivered, oldest first (bounded).
         self._deleted: dict[str, None] = {}
         self.stats = ExtenderStats()
@@ -112,7 +155,7 @@ class Extender:
 
     def on_pod_deleted(self, pod: Mapping[str, Any]) -> None:
         uid, _, _ = pod_key(pod)
-        self._pending.pop(uid, None)
+        self._pop_pending(uid)
         # kube-scheduler's cache may lag ours and still filter this pod. No event will ever come
         # for it again, so a reservation made then would never be freed: remember the uid so such
         # a filter is refused (HAMi's filter-time patch fails with NotFound the same way).
@@ -161,20 +204,43 @@ class Extender:
         pod = args.pod
         if args.node_names is None and args.nodes is not None:
             return self._filter_template_nodes(pod, args.nodes.get("items") or [])
-        return self._filter_live(pod, args.node_names)
+        return await self._filter_live(pod, args.node_names)
 
-    def _filter_live(self, pod: dict[str, Any], node_names: list[str] | None) -> bytes:
+    async def _filter_live(self, pod: dict[str, Any], node_names: list[str] | None) -> bytes:
         uid, namespace, name = pod_key(pod)
-        self._pending.pop(uid, None)
         if uid in self._deleted:
             log.info("filter %s/%s: the pod has been deleted", namespace, name)
             return encode_filter_result(error=f'pods "{name}" not found')
+        if not pod_has_device_requests(pod_requests(pod, self.cfg)):
+            return encode_filter_result(node_names=node_names)  # echoed as sent, null included
+        # Only a pod the informer knows may reserve devices: a filter for a pod that exists nowhere
+        # would otherwise hold devices no real pod can use until the sweep.
+        known = await self._known_pod(namespace, name, uid)
+        if known is None:
+            self.stats.filters_unknown_pod += 1
+            log.info("filter %s/%s: pod %s is not in the informer cache", namespace, name, uid)
+            return encode_filter_result(error=f'pods "{name}" not found')
+        bound_to = _bound_node(known)
+        if bound_to:
+            # kube-scheduler's cache lags ours: the pod is bound, its annotations are the truth.
+            message = f'pod {namespace}/{name} is already assigned to node "{bound_to}"'
+            return encode_filter_result(error=message)
+        self._pop_pending(uid)
         policies = self.policies
+        candidates = node_names or []
         decision = decide(
-            pod, node_names or [], self.state, self.cfg, policies.node, policies.gpu, int(self.now())
+            pod,
+            candidates,
+            self.state,
+            self.cfg,
+            policies.node,
+            policies.gpu,
+            int(self.now()),
+            evaluate_all=len(candidates) <= EVALUATE_ALL_LIMIT,
+            deprioritized=self._busy_node_test(uid, namespace, name) if self.lock_aware else None,
         )
         if isinstance(decision, NoRequest):
-            return encode_filter_result(node_names=node_names)  # echoed as sent, null included
+            return encode_filter_result(node_names=node_names)
         if isinstance(decision, Error):
             log.error("filter %s/%s: %s", namespace, name, decision.message)
             return encode_filter_result(error=decision.message)
@@ -182,10 +248,55 @@ class Extender:
             self._record_failure(pod, decision.failed)
             return encode_filter_result(failed=decision.failed)
         self.state.reserve(pod, decision)
-        self._pending[uid] = decision
-        self._record_success(pod, decision)
+        self._set_pending(uid, decision)
+        self._record_success(pod, decision, len(candidates))
         log.info("filter %s/%s: chose node %s", namespace, name, decision.node)
         return encode_filter_result(node_names=[decision.node])
+
+    async def _known_pod(self, namespace: str, name: str, uid: str) -> dict[str, Any] | None:
+        """The cached pod with this uid, waiting up to `pod_wait` for the watch to deliver it."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.pod_wait
+        while True:
+            pod = self.cached_pod(namespace, name)
+            if pod is not None and (not uid or pod_key(pod)[0] == uid):
+                return pod
+            if loop.time() >= deadline or uid in self._deleted:
+                return None
+            await asyncio.sleep(POD_WAIT_POLL_SECONDS)
+
+    def _busy_node_test(self, uid: str, namespace: str, name: str) -> Callable[[str], bool]:
+        """Is a bind other than this pod's about to run, or holding the lock, on the node?"""
+        mine = self._pending.get(uid)
+        pending = self._pending_per_node
+
+        def busy(node: str) -> bool:
+            others = pending.get(node, 0) - (1 if mine is not None and mine.node == node else 0)
+            if others > 0:
+                return True
+            held = self.locker.live_holder(node, self._holder_alive)
+            return held is not None and (held.namespace, held.pod) != (namespace, name)
+
+        return busy
+
+    def _holder_alive(self, namespace: str, name: str) -> bool:
+        pod = self.cached_pod(namespace, name)
+        return pod is not None and not is_terminal(pod)
+
+    def _set_pending(self, uid: str, decision: Chosen) -> None:
+        self._pop_pending(uid)
+        self._pending[uid] = decision
+        self._pending_per_node[decision.node] = self._pending_per_node.get(decision.node, 0) + 1
+
+    def _pop_pending(self, uid: str) -> Chosen | None:
+        decision = self._pending.pop(uid, None)
+        if decision is not None:
+            left = self._pending_per_node.get(decision.node, 0) - 1
+            if left > 0:
+                self._pending_per_node[decision.node] = left
+            else:
+                self._pending_per_node.pop(decision.node, None)
+        return decision
 
     def _filter_template_nodes(self, pod: dict[str, Any], items: list[dict[str, Any]]) -> bytes:
         decision = decide_on_nodes(
@@ -205,15 +316,16 @@ class Extender:
         # builds is never nil).
         return encode_filter_result(nodes=chosen, failed=decision.failed)
 
-    def _record_success(self, pod: Mapping[str, Any], chosen: Chosen) -> None:
+    def _record_success(self, pod: Mapping[str, Any], chosen: Chosen, candidates: int) -> None:
         fits = ",".join(f"{node}:{score:.2f}" for node, score in sorted(chosen.scores.items()))
-        self.events.record(
-            pod,
-            NORMAL,
-            "FilteringSucceed",
+        message = (
             f"find fit node({chosen.node}), {len(chosen.failed)} nodes not fit, "
-            f"{len(chosen.scores)} nodes fit({fits})",
+            f"{len(chosen.scores)} nodes fit({fits})"
         )
+        evaluated = len(chosen.failed) + len(chosen.scores)
+        if evaluated < candidates:  # the early exit: say so rather than imply the others failed
+            message += f", {evaluated} of {candidates} nodes evaluated"
+        self.events.record(pod, NORMAL, "FilteringSucceed", message)
 
     def _record_failure(self, pod: Mapping[str, Any], failed: Mapping[str, str]) -> None:
         for message in filtering_failed_messages(failed):
@@ -227,12 +339,26 @@ class Extender:
             args = decode_binding_args(body)
         except ExtenderDecodeError as exc:
             return encode_binding_result(str(exc))
-        error = await self._bind(args.pod_namespace, args.pod_name, args.pod_uid, args.node)
+        loop = asyncio.get_running_loop()
+        control = _BindControl(loop.time() + self.bind_timeout)
+        # The bind runs in its own task: if our caller goes away (the HTTP handler is cancelled),
+        # the bind is not cut in the middle of a write but stops at its next check and cleans up.
+        task = asyncio.ensure_future(
+            self._bind(args.pod_namespace, args.pod_name, args.pod_uid, args.node, control)
+        )
+        task.add_done_callback(_log_unexpected)
+        try:
+            error = await asyncio.shield(task)
+        except asyncio.CancelledError:
+            control.caller_gone = True
+            self.stats.binds_cancelled += 1
+            log.warning("bind %s/%s: the caller went away", args.pod_namespace, args.pod_name)
+            raise
         if error:
             self.stats.bind_failures += 1
         return encode_binding_result(error)
 
-    async def _bind(self, namespace: str, name: str, uid: str, node: str) -> str:
+    async def _bind(self, namespace: str, name: str, uid: str, node: str, control: _BindControl) -> str:
         pod = self.cached_pod(namespace, name)
         if pod is None or (uid and pod_key(pod)[0] != uid):
             try:  # the informer may lag behind kube-scheduler by a few milliseconds
@@ -251,6 +377,19 @@ class Extender:
             self.events.record(pod, WARNING, "BindingFailed", message)
             return f'node "{node}" not found'
         uid = pod_key(pod)[0]
+        bound_to = _bound_node(pod)
+        if bound_to:  # no write may touch a bound pod: its annotations are the truth
+            message = f'pod {namespace}/{name} is already assigned to node "{bound_to}"'
+            self.events.record(pod, WARNING, "BindingFailed", message)
+            return message
+        reserved = self._pending.get(uid)
+        if reserved is not None and reserved.node != node:
+            # A stale bind (its filter was superseded): the latest decision is for another node.
+            self.stats.binds_wrong_node += 1
+            message = f"pod {namespace}/{name} was last filtered onto node {reserved.node}, not {node}"
+            log.warning("bind: %s", message)
+            self.events.record(pod, WARNING, "BindingFailed", message)
+            return message
 
         chosen, error = self._decision_for_bind(pod, node)
         if error:
@@ -267,29 +406,95 @@ class Extender:
         patch: dict[str, Any] = {"metadata": {"annotations": annotations}}
         if labels:
             patch["metadata"]["labels"] = labels
+
+        def stop_reason() -> str:
+            """Non-empty when this bind must not write any more."""
+            if chosen is not None and self._pending.get(uid) is not chosen:
+                self.stats.binds_superseded += 1
+                return f"bind of pod {namespace}/{name} to {node} superseded by a newer filter"
+            if control.caller_gone:
+                return f"bind of pod {namespace}/{name} to {node} abandoned: the caller went away"
+            if asyncio.get_running_loop().time() >= control.deadline:
+                self.stats.binds_deadline += 1
+                return f"bind of pod {namespace}/{name} to {node} timed out after {self.bind_timeout:g}s"
+            return ""
+
         try:
             if locked:
-                await self.locker.lock_with_retry(node, namespace, name, self.lock_retry_timeout)
-            self.stats.api_calls_in_bind += 2
-            await self.api.patch_pod(namespace, name, patch)
-            await self.api.bind_pod(namespace, name, uid, node)
+                await self._lock(pod, node, control, stop_reason)
+            message = stop_reason()
+            if not message:
+                patched = await self._patch_unbound(pod, patch, stop_reason)
+                message = stop_reason()
+                if not message:
+                    self.stats.api_calls_in_bind += 1
+                    await self.api.bind_pod(
+                        namespace, name, uid, node, resource_version=_resource_version(patched)
+                    )
         # A connection error (API server down, --kube-timeout) is a failure like any other: answered
         # in `Error`, and the lock taken before it released, or it would hold the node for 5 min.
-        except (ApiError, ApiConnectionError, NodeLockError) as exc:
+        except (ApiError, ApiConnectionError, NodeLockError, _Refused) as exc:
             message = _error_text(exc)
+            if isinstance(exc, NodeLockContention):
+                self.stats.lock_contention += 1
+        if message:
             log.error("bind %s/%s to %s failed: %s", namespace, name, node, message)
-            if locked:
-                try:
-                    await self.locker.release(node, namespace, name)
-                except (ApiError, ApiConnectionError) as release_exc:
-                    log.error("releasing the lock of node %s failed: %s", node, release_exc)
+            if locked:  # as HAMi: also when taking it failed (a legacy lock is cleared then)
+                await self._release(node, namespace, name)
             self.events.record(pod, WARNING, "BindingFailed", message)
             return message
-        self._pending.pop(uid, None)
+        if chosen is not None and self._pending.get(uid) is chosen:
+            self._pop_pending(uid)
         self.events.record(
             pod, NORMAL, "BindingSucceed", f"Successfully binding node [{node}] to {namespace}/{name}"
         )
         return ""
+
+    async def _lock(
+        self, pod: Mapping[str, Any], node: str, control: _BindControl, stop: Callable[[], str]
+    ) -> None:
+        """HAMi's rule: only PodGroup members wait on contention; never past the bind's deadline."""
+        _, namespace, name = pod_key(pod)
+        if self.lock_retry_timeout > 0 and is_pod_group_member(pod):
+            budget = control.deadline - asyncio.get_running_loop().time()
+            wait = max(0.0, min(self.lock_retry_timeout, budget))
+            await self.locker.lock_with_retry(node, namespace, name, wait, should_stop=lambda: bool(stop()))
+        else:
+            await self.locker.lock(node, namespace, name)
+
+    async def _patch_unbound(
+        self, pod: Mapping[str, Any], patch: dict[str, Any], stop: Callable[[], str]
+    ) -> dict[str, Any]:
+        """Merge-patch the pod only while it is the unbound version we read (resourceVersion
+        precondition); on a conflict read it again and go on only if it is still unbound."""
+        uid, namespace, name = pod_key(pod)
+        current: Mapping[str, Any] = pod
+        for attempt in range(PATCH_CONFLICT_RETRIES):
+            rv = _resource_version(current)
+            body = {"metadata": {**patch["metadata"], "resourceVersion": rv}} if rv else patch
+            try:
+                self.stats.api_calls_in_bind += 1
+                return await self.api.patch_pod(namespace, name, body)
+            except ApiError as exc:
+                if exc.status != 409 or attempt == PATCH_CONFLICT_RETRIES - 1:
+                    raise
+            self.stats.api_calls_in_bind += 1
+            current = await self.api.get_pod(namespace, name)
+            if pod_key(current)[0] != uid:
+                raise _Refused(f"pod {namespace}/{name} was replaced (uid {pod_key(current)[0]})")
+            bound_to = _bound_node(current)
+            if bound_to:
+                raise _Refused(f'pod {namespace}/{name} is already assigned to node "{bound_to}"')
+            reason = stop()
+            if reason:
+                raise _Refused(reason)
+        raise AssertionError("unreachable")
+
+    async def _release(self, node: str, namespace: str, name: str) -> None:
+        try:
+            await self.locker.release(node, namespace, name)
+        except (ApiError, ApiConnectionError) as exc:
+            log.error("releasing the lock of node %s failed: %s", node, exc)
 
     def _decision_for_bind(self, pod: dict[str, Any], node: str) -> tuple[Chosen | None, str]:
         """The filter's decision for this pod on this node, or a fresh fit if it is gone.
@@ -313,12 +518,12 @@ class Extender:
             reason = decision.failed.get(node, "")
             return None, f"pod {name} no longer fits node {node}: {reason}"
         self.state.reserve(pod, decision)
-        self._pending[uid] = decision
+        self._set_pending(uid, decision)
         return decision, ""
 
     def _drop(self, uid: str) -> None:
         if uid:
-            self._pending.pop(uid, None)
+            self._pop_pending(uid)
             self.state.release(uid)
 
 
@@ -336,6 +541,39 @@ def filtering_failed_messages(failed: Mapping[str, str]) -> list[str]:
     out = [f"{len(nodes)} nodes {name}({','.join(sorted(nodes))})" for name, nodes in sorted(by_type.items())]
     out.append(f"no available node, {len(failed)} nodes do not meet")
     return out
+
+
+class _Refused(Exception):
+    """The bind stopped on its own before a write (superseded, bound meanwhile, replaced pod)."""
+
+
+def _log_unexpected(task: asyncio.Future[str]) -> None:
+    """A bind whose caller left is never awaited again: make sure its failure is still seen."""
+    if not task.cancelled() and task.exception() is not None:
+        log.error("bind failed unexpectedly", exc_info=task.exception())
+
+
+def _bound_node(pod: Mapping[str, Any]) -> str:
+    spec = pod.get("spec")
+    node = spec.get("nodeName") if isinstance(spec, Mapping) else None
+    return node if isinstance(node, str) else ""
+
+
+def _resource_version(obj: Mapping[str, Any]) -> str:
+    meta = obj.get("metadata")
+    rv = meta.get("resourceVersion") if isinstance(meta, Mapping) else None
+    return rv if isinstance(rv, str) else ""
+
+
+def is_pod_group_member(pod: Mapping[str, Any]) -> bool:
+    """HAMi's PodGroup test: label scheduling.x-k8s.io/pod-group or spec.schedulingGroup.podGroupName."""
+    meta = pod.get("metadata")
+    labels = meta.get("labels") if isinstance(meta, Mapping) else None
+    if isinstance(labels, Mapping) and labels.get(keys.POD_GROUP_LABEL):
+        return True
+    spec = pod.get("spec")
+    group = spec.get("schedulingGroup") if isinstance(spec, Mapping) else None
+    return isinstance(group, Mapping) and bool(group.get("podGroupName"))
 
 
 def _error_text(exc: Exception) -> str:

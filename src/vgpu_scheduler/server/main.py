@@ -120,7 +120,9 @@ class Running:
 
 async def _start_site(app: web.Application, address: str, ssl_context: Any = None) -> web.AppRunner:
     host, port = split_host_port(address)
-    runner = web.AppRunner(app, access_log=None, handle_signals=False)
+    # handler_cancellation: a caller that goes away (kube-scheduler's httpTimeout) cancels its
+    # handler, so a bind stops at its next write instead of outliving its caller.
+    runner = web.AppRunner(app, access_log=None, handle_signals=False, handler_cancellation=True)
     await runner.setup()
     await web.TCPSite(runner, host, port, ssl_context=ssl_context, reuse_address=True).start()
     return runner
@@ -145,6 +147,8 @@ async def start(opts: SchedulerOptions) -> Running:
         from vgpu_scheduler.simulate.deviceplugin import attach_device_plugin
 
         running.extras.append(attach_device_plugin(cluster))
+        if opts.embedded_api_bind:
+            running.extras.append(await _serve_embedded_api(cluster, opts.embedded_api_bind))
     await process.start()
     settle_heap()
 
@@ -169,6 +173,25 @@ async def start(opts: SchedulerOptions) -> Running:
     running.runners.append(await _start_site(app, opts.http_bind, ssl_context))
     log.info("listening on %s (%s)", opts.http_bind, "https" if ssl_context else "http")
     return running
+
+
+@dataclass
+class _EmbeddedApi:
+    server: Any
+
+    async def stop(self) -> None:
+        await self.server.close()
+
+
+async def _serve_embedded_api(cluster: Any, address: str) -> _EmbeddedApi:
+    """The embedded cluster's Kubernetes API over plain HTTP, with no authentication (loopback
+    use: create pods with curl or kubectl, then filter them)."""
+    from vgpu_scheduler.cluster.fakeapi import serve as serve_api
+
+    host, port = split_host_port(address)
+    server = await serve_api(cluster, host or "127.0.0.1", port)
+    log.info("embedded Kubernetes API listening on %s", server.url)
+    return _EmbeddedApi(server)
 
 
 def _readyz(process: SchedulerProcess) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:

@@ -131,6 +131,8 @@ class SchedulerProcess:
             cached_pod=lambda ns, name: self.pods.store.get(ns, name),
             cached_node=lambda name: self.nodes.store.get(None, name),
             lock_retry_timeout=opts.node_lock_retry_timeout,
+            bind_timeout=opts.bind_timeout,
+            lock_aware=opts.lock_aware_placement,
             now=now,
         )
         self.pods.handler = _PodHandler(self.state, self.extender)
