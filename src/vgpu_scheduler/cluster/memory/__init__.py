@@ -4,6 +4,8 @@ Importers keep using `vgpu_scheduler.cluster.memory`: the public names are re-ex
 package split changed no import path.
 """
 
-from vgpu_scheduler.cluster.memory.cluster import INITIAL_EVENTS_END, MemoryCluster, MemoryWatch, WatchDropped
+from vgpu_scheduler.cluster.memory.cluster import MemoryCluster
+from vgpu_scheduler.cluster.memory.fanout import INITIAL_EVENTS_END
+from vgpu_scheduler.cluster.memory.watch import MemoryWatch, WatchDropped
 
 __all__ = ["INITIAL_EVENTS_END", "MemoryCluster", "MemoryWatch", "WatchDropped"]
