@@ -5,7 +5,7 @@ from typing import Any
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from vgpu_scheduler.config import default_device_config
+from vgpu_scheduler.configfile import default_device_config
 from vgpu_scheduler.engine.decide import Chosen, decide
 from vgpu_scheduler.engine.state import SchedulerState
 from vgpu_scheduler.server.app import make_app

@@ -22,7 +22,8 @@ from typing import Any
 from aiohttp import web
 
 from vgpu_scheduler.cluster.client import KubeClient
-from vgpu_scheduler.config import DeviceConfig, DeviceConfigError, default_device_config, load_device_config
+from vgpu_scheduler.config import DeviceConfig
+from vgpu_scheduler.configfile import DeviceConfigError, default_device_config, load_device_config
 from vgpu_scheduler.flags import SchedulerOptions, format_flags
 from vgpu_scheduler.logsetup import setup_logging
 from vgpu_scheduler.server.app import make_app

@@ -25,7 +25,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from vgpu_scheduler.config import DeviceConfig, DeviceConfigError, default_device_config, load_device_config
+from vgpu_scheduler.config import DeviceConfig
+from vgpu_scheduler.configfile import DeviceConfigError, default_device_config, load_device_config
 from vgpu_scheduler.server.extender import Extender
 from vgpu_scheduler.simulate.fleet import demo_fleet
 from vgpu_scheduler.simulate.loop import (

@@ -36,7 +36,8 @@ from vgpu_scheduler.cluster.client import KubeClient
 from vgpu_scheduler.cluster.errors import ApiError
 from vgpu_scheduler.cluster.memory import MemoryCluster
 from vgpu_scheduler.cluster.transport import MemoryTransport
-from vgpu_scheduler.config import DeviceConfig, default_device_config
+from vgpu_scheduler.config import DeviceConfig
+from vgpu_scheduler.configfile import default_device_config
 from vgpu_scheduler.engine.requests import pod_requests
 from vgpu_scheduler.flags import SchedulerOptions
 from vgpu_scheduler.server.process import SchedulerProcess
