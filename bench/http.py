@@ -110,7 +110,7 @@ async def _serve_child(n_nodes: int, allocs: int, binds: int, port_queue: Any) -
     from vgpu_scheduler.cluster.memory import MemoryCluster
     from vgpu_scheduler.cluster.transport import MemoryTransport
     from vgpu_scheduler.config import DeviceConfig
-    from vgpu_scheduler.flags import SchedulerOptions
+    from vgpu_scheduler.scheduler.options import SchedulerOptions
     from vgpu_scheduler.server.app import make_app
     from vgpu_scheduler.server.main import settle_heap
     from vgpu_scheduler.server.process import SchedulerProcess

@@ -26,7 +26,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from vgpu_scheduler.cluster.fakeapi import FakeApiServer, serve
 from vgpu_scheduler.cluster.memory import MemoryCluster
 from vgpu_scheduler.engine.state import SchedulerState
-from vgpu_scheduler.flags import SchedulerOptions
+from vgpu_scheduler.scheduler.options import SchedulerOptions
 from vgpu_scheduler.server.main import Running, start, stop
 from vgpu_scheduler.server.process import SchedulerProcess
 from vgpu_scheduler.simulate.deviceplugin import BackgroundDevicePlugin, attach_device_plugin

@@ -15,7 +15,7 @@ import os
 import signal
 import socket
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,8 +24,8 @@ from aiohttp import web
 from vgpu_scheduler.cluster.client import KubeClient
 from vgpu_scheduler.config import DeviceConfig
 from vgpu_scheduler.configfile import DeviceConfigError, default_device_config, load_device_config
-from vgpu_scheduler.flags import SchedulerOptions, format_flags
 from vgpu_scheduler.logsetup import setup_logging
+from vgpu_scheduler.scheduler.options import SchedulerOptions
 from vgpu_scheduler.server.app import make_app
 from vgpu_scheduler.server.process import SchedulerProcess
 from vgpu_scheduler.server.tls import ReloadingCertificate
@@ -195,9 +195,11 @@ async def stop(running: Running) -> None:
     await running.process.client.close()
 
 
-async def serve(opts: SchedulerOptions) -> int:
+async def serve(opts: SchedulerOptions, flag_lines: Sequence[str] = ()) -> int:
+    """`flag_lines` are the `FLAG: --name="value"` lines HAMi logs first; the command line formats
+    them (`flags.format_flags`), so the server does not depend on the CLI parser."""
     setup_logging(opts)
-    for line in format_flags(opts):
+    for line in flag_lines:
         log.info("%s", line)
     try:
         running = await start(opts)

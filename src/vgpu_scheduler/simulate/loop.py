@@ -39,7 +39,7 @@ from vgpu_scheduler.cluster.transport import MemoryTransport
 from vgpu_scheduler.config import DeviceConfig
 from vgpu_scheduler.configfile import default_device_config
 from vgpu_scheduler.engine.requests import pod_requests
-from vgpu_scheduler.flags import SchedulerOptions
+from vgpu_scheduler.scheduler.options import SchedulerOptions
 from vgpu_scheduler.server.process import SchedulerProcess
 from vgpu_scheduler.simulate.clock import DEFAULT_EPOCH, SimClock
 from vgpu_scheduler.simulate.deviceplugin import SimDevicePlugin
