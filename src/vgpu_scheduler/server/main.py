@@ -26,8 +26,8 @@ from vgpu_scheduler.config import DeviceConfig
 from vgpu_scheduler.configfile import DeviceConfigError, default_device_config, load_device_config
 from vgpu_scheduler.logsetup import setup_logging
 from vgpu_scheduler.scheduler.options import SchedulerOptions
+from vgpu_scheduler.scheduler.process import SchedulerProcess
 from vgpu_scheduler.server.app import make_app
-from vgpu_scheduler.server.process import SchedulerProcess
 from vgpu_scheduler.server.tls import ReloadingCertificate
 from vgpu_scheduler.server.webhook import webhook_handler
 
@@ -72,11 +72,11 @@ async def make_client(opts: SchedulerOptions) -> tuple[KubeClient, Any]:
 
         cluster = MemoryCluster()
         if opts.cluster_snapshot == DEMO_SNAPSHOT:
-            from vgpu_scheduler.simulate.fleet import demo_fleet
+            from vgpu_scheduler.cluster.embedded.fleet import demo_fleet
 
             cluster.seed_from_list(demo_fleet())
         else:
-            from vgpu_scheduler.simulate.snapshot import SnapshotError, load_snapshot
+            from vgpu_scheduler.cluster.embedded.snapshot import SnapshotError, load_snapshot
 
             try:
                 snapshot = load_snapshot(opts.cluster_snapshot)
@@ -143,7 +143,7 @@ async def start(opts: SchedulerOptions) -> Running:
     )
     running = Running(process)
     if cluster is not None:
-        from vgpu_scheduler.simulate.deviceplugin import attach_device_plugin
+        from vgpu_scheduler.cluster.embedded.deviceplugin import attach_device_plugin
 
         running.extras.append(attach_device_plugin(cluster))
     await process.start()

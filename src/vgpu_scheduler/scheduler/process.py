@@ -25,8 +25,8 @@ from vgpu_scheduler.cluster.reflector import Reflector
 from vgpu_scheduler.cluster.registration import RegistrationLoop
 from vgpu_scheduler.config import DeviceConfig
 from vgpu_scheduler.engine.state import SchedulerState
+from vgpu_scheduler.scheduler.extender import EventSink, Extender, Policies
 from vgpu_scheduler.scheduler.options import SchedulerOptions
-from vgpu_scheduler.server.extender import EventSink, Extender, Policies
 
 log = logging.getLogger(__name__)
 
