@@ -107,15 +107,15 @@ async def _serve_child(n_nodes: int, allocs: int, binds: int, port_queue: Any) -
     from aiohttp import web
 
     from vgpu_scheduler.cluster.client import KubeClient
+    from vgpu_scheduler.cluster.embedded.deviceplugin import attach_device_plugin
     from vgpu_scheduler.cluster.memory import MemoryCluster
     from vgpu_scheduler.cluster.transport import MemoryTransport
     from vgpu_scheduler.config import DeviceConfig
-    from vgpu_scheduler.flags import SchedulerOptions
+    from vgpu_scheduler.scheduler.options import SchedulerOptions
+    from vgpu_scheduler.scheduler.process import SchedulerProcess
     from vgpu_scheduler.server.app import make_app
     from vgpu_scheduler.server.main import settle_heap
-    from vgpu_scheduler.server.process import SchedulerProcess
     from vgpu_scheduler.server.webhook import webhook_handler
-    from vgpu_scheduler.simulate.deviceplugin import attach_device_plugin
 
     rng = random.Random(1)
     cluster = MemoryCluster()

@@ -22,7 +22,7 @@ import hashlib  # noqa: E402
 import resource  # noqa: E402
 import time  # noqa: E402
 
-from vgpu_scheduler.simulate.fleet import fleet  # noqa: E402
+from vgpu_scheduler.cluster.embedded.fleet import fleet  # noqa: E402
 from vgpu_scheduler.simulate.loop import SimulationOptions, simulate  # noqa: E402
 from vgpu_scheduler.simulate.providers import DEFAULT_PROVIDER, provider_names  # noqa: E402
 from vgpu_scheduler.simulate.report import dumps_report  # noqa: E402

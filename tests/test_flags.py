@@ -13,7 +13,6 @@ from hypothesis import strategies as st
 from vgpu_scheduler.flags import (
     FLAGS,
     FlagError,
-    SchedulerOptions,
     flag_usages,
     format_flags,
     format_go_float32,
@@ -23,6 +22,7 @@ from vgpu_scheduler.flags import (
     parse_string_to_string,
     usage,
 )
+from vgpu_scheduler.scheduler.options import SchedulerOptions
 
 # (flag name, pflag type, printed default) for every flag HAMi v2.10 has, plus ours.
 EXPECTED_FLAGS: list[tuple[str, str, str]] = [

@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pytest
 
-from vgpu_scheduler.flags import SchedulerOptions
 from vgpu_scheduler.logsetup import (
     KlogFormatter,
     klog_file_header,
@@ -23,6 +22,7 @@ from vgpu_scheduler.logsetup import (
     v_enabled,
     verbosity,
 )
+from vgpu_scheduler.scheduler.options import SchedulerOptions
 
 HEADER = re.compile(r"[IWEF]\d{4} \d\d:\d\d:\d\d\.\d{6} [ \d]{7} [^ ]+:\d+\] ")
 

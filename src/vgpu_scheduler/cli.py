@@ -5,7 +5,8 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 
-from vgpu_scheduler.flags import PERSISTENT_FLAGS, FlagError, parse_args, usage
+from vgpu_scheduler.flags import PERSISTENT_FLAGS, FlagError, format_flags, parse_args, usage
+from vgpu_scheduler.scheduler.options import SchedulerOptions
 
 PROG = "vgpu-scheduler"
 COMMANDS = (
@@ -56,6 +57,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if positional:
         print(f'Error: unknown command "{positional[0]}" for "{PROG}"\n{_usage()}', file=sys.stderr)
         return 2
-    from vgpu_scheduler.server.process import run
+    return _serve(opts)
 
-    return run(opts)
+
+def _serve(opts: SchedulerOptions) -> int:
+    import asyncio
+
+    from vgpu_scheduler.server.main import serve
+
+    return asyncio.run(serve(opts, format_flags(opts)))

@@ -27,7 +27,7 @@ import tempfile
 import time
 from typing import TextIO
 
-from vgpu_scheduler.flags import SchedulerOptions
+from vgpu_scheduler.scheduler.options import SchedulerOptions
 from vgpu_scheduler.version import build_info
 
 DEBUG_VERBOSITY = 4  # `-v` at which DEBUG records are emitted

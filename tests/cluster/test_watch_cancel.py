@@ -13,10 +13,10 @@ import asyncio
 from typing import Any
 
 from vgpu_scheduler.cluster.client import KubeClient
+from vgpu_scheduler.cluster.embedded.deviceplugin import attach_device_plugin
 from vgpu_scheduler.cluster.memory import MemoryCluster
 from vgpu_scheduler.cluster.reflector import Reflector
 from vgpu_scheduler.cluster.transport import MemoryTransport
-from vgpu_scheduler.simulate.deviceplugin import attach_device_plugin
 
 BOUND = 10.0  # seconds; far below the 600 s watch timeout the bug waited for
 

@@ -8,9 +8,9 @@ import random
 from typing import Any
 
 from vgpu_scheduler.cluster.client import KubeClient
+from vgpu_scheduler.cluster.embedded.deviceplugin import BackgroundDevicePlugin, SimDevicePlugin
 from vgpu_scheduler.cluster.memory import MemoryCluster
 from vgpu_scheduler.cluster.transport import MemoryTransport
-from vgpu_scheduler.simulate.deviceplugin import BackgroundDevicePlugin, SimDevicePlugin
 from vgpu_scheduler.wire import keys
 
 NODES = ["n1", "n2"]

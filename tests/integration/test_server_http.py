@@ -8,9 +8,9 @@ import socket
 from datetime import datetime
 from typing import Any
 
+from vgpu_scheduler.cluster.embedded.deviceplugin import BackgroundDevicePlugin
 from vgpu_scheduler.cluster.fakeapi import FakeApiServer
 from vgpu_scheduler.cluster.memory import MemoryCluster
-from vgpu_scheduler.simulate.deviceplugin import BackgroundDevicePlugin
 from vgpu_scheduler.wire import keys
 
 MIB = 1024 * 1024

@@ -15,7 +15,7 @@ import trustme
 
 from vgpu_scheduler.cluster.fakeapi import serve
 from vgpu_scheduler.cluster.memory import MemoryCluster
-from vgpu_scheduler.flags import SchedulerOptions
+from vgpu_scheduler.scheduler.options import SchedulerOptions
 from vgpu_scheduler.server.main import start, stop
 
 

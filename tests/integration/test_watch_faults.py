@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
+from vgpu_scheduler.cluster.embedded.deviceplugin import BackgroundDevicePlugin
 from vgpu_scheduler.cluster.fakeapi import serve
 from vgpu_scheduler.cluster.memory import MemoryCluster
 from vgpu_scheduler.server.main import stop
-from vgpu_scheduler.simulate.deviceplugin import BackgroundDevicePlugin
 from vgpu_scheduler.wire import keys
 
 

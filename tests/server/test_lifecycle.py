@@ -20,9 +20,9 @@ from vgpu_scheduler.cluster.client import KubeClient
 from vgpu_scheduler.cluster.memory import MemoryCluster
 from vgpu_scheduler.cluster.transport import MemoryTransport
 from vgpu_scheduler.config import DeviceConfig
-from vgpu_scheduler.flags import SchedulerOptions
+from vgpu_scheduler.scheduler.options import SchedulerOptions
+from vgpu_scheduler.scheduler.process import SchedulerProcess
 from vgpu_scheduler.server.app import make_app
-from vgpu_scheduler.server.process import SchedulerProcess
 from vgpu_scheduler.server.webhook import webhook_handler
 from vgpu_scheduler.wire import keys
 from vgpu_scheduler.wire.jsonpatch import apply_patch

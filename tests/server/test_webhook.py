@@ -17,8 +17,8 @@ import pytest
 from aiohttp import web
 
 from vgpu_scheduler.config import NvidiaConfig
-from vgpu_scheduler.flags import SchedulerOptions
 from vgpu_scheduler.model import NVIDIA, ContainerDeviceRequest, ContainerRequests
+from vgpu_scheduler.scheduler.options import SchedulerOptions
 from vgpu_scheduler.server.webhook import MAX_REQUEST_BYTES, handle_admission_review, webhook_handler
 from vgpu_scheduler.wire.jsonpatch import apply_patch
 

@@ -5,11 +5,12 @@ from typing import Any
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from vgpu_scheduler.config import default_device_config
+from vgpu_scheduler.cluster.embedded.fleet import V100_32GB, demo_fleet, fleet
+from vgpu_scheduler.cluster.embedded.runtime import DURATION_ANNOTATION
+from vgpu_scheduler.configfile import default_device_config
 from vgpu_scheduler.engine.decide import Chosen, decide
 from vgpu_scheduler.engine.state import SchedulerState
 from vgpu_scheduler.server.app import make_app
-from vgpu_scheduler.simulate.fleet import V100_32GB, demo_fleet, fleet
 from vgpu_scheduler.simulate.loop import (
     ARRIVAL_ANNOTATION,
     HttpExtender,
@@ -19,7 +20,7 @@ from vgpu_scheduler.simulate.loop import (
 )
 from vgpu_scheduler.simulate.providers import CLUSTER_AUTOSCALER_PROVIDER, DEFAULT_PROVIDER
 from vgpu_scheduler.simulate.report import dumps_report
-from vgpu_scheduler.simulate.workload import DURATION_ANNOTATION, demo_workload
+from vgpu_scheduler.simulate.workload import demo_workload
 from vgpu_scheduler.wire import keys
 from vgpu_scheduler.wire.inventory import decode_node_devices
 

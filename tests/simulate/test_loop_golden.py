@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from vgpu_scheduler.simulate.fleet import fleet
+from vgpu_scheduler.cluster.embedded.fleet import fleet
 from vgpu_scheduler.simulate.loop import ARRIVAL_ANNOTATION, SimulationOptions, simulate
 from vgpu_scheduler.simulate.providers import CLUSTER_AUTOSCALER_PROVIDER, DEFAULT_PROVIDER
 from vgpu_scheduler.simulate.report import dumps_report

@@ -11,7 +11,6 @@ from vgpu_scheduler.simulate.predicates import (
     PREDICATES,
     NodeInfo,
     PodFitsResources,
-    ResourceError,
     check_node_unschedulable,
     compute_pod_resources,
     fit_error_message,
@@ -19,9 +18,9 @@ from vgpu_scheduler.simulate.predicates import (
     pod_fits_host,
     pod_match_node_selector,
     pod_tolerates_node_taints,
-    quantity_units,
     run_predicates,
 )
+from vgpu_scheduler.wire.quantity import ResourceError, quantity_units
 
 GI = 1024**3
 

@@ -8,8 +8,8 @@ from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
+from vgpu_scheduler.scheduler.extender import Extender
 from vgpu_scheduler.server.debug import add_pprof_routes
-from vgpu_scheduler.server.extender import Extender
 from vgpu_scheduler.server.gohttp import httprouter_fallback
 from vgpu_scheduler.wire.extender import MAX_BODY_BYTES
 

@@ -15,18 +15,19 @@ import os
 import signal
 import socket
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from aiohttp import web
 
 from vgpu_scheduler.cluster.client import KubeClient
-from vgpu_scheduler.config import DeviceConfig, DeviceConfigError, default_device_config, load_device_config
-from vgpu_scheduler.flags import SchedulerOptions, format_flags
+from vgpu_scheduler.config import DeviceConfig
+from vgpu_scheduler.configfile import DeviceConfigError, default_device_config, load_device_config
 from vgpu_scheduler.logsetup import setup_logging
+from vgpu_scheduler.scheduler.options import SchedulerOptions
+from vgpu_scheduler.scheduler.process import SchedulerProcess
 from vgpu_scheduler.server.app import make_app
-from vgpu_scheduler.server.process import SchedulerProcess
 from vgpu_scheduler.server.tls import ReloadingCertificate
 from vgpu_scheduler.server.webhook import webhook_handler
 
@@ -71,11 +72,11 @@ async def make_client(opts: SchedulerOptions) -> tuple[KubeClient, Any]:
 
         cluster = MemoryCluster()
         if opts.cluster_snapshot == DEMO_SNAPSHOT:
-            from vgpu_scheduler.simulate.fleet import demo_fleet
+            from vgpu_scheduler.cluster.embedded.fleet import demo_fleet
 
             cluster.seed_from_list(demo_fleet())
         else:
-            from vgpu_scheduler.simulate.snapshot import SnapshotError, load_snapshot
+            from vgpu_scheduler.cluster.embedded.snapshot import SnapshotError, load_snapshot
 
             try:
                 snapshot = load_snapshot(opts.cluster_snapshot)
@@ -144,7 +145,7 @@ async def start(opts: SchedulerOptions) -> Running:
     )
     running = Running(process)
     if cluster is not None:
-        from vgpu_scheduler.simulate.deviceplugin import attach_device_plugin
+        from vgpu_scheduler.cluster.embedded.deviceplugin import attach_device_plugin
 
         running.extras.append(attach_device_plugin(cluster))
         if opts.embedded_api_bind:
@@ -217,9 +218,11 @@ async def stop(running: Running) -> None:
     await running.process.client.close()
 
 
-async def serve(opts: SchedulerOptions) -> int:
+async def serve(opts: SchedulerOptions, flag_lines: Sequence[str] = ()) -> int:
+    """`flag_lines` are the `FLAG: --name="value"` lines HAMi logs first; the command line formats
+    them (`flags.format_flags`), so the server does not depend on the CLI parser."""
     setup_logging(opts)
-    for line in format_flags(opts):
+    for line in flag_lines:
         log.info("%s", line)
     try:
         running = await start(opts)

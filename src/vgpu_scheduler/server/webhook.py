@@ -26,8 +26,8 @@ from aiohttp import web
 
 from vgpu_scheduler.config import NvidiaConfig
 from vgpu_scheduler.engine.requests import init_container_count, pod_requests
-from vgpu_scheduler.flags import SchedulerOptions
 from vgpu_scheduler.model import ContainerRequests
+from vgpu_scheduler.scheduler.options import SchedulerOptions
 from vgpu_scheduler.wire.admission import (
     UNTYPED,
     AdmissionDecodeError,

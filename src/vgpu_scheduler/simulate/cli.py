@@ -25,9 +25,12 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from vgpu_scheduler.config import DeviceConfig, DeviceConfigError, default_device_config, load_device_config
-from vgpu_scheduler.server.extender import Extender
-from vgpu_scheduler.simulate.fleet import demo_fleet
+from vgpu_scheduler.cluster.embedded.fleet import demo_fleet
+from vgpu_scheduler.cluster.embedded.runtime import InvalidDurationError, duration_seconds
+from vgpu_scheduler.cluster.embedded.snapshot import Snapshot, SnapshotError, load_snapshot
+from vgpu_scheduler.config import DeviceConfig
+from vgpu_scheduler.configfile import DeviceConfigError, default_device_config, load_device_config
+from vgpu_scheduler.scheduler.extender import Extender
 from vgpu_scheduler.simulate.loop import (
     ARRIVAL_ANNOTATION,
     HttpExtender,
@@ -40,8 +43,7 @@ from vgpu_scheduler.simulate.plot import INSTALL_HINT
 from vgpu_scheduler.simulate.providers import DEFAULT_PROVIDER, provider_names
 from vgpu_scheduler.simulate.queue import pod_key
 from vgpu_scheduler.simulate.report import dumps_report
-from vgpu_scheduler.simulate.snapshot import Snapshot, SnapshotError, load_snapshot
-from vgpu_scheduler.simulate.workload import InvalidDurationError, demo_workload, duration_seconds
+from vgpu_scheduler.simulate.workload import demo_workload
 
 PROG = "vgpu-scheduler simulate"
 NODE_POLICIES = ("binpack", "spread")

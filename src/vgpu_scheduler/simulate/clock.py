@@ -8,9 +8,7 @@ from __future__ import annotations
 
 import datetime as _dt
 
-DEFAULT_EPOCH = 1_767_225_600
-"""Unix time of simulated second 0 (2026-01-01T00:00:00Z): fixed, so timestamps written into pod and
-node annotations are identical from run to run."""
+from vgpu_scheduler.cluster.embedded.runtime import DEFAULT_EPOCH
 
 
 class ClockError(ValueError):

@@ -33,15 +33,17 @@ import aiohttp
 import msgspec
 
 from vgpu_scheduler.cluster.client import KubeClient
+from vgpu_scheduler.cluster.embedded.deviceplugin import SimDevicePlugin
+from vgpu_scheduler.cluster.embedded.runtime import DEFAULT_EPOCH, duration_seconds
 from vgpu_scheduler.cluster.errors import ApiError
 from vgpu_scheduler.cluster.memory import MemoryCluster
 from vgpu_scheduler.cluster.transport import MemoryTransport
-from vgpu_scheduler.config import DeviceConfig, default_device_config
+from vgpu_scheduler.config import DeviceConfig
+from vgpu_scheduler.configfile import default_device_config
 from vgpu_scheduler.engine.requests import pod_requests
-from vgpu_scheduler.flags import SchedulerOptions
-from vgpu_scheduler.server.process import SchedulerProcess
-from vgpu_scheduler.simulate.clock import DEFAULT_EPOCH, SimClock
-from vgpu_scheduler.simulate.deviceplugin import SimDevicePlugin
+from vgpu_scheduler.scheduler.options import SchedulerOptions
+from vgpu_scheduler.scheduler.process import SchedulerProcess
+from vgpu_scheduler.simulate.clock import SimClock
 from vgpu_scheduler.simulate.nodetable import NodeTable, ScoreCache, VerdictCache
 from vgpu_scheduler.simulate.predicates import ignored_resources_for
 from vgpu_scheduler.simulate.providers import DEFAULT_PROVIDER, AlgorithmProvider, get_provider
@@ -53,7 +55,6 @@ from vgpu_scheduler.simulate.report import (
     TimelinePoint,
     build_report,
 )
-from vgpu_scheduler.simulate.workload import duration_seconds
 from vgpu_scheduler.wire import keys
 
 log = logging.getLogger(__name__)

@@ -12,7 +12,6 @@ hami-spec §9.1) are skipped by PodFitsResources, as kube-scheduler does: nodes 
 
 from __future__ import annotations
 
-import math
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -22,7 +21,7 @@ import msgspec
 
 from vgpu_scheduler.config import NvidiaConfig
 from vgpu_scheduler.simulate.queue import pod_key
-from vgpu_scheduler.wire.quantity import parse_quantity
+from vgpu_scheduler.wire.quantity import ResourceError, quantity_units
 
 Predicate = Callable[[Mapping[str, Any], Mapping[str, Any], "NodeInfo"], "str | None"]
 
@@ -55,28 +54,6 @@ def ignored_resources_for(config: NvidiaConfig) -> frozenset[str]:
         {config.resource_count_name, config.resource_memory_name, config.resource_memory_percentage_name,
          config.resource_core_name, config.resource_priority_name} - {""}
     )
-
-
-# -- quantities ------------------------------------------------------------------------------------
-
-
-class ResourceError(ValueError):
-    """A resource quantity that is not a valid Kubernetes quantity."""
-
-
-def quantity_units(resource: str, raw: object) -> int:
-    """A quantity as kube-scheduler counts it: millicores for cpu, otherwise the value rounded up
-    (bytes for memory and ephemeral-storage, units for extended resources)."""
-    if isinstance(raw, bool) or not isinstance(raw, str | int | float):
-        raise ResourceError(f"{resource}: quantity must be a string or number, got {raw!r}")
-    text = repr(raw) if isinstance(raw, float) else str(raw)
-    try:
-        value = parse_quantity(text)
-    except ValueError as exc:
-        raise ResourceError(f"{resource}: {exc}") from None
-    if resource == CPU:
-        value *= 1000
-    return math.ceil(value)
 
 
 def _resource_map(raw: object, where: str) -> dict[str, int]:

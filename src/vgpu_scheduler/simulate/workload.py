@@ -9,14 +9,13 @@ type and UUID filters, per-pod GPU/node policies, plain cpu pods, priorities, an
 from __future__ import annotations
 
 import datetime as _dt
-import math
 import random
 import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from vgpu_scheduler.simulate.clock import DEFAULT_EPOCH
-from vgpu_scheduler.simulate.fleet import demo_gpu_uuids
+from vgpu_scheduler.cluster.embedded.fleet import demo_gpu_uuids
+from vgpu_scheduler.cluster.embedded.runtime import DEFAULT_EPOCH, DURATION_ANNOTATION
 from vgpu_scheduler.wire.keys import (
     GPU_SCHEDULER_POLICY,
     NODE_SCHEDULER_POLICY,
@@ -26,8 +25,6 @@ from vgpu_scheduler.wire.keys import (
     USE_GPUUUID,
 )
 
-DURATION_ANNOTATION = "simulate.vgpu-scheduler.io/duration-seconds"
-"""How long a pod runs once bound (decimal seconds). Pods without it run until the simulation ends."""
 KIND_LABEL = "simulate.vgpu-scheduler.io/kind"
 SCHEDULER_NAME = "hami-scheduler"
 HIGH_PRIORITY_CLASS = "sim-high"
@@ -54,26 +51,6 @@ KIND_WEIGHTS: Mapping[str, int] = {
 }
 
 _UUID_NAMESPACE = uuid.UUID("0c6f1d2a-9b3e-5f47-8a61-2d4c6e8f0a1b")
-
-
-class InvalidDurationError(ValueError):
-    """A duration annotation that is not a finite, non-negative number of seconds."""
-
-
-def duration_seconds(pod: Mapping[str, Any]) -> float | None:
-    """The pod's run time from DURATION_ANNOTATION; None when absent (runs forever)."""
-    meta = pod.get("metadata")
-    annotations = meta.get("annotations") if isinstance(meta, Mapping) else None
-    if not isinstance(annotations, Mapping) or DURATION_ANNOTATION not in annotations:
-        return None
-    raw = annotations[DURATION_ANNOTATION]
-    try:
-        value = float(str(raw).strip())
-    except ValueError:
-        value = math.nan
-    if not math.isfinite(value) or value < 0:
-        raise InvalidDurationError(f"annotation {DURATION_ANNOTATION}={raw!r} is not seconds >= 0")
-    return value
 
 
 def _gpu_limits(rng: random.Random, kind: str, pool: Sequence[str]) -> tuple[dict[str, Any], dict[str, str]]:

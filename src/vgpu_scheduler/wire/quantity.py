@@ -186,3 +186,25 @@ def quantity_as_int64(quantity: str | int | float) -> int | None:
     except QuantityError:
         return None
     return _as_int64(*_canonical_parts(value, fmt))
+
+
+# kube-scheduler's resource accounting, shared by the simulated predicates and the demo fleets.
+
+
+class ResourceError(ValueError):
+    """A resource quantity that is not a valid Kubernetes quantity."""
+
+
+def quantity_units(resource: str, raw: object) -> int:
+    """A quantity as kube-scheduler counts it: millicores for cpu, otherwise the value rounded up
+    (bytes for memory and ephemeral-storage, units for extended resources)."""
+    if isinstance(raw, bool) or not isinstance(raw, str | int | float):
+        raise ResourceError(f"{resource}: quantity must be a string or number, got {raw!r}")
+    text = repr(raw) if isinstance(raw, float) else str(raw)
+    try:
+        value = parse_quantity(text)
+    except ValueError as exc:
+        raise ResourceError(f"{resource}: {exc}") from None
+    if resource == "cpu":
+        value *= 1000
+    return math.ceil(value)

@@ -28,13 +28,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from vgpu_scheduler.cluster.client import KubeClient
+from vgpu_scheduler.cluster.embedded.runtime import InvalidDurationError, duration_seconds
 from vgpu_scheduler.cluster.errors import ApiError
 from vgpu_scheduler.cluster.nodelock import NodeLocker
 from vgpu_scheduler.cluster.reflector import Reflector
 from vgpu_scheduler.cluster.transport import MemoryTransport
 from vgpu_scheduler.config import NvidiaConfig
 from vgpu_scheduler.engine.requests import container_requests
-from vgpu_scheduler.simulate.workload import InvalidDurationError, duration_seconds
 from vgpu_scheduler.wire import keys
 
 if TYPE_CHECKING:

@@ -4,7 +4,7 @@ from typing import Any
 
 import pytest
 
-from vgpu_scheduler.simulate.fleet import (
+from vgpu_scheduler.cluster.embedded.fleet import (
     A100_80GB,
     V100_32GB,
     demo_fleet,
@@ -12,9 +12,10 @@ from vgpu_scheduler.simulate.fleet import (
     fleet,
     gpu_uuid,
 )
-from vgpu_scheduler.simulate.predicates import NodeInfo, quantity_units
+from vgpu_scheduler.simulate.predicates import NodeInfo
 from vgpu_scheduler.wire.inventory import decode_node_devices
 from vgpu_scheduler.wire.keys import NODE_HANDSHAKE, NODE_NVIDIA_REGISTER
+from vgpu_scheduler.wire.quantity import quantity_units
 
 FIXTURE = Path("/work/shared/fixtures/kube-1.36/node/node.hami-registered.kubectl.json")
 

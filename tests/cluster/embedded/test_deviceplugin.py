@@ -5,10 +5,7 @@ from typing import Any
 import pytest
 
 from vgpu_scheduler.cluster.client import KubeClient
-from vgpu_scheduler.cluster.memory import MemoryCluster
-from vgpu_scheduler.cluster.transport import MemoryTransport
-from vgpu_scheduler.config import NvidiaConfig
-from vgpu_scheduler.simulate.deviceplugin import (
+from vgpu_scheduler.cluster.embedded.deviceplugin import (
     AllocateError,
     SimDevicePlugin,
     attach_device_plugin,
@@ -16,6 +13,9 @@ from vgpu_scheduler.simulate.deviceplugin import (
     fully_consumed,
     requested_counts,
 )
+from vgpu_scheduler.cluster.memory import MemoryCluster
+from vgpu_scheduler.cluster.transport import MemoryTransport
+from vgpu_scheduler.config import NvidiaConfig
 from vgpu_scheduler.wire import keys
 
 A = "GPU-a,NVIDIA,1000,30:"

@@ -7,12 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from vgpu_scheduler.config import (
+from vgpu_scheduler.config import DeviceConfig, MigProfileAllowlist, NvidiaConfig
+from vgpu_scheduler.configfile import (
     CHART_MIG_PROFILE_ALLOWLIST,
-    DeviceConfig,
     DeviceConfigError,
-    MigProfileAllowlist,
-    NvidiaConfig,
     default_device_config,
     load_device_config,
     parse_device_config,

@@ -4,8 +4,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from vgpu_scheduler.simulate.fleet import fleet
-from vgpu_scheduler.simulate.snapshot import SnapshotError, load_snapshot
+from vgpu_scheduler.cluster.embedded.fleet import fleet
+from vgpu_scheduler.cluster.embedded.snapshot import SnapshotError, load_snapshot
 from vgpu_scheduler.simulate.workload import demo_workload
 
 FIXTURES = Path("/work/shared/fixtures/kube-1.36")

@@ -25,8 +25,8 @@ from vgpu_scheduler.cluster.reflector import Reflector
 from vgpu_scheduler.cluster.registration import RegistrationLoop
 from vgpu_scheduler.config import DeviceConfig
 from vgpu_scheduler.engine.state import SchedulerState
-from vgpu_scheduler.flags import SchedulerOptions
-from vgpu_scheduler.server.extender import EventSink, Extender, Policies
+from vgpu_scheduler.scheduler.extender import EventSink, Extender, Policies
+from vgpu_scheduler.scheduler.options import SchedulerOptions
 
 log = logging.getLogger(__name__)
 
@@ -197,9 +197,3 @@ class SchedulerProcess:
             await self.recorder.stop()
         for reflector in self.reflectors:
             await reflector.stop()
-
-
-def run(opts: SchedulerOptions) -> int:
-    from vgpu_scheduler.server.main import serve
-
-    return asyncio.run(serve(opts))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from vgpu_scheduler.server.extender import filtering_failed_messages
+from vgpu_scheduler.scheduler.extender import filtering_failed_messages
 
 
 @pytest.mark.parametrize(

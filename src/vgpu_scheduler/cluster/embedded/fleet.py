@@ -13,11 +13,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from vgpu_scheduler.cluster.embedded.runtime import DEFAULT_EPOCH
 from vgpu_scheduler.model import DeviceInfo
-from vgpu_scheduler.simulate.clock import DEFAULT_EPOCH
-from vgpu_scheduler.simulate.predicates import quantity_units
 from vgpu_scheduler.wire.inventory import encode_node_devices_json
 from vgpu_scheduler.wire.keys import NODE_HANDSHAKE, NODE_NVIDIA_REGISTER
+from vgpu_scheduler.wire.quantity import quantity_units
 
 # Fixed namespace so node/GPU UUIDs are the same on every run and every machine.
 _UUID_NAMESPACE = uuid.UUID("7d2f8a1e-3c4b-5d6e-9f10-a1b2c3d4e5f6")
