@@ -1,4 +1,4 @@
-"""Typed device configuration (hami-spec §2).
+"""Typed device configuration (§2).
 
 The data shapes live at the top of this module; below them `load_device_config` reads and
 validates the YAML file named by `--device-config-file` and `default_device_config` loads the
@@ -66,7 +66,7 @@ class DeviceConfig:
 
 
 # ---------------------------------------------------------------------------------------------
-# Loading and validation of the device config file (`--device-config-file`, hami-spec §2).
+# Loading and validation of the device config file (`--device-config-file`, §2).
 
 VENDOR_SECTIONS: tuple[str, ...] = (
     "nvidia",

@@ -1,9 +1,9 @@
 import json
-from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.fixtures import KUBE_1_36
 from vgpu_scheduler.simulate.fleet import (
     A100_80GB,
     V100_32GB,
@@ -16,7 +16,7 @@ from vgpu_scheduler.simulate.predicates import NodeInfo, quantity_units
 from vgpu_scheduler.wire.inventory import decode_node_devices
 from vgpu_scheduler.wire.keys import NODE_HANDSHAKE, NODE_NVIDIA_REGISTER
 
-FIXTURE = Path("/work/shared/fixtures/kube-1.36/node/node.hami-registered.kubectl.json")
+FIXTURE = KUBE_1_36 / "node" / "node.hami-registered.kubectl.json"
 
 
 def test_demo_fleet_layout() -> None:
