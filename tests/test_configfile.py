@@ -1,4 +1,4 @@
-"""Device config loading (hami-spec §2): chart defaults, key mapping, every validation error."""
+"""Device config loading (§2): chart defaults, key mapping, every validation error."""
 
 from __future__ import annotations
 

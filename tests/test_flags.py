@@ -1,4 +1,4 @@
-"""Command line flags (hami-spec §1.1, §1.2): names, types, defaults, pflag syntax and errors."""
+"""Command line flags (§1.1, §1.2): names, types, defaults, pflag syntax and errors."""
 
 from __future__ import annotations
 

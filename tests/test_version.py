@@ -1,4 +1,4 @@
-"""`version` subcommand lines (hami-spec §1.3) and the hami_build_info label set (§8.4)."""
+"""`version` subcommand lines (§1.3) and the hami_build_info label set (§8.4)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Typed device configuration (hami-spec §2): the data shapes only, no YAML.
+"""Typed device configuration (§2): the data shapes only, no YAML.
 
 The engine, the cluster and the verbs depend on these; reading and validating the YAML file is
 `vgpu_scheduler.configfile`, which only the process entry points (server, simulate) import.

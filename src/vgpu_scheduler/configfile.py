@@ -1,4 +1,4 @@
-"""Reading the device configuration (hami-spec §2) into the typed shapes of `vgpu_scheduler.config`.
+"""Reading the device configuration (§2) into the typed shapes of `vgpu_scheduler.config`.
 
 `load_device_config` reads and validates the YAML file named by `--device-config-file` and
 `default_device_config` loads the Helm chart's default one shipped in `data/device-config.yaml`.
@@ -24,7 +24,7 @@ import yaml
 from vgpu_scheduler.config import DeviceConfig, MigProfileAllowlist, NvidiaConfig
 
 # ---------------------------------------------------------------------------------------------
-# Loading and validation of the device config file (`--device-config-file`, hami-spec §2).
+# Loading and validation of the device config file (`--device-config-file`, §2).
 
 VENDOR_SECTIONS: tuple[str, ...] = (
     "nvidia",

@@ -1,4 +1,4 @@
-"""HAMi's scheduler command line (hami-spec §1.1, §1.2), parsed the way cobra/pflag parse it.
+"""HAMi's scheduler command line (§1.1, §1.2), parsed the way cobra/pflag parse it.
 
 HAMi's flags are pflag flags plus Go `flag` sets merged in (device globals and klog). What users
 write against HAMi must keep working here, so the syntax is pflag's:
@@ -597,7 +597,7 @@ def flag_value_string(opts: SchedulerOptions, flag: Flag) -> str:
 
 
 def format_flags(opts: SchedulerOptions) -> list[str]:
-    """`FLAG: --name="value"` for every flag in flag-name order, as logged at start (hami-spec §1)."""
+    """`FLAG: --name="value"` for every flag in flag-name order, as logged at start (§1)."""
     return [
         f"FLAG: --{f.name}={go_quote(flag_value_string(opts, f))}"
         for f in sorted(FLAGS, key=lambda f: f.name)

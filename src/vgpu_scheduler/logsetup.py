@@ -1,4 +1,4 @@
-"""klog-like logging on top of the stdlib `logging` module (the klog flags of hami-spec §1.2).
+"""klog-like logging on top of the stdlib `logging` module (the klog flags of §1.2).
 
 Operators grep HAMi's logs by klog's header, `I1129 22:38:54.123456   12345 file.go:123] msg`, and
 set verbosity with `-v` (the chart passes `-v=4`), so we keep both:

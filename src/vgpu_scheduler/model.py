@@ -1,7 +1,7 @@
 """Plain data shared by the codecs, the engine and the cluster layer.
 
-Field names follow HAMi's Go structs (lower-cased) so the contract in hami-spec.md reads directly
-onto the code. Memory is MiB, cores are percent of one device.
+Field names follow HAMi's Go structs (lower-cased) so docs/compatibility.md reads directly onto
+the code. Memory is MiB, cores are percent of one device.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ NVIDIA = "NVIDIA"
 """Vendor key of the NVIDIA backend; also the TYPE field of allocation entries."""
 
 PERCENTAGE_UNSET = 101
-"""Sentinel for "no memory percentage requested" (hami-spec §5.1)."""
+"""Sentinel for "no memory percentage requested" (§5.1)."""
 
 
 @dataclass(slots=True, frozen=True)

@@ -1,4 +1,4 @@
-"""Build information: the `version` subcommand (hami-spec §1.3) and the `hami_build_info` metric.
+"""Build information: the `version` subcommand (§1.3) and the `hami_build_info` metric.
 
 HAMi stamps version, revision and build date into the binary with Go ldflags. A Python package has no
 link step, so the image build sets them as environment variables (`VGPU_SCHEDULER_REVISION`,
@@ -95,12 +95,12 @@ def build_info(environ: dict[str, str] | None = None) -> BuildInfo:
 
 
 def version_lines(info: BuildInfo | None = None) -> list[str]:
-    """The six aligned lines `scheduler version` prints (hami-spec §1.3)."""
+    """The six aligned lines `scheduler version` prints (§1.3)."""
     bi = info if info is not None else build_info()
     values = (bi.version, bi.revision, bi.build_date, bi.go_version, bi.compiler, bi.platform)
     return [f"{label + ':':<{_VALUE_COLUMN}}{value}" for label, value in zip(_LABELS, values, strict=True)]
 
 
 def build_info_labels(info: BuildInfo | None = None) -> dict[str, str]:
-    """Label set of the `hami_build_info` gauge (hami-spec §8.4)."""
+    """Label set of the `hami_build_info` gauge (§8.4)."""
     return asdict(info if info is not None else build_info())

@@ -4,27 +4,17 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.fixtures import KUBE_1_36
 from vgpu_scheduler.cluster.client import KubeClient
 from vgpu_scheduler.cluster.fakeapi import FakeApiServer, serve
 from vgpu_scheduler.cluster.memory import MemoryCluster
 from vgpu_scheduler.cluster.transport import HttpTransport, MemoryTransport
 
-
-def _fixtures_root() -> Path:
-    # shared/ sits beside the repository (sessions: /work/main; CI: a fresh clone next to a copy).
-    for parent in Path(__file__).resolve().parents:
-        candidate = parent / "shared" / "fixtures" / "kube-1.36"
-        if candidate.is_dir():
-            return candidate
-    return Path("/work/shared/fixtures/kube-1.36")
-
-
-FIXTURES = _fixtures_root()
+FIXTURES = KUBE_1_36
 
 
 class Fx:
@@ -34,17 +24,11 @@ class Fx:
 
     @staticmethod
     def json(rel: str) -> Any:
-        path = FIXTURES / rel
-        if not path.exists():
-            pytest.skip(f"fixture {rel} not available")
-        return json.loads(path.read_text())
+        return json.loads((FIXTURES / rel).read_text())
 
     @staticmethod
     def text(rel: str) -> str:
-        path = FIXTURES / rel
-        if not path.exists():
-            pytest.skip(f"fixture {rel} not available")
-        return path.read_text()
+        return (FIXTURES / rel).read_text()
 
     @staticmethod
     def pod_list() -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""Handshake timestamps, the generic check and NVIDIA's counters (hami-spec §3.4), branch by branch."""
+"""Handshake timestamps, the generic check and NVIDIA's counters (§3.4), branch by branch."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Leadership by observing kube-scheduler's Lease (hami-spec §8.2), with the captured Lease objects."""
+"""Leadership by observing kube-scheduler's Lease (§8.2), with the captured Lease objects."""
 
 from __future__ import annotations
 

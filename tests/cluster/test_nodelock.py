@@ -1,4 +1,4 @@
-"""The node lock (hami-spec §6.2) against the in-memory API server, through the real client."""
+"""The node lock (§6.2) against the in-memory API server, through the real client."""
 
 from __future__ import annotations
 

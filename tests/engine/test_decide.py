@@ -1,4 +1,4 @@
-"""The filter decision (hami-spec §5.7, §4.1) on the live state and on node objects."""
+"""The filter decision (§5.7, §4.1) on the live state and on node objects."""
 
 from __future__ import annotations
 

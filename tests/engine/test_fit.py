@@ -1,4 +1,4 @@
-"""hami-spec §5.3 (per-device checks, exact reason strings), §5.4 (per-node evaluation) and the
+"""§5.3 (per-device checks, exact reason strings), §5.4 (per-node evaluation) and the
 chosen devices of every GPU policy (§5.6) on nodes with existing usage."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Pod collapse (hami-spec §5.2) and the incremental device ledger."""
+"""Pod collapse (§5.2) and the incremental device ledger."""
 
 from __future__ import annotations
 

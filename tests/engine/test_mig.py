@@ -1,4 +1,4 @@
-"""hami-spec §5.3 "MIG devices": profile/placement choice and MIG fit end to end."""
+"""§5.3 "MIG devices": profile/placement choice and MIG fit end to end."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""hami-spec §5.6: GPU policy ordering (fit takes from the END of the sorted list)."""
+"""§5.6: GPU policy ordering (fit takes from the END of the sorted list)."""
 
 from __future__ import annotations
 

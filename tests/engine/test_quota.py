@@ -1,4 +1,4 @@
-"""ResourceQuota accounting (hami-spec §5.8)."""
+"""ResourceQuota accounting (§5.8)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""hami-spec §5.1: per-container NVIDIA requests, one row per rule."""
+"""§5.1: per-container NVIDIA requests, one row per rule."""
 
 from __future__ import annotations
 

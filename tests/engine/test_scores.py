@@ -1,4 +1,4 @@
-"""hami-spec §5.5: device scores (float32), node default score, scoring-weights parsing."""
+"""§5.5: device scores (float32), node default score, scoring-weights parsing."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""hami-spec §5.3 "After the loop": topology-aware selection from pair scores."""
+"""§5.3 "After the loop": topology-aware selection from pair scores."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Bad input over real HTTP gets the documented answer (hami-spec §5.9, §7), and the server keeps
+"""Bad input over real HTTP gets the documented answer (§5.9, §7), and the server keeps
 serving; a broken node or pod annotation takes only that node or pod out."""
 
 from __future__ import annotations

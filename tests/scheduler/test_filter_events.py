@@ -1,4 +1,4 @@
-"""hami-spec §5.7: the FilteringFailed event texts when no node fits."""
+"""§5.7: the FilteringFailed event texts when no node fits."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Requests no route takes, answered as HAMi's Go servers do (hami-spec §1.5): httprouter on the
+"""Requests no route takes, answered as HAMi's Go servers do (§1.5): httprouter on the
 main server, a net/http ServeMux holding /metrics on the metrics server."""
 
 from __future__ import annotations

@@ -9,13 +9,13 @@ import copy
 import io
 import json
 from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import aiohttp
 import pytest
 from aiohttp import web
 
+from tests.fixtures import KUBE_1_36
 from vgpu_scheduler.cluster.client import KubeClient
 from vgpu_scheduler.cluster.memory import MemoryCluster
 from vgpu_scheduler.cluster.transport import MemoryTransport
@@ -27,16 +27,7 @@ from vgpu_scheduler.server.webhook import webhook_handler
 from vgpu_scheduler.wire import keys
 from vgpu_scheduler.wire.jsonpatch import apply_patch
 
-
-def _fixtures() -> Path:
-    for parent in Path(__file__).resolve().parents:
-        candidate = parent / "shared" / "fixtures" / "kube-1.36"
-        if candidate.is_dir():
-            return candidate
-    raise RuntimeError("shared fixtures not found")
-
-
-FIXTURES = _fixtures()
+FIXTURES = KUBE_1_36
 NOW = 1_795_000_000.0
 
 

@@ -1,4 +1,4 @@
-"""/metrics over real HTTP (hami-spec §8.4), parsed with prometheus_client's own parser."""
+"""/metrics over real HTTP (§8.4), parsed with prometheus_client's own parser."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Mutating admission webhook (hami-spec §7): every mutation and denial, both review versions,
+"""Mutating admission webhook (§7): every mutation and denial, both review versions,
 the transport checks, and the captured kube-apiserver fixtures."""
 
 from __future__ import annotations
@@ -9,20 +9,20 @@ import dataclasses
 import io
 import json
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any
 
 import aiohttp.test_utils as aiotest
 import pytest
 from aiohttp import web
 
+from tests.fixtures import KUBE_1_36
 from vgpu_scheduler.config import NvidiaConfig
 from vgpu_scheduler.model import NVIDIA, ContainerDeviceRequest, ContainerRequests
 from vgpu_scheduler.scheduler.options import SchedulerOptions
 from vgpu_scheduler.server.webhook import MAX_REQUEST_BYTES, handle_admission_review, webhook_handler
 from vgpu_scheduler.wire.jsonpatch import apply_patch
 
-FIXTURES = Path("/work/shared/fixtures/kube-1.36/admission")
+FIXTURES = KUBE_1_36 / "admission"
 V1 = "admission.k8s.io/v1"
 V1BETA1 = "admission.k8s.io/v1beta1"
 UNTYPED = (None, None)

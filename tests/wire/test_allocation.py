@@ -1,4 +1,4 @@
-"""Pod allocation annotations: every example of hami-spec §4.5 plus round-trip properties."""
+"""Pod allocation annotations: every example of §4.5 plus round-trip properties."""
 
 from __future__ import annotations
 

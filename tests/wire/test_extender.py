@@ -1,9 +1,9 @@
 import json
-from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.fixtures import KUBE_1_36
 from vgpu_scheduler.wire.extender import (
     MAX_BODY_BYTES,
     ExtenderDecodeError,
@@ -13,7 +13,7 @@ from vgpu_scheduler.wire.extender import (
     encode_filter_result,
 )
 
-FIXTURES = Path(__file__).resolve().parents[3] / "shared" / "fixtures" / "kube-1.36" / "extender"
+FIXTURES = KUBE_1_36 / "extender"
 
 
 def test_decodes_real_filter_args() -> None:

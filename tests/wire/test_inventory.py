@@ -1,4 +1,4 @@
-"""Node inventory codecs: hami-spec §3.1, §3.2 table by table, plus round-trip properties."""
+"""Node inventory codecs: §3.1, §3.2 table by table, plus round-trip properties."""
 
 from __future__ import annotations
 

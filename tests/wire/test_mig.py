@@ -1,4 +1,4 @@
-"""`hami.io/vgpu-mig-allocations` (hami-spec §4.6)."""
+"""`hami.io/vgpu-mig-allocations` (§4.6)."""
 
 from __future__ import annotations
 

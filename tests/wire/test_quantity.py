@@ -1,4 +1,4 @@
-"""Kubernetes quantities and Go's `Quantity.AsInt64()` (top of hami-spec.md)."""
+"""Kubernetes quantities and Go's `Quantity.AsInt64()` (docs/compatibility.md, Conventions)."""
 
 from __future__ import annotations
 
@@ -90,7 +90,7 @@ def test_absurd_exponent_is_rejected_quickly() -> None:
 @pytest.mark.parametrize(
     ("quantity", "expected"),
     [
-        # The examples of hami-spec.md.
+        # The examples of docs/compatibility.md.
         ("3", 3),
         ("2k", 2000),
         ("1Ki", 1024),

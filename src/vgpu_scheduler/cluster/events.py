@@ -1,4 +1,4 @@
-"""Pod events, the way HAMi's client-go event broadcaster writes them (hami-spec §8.3 "Events").
+"""Pod events, the way HAMi's client-go event broadcaster writes them (§8.3 "Events").
 
 HAMi records `FilteringSucceed`/`FilteringFailed`/`BindingSucceed`/`BindingFailed` through
 client-go's legacy recorder, i.e. core/v1 Events:

@@ -1,4 +1,4 @@
-"""The node handshake and device health rules (hami-spec §3.4), as pure functions.
+"""The node handshake and device health rules (§3.4), as pure functions.
 
 The scheduler stamps `hami.io/node-handshake: Requesting_<YYYY-MM-DD HH:MM:SS>` (its local time) on
 every node it looks at. A `Requesting_` stamp older than 60 s on a node whose allocatable device

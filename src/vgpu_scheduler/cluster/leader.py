@@ -1,4 +1,4 @@
-"""Leadership by Lease observation (hami-spec §8.2).
+"""Leadership by Lease observation (§8.2).
 
 The extender runs no election of its own: kube-scheduler, in the same pod, holds the Lease
 `--leader-elect-resource-name` in `--leader-elect-resource-namespace` with identity

@@ -1,4 +1,4 @@
-"""The HAMi node lock: annotation `hami.io/mutex.lock` on the Node (hami-spec §6.2).
+"""The HAMi node lock: annotation `hami.io/mutex.lock` on the Node (§6.2).
 
 Value `<RFC3339 time>,<namespace>,<pod name>` (legacy: bare RFC3339). The device plugin on the
 node finds "its" pod through this value and deletes the annotation after Allocate, so the format

@@ -6,7 +6,7 @@ watching are still delivered → on connection errors reconnect with jittered ex
 and resume from the last resourceVersion seen (events or bookmarks), so nothing is replayed or lost.
 
 Why our own: the Python clients either give up after one 410 or re-watch "from now" and silently
-lose the deletes in between (see design.md).
+lose the deletes in between.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The node registration loop (hami-spec §8.3): node annotations → device inventories in the state.
+"""The node registration loop (§8.3): node annotations → device inventories in the state.
 
 One pass per wake-up (15 s ticker, node add/delete, leadership acquired), skipped until the
 informers have synced and while this instance is not the leader. A pass reads every node of the

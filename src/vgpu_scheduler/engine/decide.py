@@ -1,4 +1,4 @@
-"""The filter decision: pick one node and concrete devices for a pod (hami-spec §5.7, §4.1).
+"""The filter decision: pick one node and concrete devices for a pod (§5.7, §4.1).
 
 HAMi evaluates every candidate node, then takes the best node score among the nodes that fit
 (binpack: highest, spread: lowest). The node score (§5.5 ComputeDefaultScore, plus 0 for NVIDIA)

@@ -1,4 +1,4 @@
-"""Per-device fit and per-node evaluation for NVIDIA (hami-spec §5.3, §5.4).
+"""Per-device fit and per-node evaluation for NVIDIA (§5.3, §5.4).
 
 `fit_request` is HAMi's `Fit` (one container x one vendor request over the node's devices in
 policy order), `evaluate_node` is HAMi's per-node evaluation (init containers each on a fresh
@@ -669,7 +669,7 @@ def evaluate_node(
     weights: Weights | None = None,
     quota: QuotaCheck | None = None,
 ) -> NodeFit | NodeFailure:
-    """Fit every container of a pod on `node` (never mutated) — hami-spec §5.4.
+    """Fit every container of a pod on `node` (never mutated) — §5.4.
 
     Pass a prebuilt `ctx` (from `pod_fit_context`) when evaluating many nodes for one pod; else
     it is built from `pod` and the keyword arguments. `requests` is `pod_requests(...)`: one entry

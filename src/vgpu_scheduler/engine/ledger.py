@@ -1,4 +1,4 @@
-"""The device ledger: live per-device usage of every registered node (hami-spec §5.2).
+"""The device ledger: live per-device usage of every registered node (§5.2).
 
 HAMi rebuilds usage from every cached pod on every Filter. Here usage is maintained incrementally:
 a pod event costs O(devices of that pod), a node (re-)registration costs O(pods on that node). The

@@ -1,4 +1,4 @@
-"""MIG placement for NVIDIA devices in `mig` mode (hami-spec §5.3 "MIG devices").
+"""MIG placement for NVIDIA devices in `mig` mode (§5.3 "MIG devices").
 
 A MIG device advertises profiles with the placements NVML reports; placements already taken come
 from `hami.io/vgpu-mig-allocations` of cached pods (DeviceUsage.mig_taken). A request of memreq

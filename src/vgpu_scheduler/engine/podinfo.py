@@ -1,4 +1,4 @@
-"""What one scheduled pod takes from its node, as the ledger counts it (hami-spec §5.2).
+"""What one scheduled pod takes from its node, as the ledger counts it (§5.2).
 
 A pod is counted when it carries `hami.io/vgpu-node` and is not terminal. Its allocation is read from
 the `-allocated` keys (the `-to-allocate` keys are consumed by the device plugin) and **collapsed**:

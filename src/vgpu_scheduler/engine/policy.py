@@ -1,4 +1,4 @@
-"""GPU scheduling policy: device ordering (hami-spec §5.6) and the policy filters used by fit.
+"""GPU scheduling policy: device ordering (§5.6) and the policy filters used by fit.
 
 Devices are sorted ascending by HAMi's `Less` and fit consumes the sorted list from the END, so
 "preferred" devices sort last. HAMi sorts with Go's `sort.Sort`, which is an insertion sort (and

@@ -1,4 +1,4 @@
-"""ResourceQuota accounting for device memory and cores (hami-spec §5.8).
+"""ResourceQuota accounting for device memory and cores (§5.8).
 
 Limits come from `spec.hard["limits.<X>"]` of ResourceQuota objects, where X is a vendor's memory
 or core resource name and the quantity is an exact integer. Usage is the sum, over counted pods of a

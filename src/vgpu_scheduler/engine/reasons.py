@@ -1,4 +1,4 @@
-"""Per-device failure reasons and HAMi's reason string (hami-spec §5.3).
+"""Per-device failure reasons and HAMi's reason string (§5.3).
 
 The names are part of the wire contract: kube-scheduler shows them in FailedNodes and HAMi's
 events/metrics are keyed by them, so they are spelled exactly as HAMi spells them.

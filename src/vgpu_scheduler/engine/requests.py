@@ -1,4 +1,4 @@
-"""Per-container device requests of a pod (hami-spec §5.1, NVIDIA `GenerateResourceRequests`).
+"""Per-container device requests of a pod (§5.1, NVIDIA `GenerateResourceRequests`).
 
 Containers are plain Kubernetes JSON dicts. Quantities go through `quantity_as_int64` (Go's
 `Quantity.AsInt64` on the API server's canonical text); a resource is looked up in `limits`

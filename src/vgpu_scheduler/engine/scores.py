@@ -1,4 +1,4 @@
-"""Device and node scores (hami-spec §5.5) with Go float32 semantics.
+"""Device and node scores (§5.5) with Go float32 semantics.
 
 HAMi computes scores in float32 and sorts devices by them, so two devices whose scores differ in
 float64 may tie in float32 (and a tie changes which device is taken). Every intermediate value is

@@ -1,4 +1,4 @@
-"""Topology-aware choice among the devices fit collected (hami-spec §5.3 "After the loop").
+"""Topology-aware choice among the devices fit collected (§5.3 "After the loop").
 
 With policy `topology-aware` fit collects every device that passes the checks instead of
 stopping at Nums; this module then picks Nums of them from the pair scores of

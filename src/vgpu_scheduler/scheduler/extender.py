@@ -1,4 +1,4 @@
-"""The extender verbs: filter (hami-spec §5) and bind (§6) over the shared scheduler state.
+"""The extender verbs: filter (§5) and bind (§6) over the shared scheduler state.
 
 Two deliberate differences from HAMi, both invisible on the wire:
 

@@ -1,4 +1,4 @@
-"""The scheduler process, composed in the order of HAMi's start() (seed 000, hami-spec §1.5).
+"""The scheduler process, composed in the order of HAMi's start() (§1.5).
 
 `SchedulerProcess` wires the pieces that the server, `--cluster-snapshot` mode and the simulator
 all share: informers (pods, nodes, resourcequotas) feeding the scheduler state, the registration

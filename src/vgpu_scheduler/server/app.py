@@ -1,4 +1,4 @@
-"""The main HTTP(S) server's routes (hami-spec §1.5): filter, bind, webhook, healthz, readyz.
+"""The main HTTP(S) server's routes (§1.5): filter, bind, webhook, healthz, readyz.
 
 Requests no route takes are answered as HAMi's httprouter does (server/gohttp.py)."""
 

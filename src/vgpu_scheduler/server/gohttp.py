@@ -1,4 +1,4 @@
-"""What HAMi's Go servers answer for a request no handler takes (hami-spec §1.5).
+"""What HAMi's Go servers answer for a request no handler takes (§1.5).
 
 The main server is a julienschmidt/httprouter router with its defaults:
 

@@ -1,4 +1,4 @@
-"""`vgpu-scheduler [flags]`: start() in HAMi's order (seed 000), then serve until SIGTERM.
+"""`vgpu-scheduler [flags]`: start() in HAMi's order (§1.5), then serve until SIGTERM.
 
 Order: flags logged → node-lock timeout → API client (`--kube-qps`, `--kube-burst`,
 `--kube-timeout`) → device configuration → hostname → scheduler state → informers synced and the
@@ -196,7 +196,7 @@ async def _serve_embedded_api(cluster: Any, address: str) -> _EmbeddedApi:
 
 
 def _readyz(process: SchedulerProcess) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
-    """Always 200 with an empty body, as HAMi; it only logs the leadership (hami-spec §8.1)."""
+    """Always 200 with an empty body, as HAMi; it only logs the leadership (§8.1)."""
 
     async def readyz(_request: web.Request) -> web.StreamResponse:
         log.debug("readyz: leader=%s", process.leader.is_leader())

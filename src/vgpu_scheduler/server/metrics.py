@@ -1,4 +1,4 @@
-"""Prometheus metrics (`GET /metrics` on --metrics-bind-address, hami-spec §8.4).
+"""Prometheus metrics (`GET /metrics` on --metrics-bind-address, §8.4).
 
 A fresh `CollectorRegistry` (no process/platform collectors) with two collectors:
 

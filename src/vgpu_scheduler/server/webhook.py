@@ -1,4 +1,4 @@
-"""The mutating admission webhook, `POST /webhook` (hami-spec §7).
+"""The mutating admission webhook, `POST /webhook` (§7).
 
 The handler puts GPU pods under our scheduler name, fills NVIDIA defaults into the containers and
 denies what HAMi denies; the answer is the RFC 6902 patch from the received pod to the mutated copy.

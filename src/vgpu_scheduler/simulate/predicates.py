@@ -6,7 +6,7 @@ string is the one kube-scheduler puts into its FailedScheduling event for that n
 real kube-scheduler calls the extender only with nodes its own plugins accepted.
 
 Resources handed to the extender (`managedResources` with `ignoredByScheduler: true` in the Helm chart,
-hami-spec §9.1) are skipped by PodFitsResources, as kube-scheduler does: nodes do advertise
+§9.1) are skipped by PodFitsResources, as kube-scheduler does: nodes do advertise
 `nvidia.com/gpu` but the memory/core resources exist only in the extender's bookkeeping.
 """
 

@@ -2,7 +2,7 @@
 
 All three look at cpu and memory only, counting the pod being scheduled plus the pods already on the
 node, with kube-scheduler's "non-zero" defaults (100m cpu, 200 MiB memory for containers that request
-nothing), against `status.allocatable`. The HAMi extender has no prioritize verb (hami-spec §9.1), so
+nothing), against `status.allocatable`. The HAMi extender has no prioritize verb (§9.1), so
 in the real deployment these are what orders the nodes the extender is *not* asked about; in the
 simulation they break ties between nodes the extender would accept.
 """

@@ -82,7 +82,7 @@ class TimelinePoint(NamedTuple):
 
 @dataclass(slots=True, frozen=True)
 class DeviceDemand:
-    """What one container of a pending pod asks of each of its devices (hami-spec §5.1), plus the GPU
+    """What one container of a pending pod asks of each of its devices (§5.1), plus the GPU
     type filters of its pod (§4.7) — enough to tell whether a device's free memory is usable."""
 
     memreq: int = 0

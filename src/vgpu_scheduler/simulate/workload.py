@@ -1,7 +1,7 @@
 """A deterministic demo workload: pod manifests as users submit them to HAMi.
 
 Everything comes from `random.Random(seed)`; the same (n, seed) gives the same pods byte for byte. The
-mix covers what the scheduler has to handle (hami-spec §4.7, §5.1): whole GPUs, memory+core slices,
+mix covers what the scheduler has to handle (§4.7, §5.1): whole GPUs, memory+core slices,
 memory percentages, multi-GPU pods (some NUMA-bound), an init container with its own GPU request, GPU
 type and UUID filters, per-pod GPU/node policies, plain cpu pods, priorities, and finite run times.
 """

@@ -1,4 +1,4 @@
-"""Pod allocation annotations (hami-spec §4.4, §4.5).
+"""Pod allocation annotations (§4.4, §4.5).
 
 Encoding, identical for every vendor:
 

@@ -1,4 +1,4 @@
-"""kube-scheduler extender payloads (hami-spec §5.9).
+"""kube-scheduler extender payloads (§5.9).
 
 The Go types carry no JSON tags, so keys are Go field names on output and are matched
 case-insensitively on input, like encoding/json. Go's decoder also ignores unknown fields and

@@ -1,4 +1,4 @@
-"""Node device inventory codecs (hami-spec §3.1, §3.2).
+"""Node device inventory codecs (§3.1, §3.2).
 
 Two dialects carry the same data in `hami.io/node-<vendor>-register`:
 

@@ -1,7 +1,7 @@
 """RFC 6902 JSON Patch: a diff (`make_patch`) and an applier (`apply_patch`) for JSON-shaped data.
 
 The admission webhook answers with the patch that turns the pod it received into the mutated pod
-(hami-spec §7). The diff emits only semantic operations: `add`/`remove`/`replace` at the deepest
+(§7). The diff emits only semantic operations: `add`/`remove`/`replace` at the deepest
 path where the documents differ, so a patch reads like HAMi's (`add /spec/containers/0/env/-`,
 `replace /spec/schedulerName`). Equality is JSON equality: `true` differs from `1`, `1` equals
 `1.0`. Paths use RFC 6901 escaping (`~` → `~0`, `/` → `~1`, so `nvidia.com/gpu` → `nvidia.com~1gpu`).

@@ -1,4 +1,4 @@
-"""Annotation and label keys of the HAMi wire contract (hami-spec §3, §4, §6)."""
+"""Annotation and label keys of the HAMi wire contract (§3, §4, §6)."""
 
 # Node annotations (device plugin -> scheduler, and the scheduler's own).
 NODE_NVIDIA_REGISTER = "hami.io/node-nvidia-register"

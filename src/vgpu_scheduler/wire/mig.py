@@ -1,4 +1,4 @@
-"""`hami.io/vgpu-mig-allocations` (hami-spec §4.6).
+"""`hami.io/vgpu-mig-allocations` (§4.6).
 
 A JSON array, one element per MIG device granted:
 `{"containerIndex":0,"deviceIndex":0,"gpuUUID":"GPU-…","profile":"2g.10gb","placement":{"start":0,"size":2}}`

@@ -1,9 +1,9 @@
 import json
-from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.fixtures import KUBE_1_36
 from vgpu_scheduler.cluster.embedded.fleet import (
     A100_80GB,
     V100_32GB,
@@ -17,7 +17,7 @@ from vgpu_scheduler.wire.inventory import decode_node_devices
 from vgpu_scheduler.wire.keys import NODE_HANDSHAKE, NODE_NVIDIA_REGISTER
 from vgpu_scheduler.wire.quantity import quantity_units
 
-FIXTURE = Path("/work/shared/fixtures/kube-1.36/node/node.hami-registered.kubectl.json")
+FIXTURE = KUBE_1_36 / "node" / "node.hami-registered.kubectl.json"
 
 
 def test_demo_fleet_layout() -> None:

@@ -4,11 +4,12 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.fixtures import KUBE_1_36
 from vgpu_scheduler.cluster.embedded.fleet import fleet
 from vgpu_scheduler.cluster.embedded.snapshot import SnapshotError, load_snapshot
 from vgpu_scheduler.simulate.workload import demo_workload
 
-FIXTURES = Path("/work/shared/fixtures/kube-1.36")
+FIXTURES = KUBE_1_36
 
 KUBECTL_LIST = """\
 apiVersion: v1

@@ -1,4 +1,4 @@
-"""A simulated HAMi NVIDIA device plugin + kubelet, reacting to a bound pod (hami-spec §4.3, §6.2).
+"""A simulated HAMi NVIDIA device plugin + kubelet, reacting to a bound pod (§4.3, §6.2).
 
 What the real pair does once kube-scheduler has created the Binding, and what this does the same way
 on the wire:

@@ -1,5 +1,5 @@
 """Deterministic GPU fleets: Node objects shaped like what the API server returns for a node whose
-HAMi device plugin has registered (hami-spec §3.1/§3.2), with no randomness and no wall clock.
+HAMi device plugin has registered (§3.1/§3.2), with no randomness and no wall clock.
 
 `demo_fleet()` is the built-in 16-node demo (8 × A100-80GB nodes, 8 × V100-32GB nodes, 8 GPUs each);
 `fleet(n, g)` scales the same shape for benchmarks (e.g. 1,000 × 8).
