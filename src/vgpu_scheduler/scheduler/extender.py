@@ -407,36 +407,35 @@ class Extender:
         if labels:
             patch["metadata"]["labels"] = labels
 
-        def stop_reason() -> str:
-            """Non-empty when this bind must not write any more."""
+        def check() -> None:
+            """Raise _Refused when this bind must not write any more."""
+            where = f"bind of pod {namespace}/{name} to {node}"
             if chosen is not None and self._pending.get(uid) is not chosen:
-                self.stats.binds_superseded += 1
-                return f"bind of pod {namespace}/{name} to {node} superseded by a newer filter"
+                raise _Refused(f"{where} superseded by a newer filter", kind="superseded")
             if control.caller_gone:
-                return f"bind of pod {namespace}/{name} to {node} abandoned: the caller went away"
+                raise _Refused(f"{where} abandoned: the caller went away", kind="cancelled")
             if asyncio.get_running_loop().time() >= control.deadline:
-                self.stats.binds_deadline += 1
-                return f"bind of pod {namespace}/{name} to {node} timed out after {self.bind_timeout:g}s"
-            return ""
+                raise _Refused(f"{where} timed out after {self.bind_timeout:g}s", kind="deadline")
 
+        message = ""
         try:
             if locked:
-                await self._lock(pod, node, control, stop_reason)
-            message = stop_reason()
-            if not message:
-                patched = await self._patch_unbound(pod, patch, stop_reason)
-                message = stop_reason()
-                if not message:
-                    self.stats.api_calls_in_bind += 1
-                    await self.api.bind_pod(
-                        namespace, name, uid, node, resource_version=_resource_version(patched)
-                    )
+                await self._lock(pod, node, control, check)
+            check()
+            patched = await self._patch_unbound(pod, patch, check)
+            check()
+            self.stats.api_calls_in_bind += 1
+            await self.api.bind_pod(namespace, name, uid, node, resource_version=_resource_version(patched))
         # A connection error (API server down, --kube-timeout) is a failure like any other: answered
         # in `Error`, and the lock taken before it released, or it would hold the node for 5 min.
         except (ApiError, ApiConnectionError, NodeLockError, _Refused) as exc:
             message = _error_text(exc)
             if isinstance(exc, NodeLockContention):
                 self.stats.lock_contention += 1
+            elif isinstance(exc, _Refused) and exc.kind == "superseded":
+                self.stats.binds_superseded += 1
+            elif isinstance(exc, _Refused) and exc.kind == "deadline":
+                self.stats.binds_deadline += 1
         if message:
             log.error("bind %s/%s to %s failed: %s", namespace, name, node, message)
             if locked:  # as HAMi: also when taking it failed (a legacy lock is cleared then)
@@ -451,19 +450,32 @@ class Extender:
         return ""
 
     async def _lock(
-        self, pod: Mapping[str, Any], node: str, control: _BindControl, stop: Callable[[], str]
+        self, pod: Mapping[str, Any], node: str, control: _BindControl, check: Callable[[], None]
     ) -> None:
-        """HAMi's rule: only PodGroup members wait on contention; never past the bind's deadline."""
+        """HAMi's rule: only PodGroup members wait on contention; never past the bind's deadline,
+        and not once the bind was superseded or abandoned (then _Refused says why)."""
         _, namespace, name = pod_key(pod)
-        if self.lock_retry_timeout > 0 and is_pod_group_member(pod):
-            budget = control.deadline - asyncio.get_running_loop().time()
-            wait = max(0.0, min(self.lock_retry_timeout, budget))
-            await self.locker.lock_with_retry(node, namespace, name, wait, should_stop=lambda: bool(stop()))
-        else:
+        if not (self.lock_retry_timeout > 0 and is_pod_group_member(pod)):
             await self.locker.lock(node, namespace, name)
+            return
+
+        def should_stop() -> bool:
+            try:
+                check()
+            except _Refused:
+                return True
+            return False
+
+        budget = control.deadline - asyncio.get_running_loop().time()
+        wait = max(0.0, min(self.lock_retry_timeout, budget))
+        try:
+            await self.locker.lock_with_retry(node, namespace, name, wait, should_stop=should_stop)
+        except NodeLockContention:
+            check()  # a stop is reported as what it is, not as contention
+            raise
 
     async def _patch_unbound(
-        self, pod: Mapping[str, Any], patch: dict[str, Any], stop: Callable[[], str]
+        self, pod: Mapping[str, Any], patch: dict[str, Any], check: Callable[[], None]
     ) -> dict[str, Any]:
         """Merge-patch the pod only while it is the unbound version we read (resourceVersion
         precondition); on a conflict read it again and go on only if it is still unbound."""
@@ -485,9 +497,7 @@ class Extender:
             bound_to = _bound_node(current)
             if bound_to:
                 raise _Refused(f'pod {namespace}/{name} is already assigned to node "{bound_to}"')
-            reason = stop()
-            if reason:
-                raise _Refused(reason)
+            check()
         raise AssertionError("unreachable")
 
     async def _release(self, node: str, namespace: str, name: str) -> None:
@@ -544,7 +554,12 @@ def filtering_failed_messages(failed: Mapping[str, str]) -> list[str]:
 
 
 class _Refused(Exception):
-    """The bind stopped on its own before a write (superseded, bound meanwhile, replaced pod)."""
+    """The bind stopped on its own before a write (superseded, abandoned, past its deadline, pod
+    bound meanwhile or replaced); `kind` names the first three for the metrics."""
+
+    def __init__(self, message: str, *, kind: str = "") -> None:
+        super().__init__(message)
+        self.kind = kind
 
 
 def _log_unexpected(task: asyncio.Future[str]) -> None:

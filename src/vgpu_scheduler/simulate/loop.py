@@ -374,7 +374,10 @@ class Simulation:
         }
         error = str(_decode(await self.endpoint.bind(_encode(bind_body))).get("Error") or "")
         if error:
-            self._unschedulable(qp, {node_name: error})
+            # A binding error is not "unschedulable": like the live kube-scheduler, retry the pod
+            # when its backoff runs out (a lock may be released without any event we model).
+            self._reasons[qp.key] = {node_name: error}
+            self.queue.add_backoff(qp, self.clock.now)
             return
         await self._after_bind(qp.key, node_name)
 

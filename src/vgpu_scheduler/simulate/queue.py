@@ -177,6 +177,17 @@ class SchedulingQueue:
             qp.generation += 1
             self._unschedulable[qp.key] = qp
 
+    def add_backoff(self, qp: QueuedPod, now: float) -> None:
+        """Hand back a pod whose cycle failed with an error (a failed bind): kube-scheduler retries
+        such a pod when its backoff runs out, without waiting for a cluster event."""
+        if qp.key in self:
+            raise QueueError(f"pod {qp.key} is already queued")
+        if qp.attempts == 0:
+            raise QueueError(f"pod {qp.key} was never popped")
+        qp.last_failure = now
+        qp.backoff_expiry = now + self.backoff_duration(qp.attempts)
+        self._push_backoff_or_active(qp, now)
+
     def move_all_to_active_on_event(self, now: float, event: str = "") -> int:
         """A cluster event (pod finished/deleted, node added) may have made room: every unschedulable
         pod goes to activeQ, or to backoffQ while its backoff still runs. Returns how many moved.

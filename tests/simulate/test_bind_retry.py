@@ -1,0 +1,46 @@
+"""A failed bind in the simulator is retried with kube-scheduler's backoff, as on the live path:
+HAMi's failure path clears a legacy (comma-free) lock, and a contended lock is retried until it
+expires, without waiting for a cluster event (issue "Safe under a burst", item 5)."""
+
+from datetime import UTC, datetime
+from typing import Any
+
+from vgpu_scheduler.cluster.embedded.fleet import fleet
+from vgpu_scheduler.cluster.embedded.runtime import DEFAULT_EPOCH
+from vgpu_scheduler.cluster.nodelock import format_lock
+from vgpu_scheduler.simulate.loop import simulate
+from vgpu_scheduler.wire import keys
+
+
+def _pod(name: str, node: str = "") -> dict[str, Any]:
+    limits = {"cpu": "1", "memory": "1Gi", "nvidia.com/gpu": "1", "nvidia.com/gpumem": "1024"}
+    spec: dict[str, Any] = {"containers": [{"name": "c", "image": "x", "resources": {"limits": limits}}]}
+    if node:
+        spec["nodeName"] = node
+    meta = {"name": name, "namespace": "default"}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
+
+
+def _locked_fleet(value: str) -> list[dict[str, Any]]:
+    nodes = fleet(1, 1)
+    nodes[0]["metadata"]["annotations"][keys.NODE_LOCK] = value
+    return nodes
+
+
+async def test_a_legacy_lock_that_cannot_be_parsed_is_cleared_and_the_retry_binds() -> None:
+    result = await simulate(_locked_fleet("lock"), [_pod("p")])
+    (entry,) = result.report["pods"]
+    assert entry["node"] == "gpu-node-00"
+    assert result.cycles == 2  # the failed bind, then the retry after the 1 s backoff
+    assert int(entry["annotations"][keys.BIND_TIME]) == DEFAULT_EPOCH + 1
+
+
+async def test_a_contended_lock_is_retried_with_backoff_until_it_expires() -> None:
+    taken = datetime.fromtimestamp(DEFAULT_EPOCH, tz=UTC)
+    nodes = _locked_fleet(format_lock(taken, "default", "holder"))
+    result = await simulate(nodes, [_pod("p")], existing=[_pod("holder", node="gpu-node-00")])
+    got = {p["name"]: p for p in result.report["pods"]}
+    assert got["p"]["node"] == "gpu-node-00"
+    # Retried every 10 s (the backoff cap) until the 5-minute lock timeout passed.
+    assert DEFAULT_EPOCH + 300 < int(got["p"]["annotations"][keys.BIND_TIME]) <= DEFAULT_EPOCH + 311
+    assert result.cycles > 20
