@@ -155,7 +155,9 @@ async def start(opts: SchedulerOptions) -> Running:
 
     from vgpu_scheduler.server.metrics import make_metrics_app, metrics_registry
 
-    registry = metrics_registry(process.state, legacy=opts.legacy_metrics)
+    registry = metrics_registry(
+        process.state, legacy=opts.legacy_metrics, extender_stats=process.extender.stats
+    )
     running.runners.append(await _start_site(make_metrics_app(registry), opts.metrics_bind_address))
     log.info("metrics server listening on %s", opts.metrics_bind_address)
 

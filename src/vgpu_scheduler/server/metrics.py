@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING
 
 from aiohttp import web
 from prometheus_client import CollectorRegistry
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 from prometheus_client.samples import Sample
 
@@ -45,6 +45,7 @@ if TYPE_CHECKING:
     from vgpu_scheduler.engine.quota import QuotaEntry
     from vgpu_scheduler.engine.state import SchedulerState
     from vgpu_scheduler.model import DeviceInfo
+    from vgpu_scheduler.scheduler.extender import ExtenderStats
 
 log = logging.getLogger(__name__)
 
@@ -484,17 +485,67 @@ class BuildInfoCollector(Collector):
         yield family
 
 
+class ExtenderCollector(Collector):
+    """Our own counters beside HAMi's names: what the extender verbs did, and why binds stopped."""
+
+    def __init__(self, stats: ExtenderStats) -> None:
+        self.stats = stats
+
+    def collect(self) -> Iterator[Metric]:
+        st = self.stats
+        yield _counter("vgpu_scheduler_filter_requests", "Filter requests received.", st.filters)
+        yield _counter(
+            "vgpu_scheduler_filter_unknown_pod",
+            "Filters refused because the pod is not in the informer cache (nothing reserved).",
+            st.filters_unknown_pod,
+        )
+        yield _counter("vgpu_scheduler_bind_requests", "Bind requests received.", st.binds)
+        yield _counter(
+            "vgpu_scheduler_bind_failures", "Bind requests answered with an error.", st.bind_failures
+        )
+        yield _counter(
+            "vgpu_scheduler_bind_lock_contention",
+            "Binds that found the node lock held by another live pod.",
+            st.lock_contention,
+        )
+        stopped = CounterMetricFamily(
+            "vgpu_scheduler_bind_stopped",
+            "Binds stopped before their next write, by reason: superseded (a newer filter for the "
+            "pod), cancelled (the caller went away), deadline (--bind-timeout), wrong_node (not the "
+            "node of the latest filter). Each released the node lock it held.",
+            labels=["reason"],
+        )
+        for reason, value in (
+            ("superseded", st.binds_superseded),
+            ("cancelled", st.binds_cancelled),
+            ("deadline", st.binds_deadline),
+            ("wrong_node", st.binds_wrong_node),
+        ):
+            stopped.add_metric([reason], float(value))
+        yield stopped
+
+
+def _counter(name: str, help_text: str, value: int) -> Metric:
+    family = CounterMetricFamily(name, help_text)
+    family.add_metric([], float(value))
+    return family
+
+
 def metrics_registry(
     state: SchedulerState,
     *,
     legacy: bool = False,
     build_info: Mapping[str, str] | None = None,
     loop: asyncio.AbstractEventLoop | None = None,
+    extender_stats: ExtenderStats | None = None,
 ) -> CollectorRegistry:
-    """A fresh registry with hami_build_info and the scheduler collector (call it on the loop)."""
+    """A fresh registry with hami_build_info and the scheduler collector (call it on the loop), plus
+    our extender counters when `extender_stats` is given."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(BuildInfoCollector(build_info))
     registry.register(SchedulerCollector(state, legacy=legacy, loop=loop))
+    if extender_stats is not None:
+        registry.register(ExtenderCollector(extender_stats))
     return registry
 
 
@@ -547,8 +598,10 @@ def exposition(registry: CollectorRegistry) -> bytes:
     sorted by name, values in Go's float formatting (`2`, not `2.0`)."""
     lines: list[str] = []
     for family in sorted(registry.collect(), key=operator.attrgetter("name")):
-        lines.append(f"# HELP {family.name} {_escape_help(family.documentation)}")
-        lines.append(f"# TYPE {family.name} {family.type}")
+        # prometheus_client keeps a counter's name without `_total`; Go writes the full name.
+        name = f"{family.name}_total" if family.type == "counter" else family.name
+        lines.append(f"# HELP {name} {_escape_help(family.documentation)}")
+        lines.append(f"# TYPE {name} {family.type}")
         for sample in family.samples:
             labels = ",".join(f'{k}="{_escape_label(v)}"' for k, v in sorted(sample.labels.items()))
             lines.append(
