@@ -9,9 +9,8 @@ of every component's log is attached to its report.
 from __future__ import annotations
 
 import sys
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Generator, Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -61,9 +60,11 @@ async def client(control_plane: ControlPlane) -> AsyncIterator[KubeClient]:
         await c.close()
 
 
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[Any]) -> Iterator[None]:
-    outcome = yield
-    report = outcome.get_result()
-    if report.failed and _started:
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    report = yield
+    if report.failed and _started and item.get_closest_marker("e2e") is not None:
         report.sections.append(("control-plane logs", _started[0].logs(lines=60)))
+    return report
