@@ -167,6 +167,8 @@ async def run_scenario(cp: ControlPlane, sc: Scenario, n_nodes: int, gpus: int, 
 
         await asyncio.gather(*(bounded(create_node(client, *gpu_node(f"node-{i:04d}", gpus)))
                                for i in range(n_nodes)))
+        if sc.extender:
+            await asyncio.to_thread(cp.wait_devices_registered, n_nodes * gpus)
         cp.ensure_namespace(NAMESPACE, webhook=sc.extender)
         recorder = Recorder()
         watch = Reflector(client, api.PODS, namespace=NAMESPACE, handler=recorder)

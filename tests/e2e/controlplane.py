@@ -265,6 +265,22 @@ class ControlPlane:
              "metadata": {"name": "default", "namespace": name}},
         )
 
+    def registered_devices(self) -> int:
+        """GPUs our server has registered, counted from its metrics (one memory-limit series each)."""
+        with urllib.request.urlopen(f"{self.metrics_url}/metrics", timeout=10) as resp:
+            text = resp.read().decode()
+        return sum(1 for line in text.splitlines() if line.startswith("hami_gpu_memory_limit_bytes{"))
+
+    def wait_devices_registered(self, count: int, timeout: float = 120.0) -> None:
+        """Block until our server knows `count` GPUs. Its registration loop runs periodically, and a
+        pod filtered before its nodes are registered is rejected ("node unregistered") and parked by
+        kube-scheduler, which would make the first minutes of a test or bench measure that wait."""
+        deadline = time.monotonic() + timeout
+        while (seen := self.registered_devices()) < count:
+            if time.monotonic() > deadline:
+                raise ControlPlaneError(f"our server registered {seen}/{count} GPUs after {timeout:.0f}s")
+            time.sleep(0.5)
+
     def _spawn(self, name: str, argv: Sequence[str]) -> Proc:
         log = self.dir / f"{name}.log"
         with log.open("wb") as out:

@@ -44,13 +44,14 @@ async def eventually(probe: Callable[[], Awaitable[T | None]], what: str, timeou
 
 
 @pytest.fixture
-async def nodes(client: KubeClient) -> tuple[str, ...]:
+async def nodes(control_plane: ControlPlane, client: KubeClient) -> tuple[str, ...]:
     for name in NODES:
         try:
             await create_node(client, *gpu_node(name, gpus=2))
         except ApiError as exc:
             if exc.status != 409:  # already there from an earlier test of this session
                 raise
+    await asyncio.to_thread(control_plane.wait_devices_registered, 2 * len(NODES))
     return NODES
 
 
