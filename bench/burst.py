@@ -1,0 +1,308 @@
+"""Burst benchmark on a real control plane: M pods created at once, scheduled by kube-scheduler v1.36.
+
+    scripts/control-plane-build && .venv/bin/python bench/burst.py \
+        [--nodes 200] [--gpus 8] [--pods 2000] [--delays 0.015 2] [--policies binpack spread]
+
+Each scenario gets a fresh control plane (tests/e2e/controlplane.py: etcd, kube-apiserver,
+kube-scheduler, our server as extender + webhook) with N nodes × G GPUs registered like HAMi's device
+plugin, then creates M pods concurrently through the API and waits (bounded) until every pod is bound
+and, with the extender, confirmed by the device-plugin stand-in (tests/e2e/standin.py) after its delay:
+
+* `kube-scheduler alone`: pods asking only cpu, default-scheduler profile, our server never called;
+* `extender <policy> <delay>`: one-GPU pods (gpumem 4000), hami-scheduler profile,
+  `--node-scheduler-policy <policy>`, device plugin confirming after <delay> seconds.
+
+Figures: pods/s (bound pods / time from the first create to the last binding), time to bind p50/p99
+(create call → nodeName seen on the watch), failed attempts (FailedScheduling events, counting each
+event's series) and of those the extender errors, and violations read from the API at the end:
+`wrong-node` devices in a pod's allocation that are not on its node, `overcommit` devices whose pods
+together exceed count/memory/cores, `unconfirmed` bound GPU pods without `bind-phase: success`,
+`locks` nodes still carrying `hami.io/mutex.lock`. Figures only; nothing here is a pass/fail test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import re
+import sys
+import time
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+# bench/ on sys.path would let bench/http.py shadow the standard library's `http`: drop it.
+BENCH_DIR = Path(__file__).resolve().parent
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != BENCH_DIR]
+sys.path.insert(0, str(BENCH_DIR.parent / "tests" / "e2e"))
+from controlplane import ControlPlane, ControlPlaneUnavailable, find_binaries_or_raise  # noqa: E402
+from standin import DevicePluginStandIn, cpu_pod, create_node, gpu_node, gpu_pod  # noqa: E402
+
+from vgpu_scheduler.cluster import api  # noqa: E402
+from vgpu_scheduler.cluster.client import KubeClient  # noqa: E402
+from vgpu_scheduler.cluster.kubeconfig import make_client  # noqa: E402
+from vgpu_scheduler.cluster.reflector import Reflector  # noqa: E402
+from vgpu_scheduler.wire import keys  # noqa: E402
+from vgpu_scheduler.wire.allocation import AllocationError, decode_container_list  # noqa: E402
+
+Obj = dict[str, Any]
+NAMESPACE = "burst"
+GPUMEM = 4000
+EXTENDER_ERROR = re.compile(r"extender|/filter|/bind", re.IGNORECASE)
+
+
+@dataclass
+class Scenario:
+    name: str
+    extender: bool
+    policy: str = "binpack"
+    delay: float = 0.0
+
+
+@dataclass
+class Result:
+    scenario: Scenario
+    pods: int
+    bound: int = 0
+    confirmed: int = 0
+    pods_per_s: float = 0.0
+    bind_p50: float = 0.0
+    bind_p99: float = 0.0
+    failed_attempts: int = 0
+    extender_errors: int = 0
+    violations: Counter[str] = field(default_factory=Counter)
+    timed_out: bool = False
+    wall: float = 0.0
+    notes: list[str] = field(default_factory=list)
+
+
+class Recorder:
+    """Reflector handler: loop time at which each pod was first seen bound / confirmed."""
+
+    def __init__(self) -> None:
+        self.bound: dict[str, float] = {}
+        self.confirmed: dict[str, float] = {}
+        self.progress = asyncio.Event()
+
+    def on_add(self, obj: Obj) -> None:
+        self._see(obj)
+
+    def on_update(self, old: Obj, new: Obj) -> None:
+        self._see(new)
+
+    def on_delete(self, obj: Obj) -> None:
+        pass
+
+    def _see(self, pod: Obj) -> None:
+        name = pod["metadata"]["name"]
+        now = asyncio.get_running_loop().time()
+        if pod.get("spec", {}).get("nodeName") and name not in self.bound:
+            self.bound[name] = now
+            self.progress.set()
+        phase = (pod["metadata"].get("annotations") or {}).get(keys.BIND_PHASE)
+        if phase == keys.BIND_PHASE_SUCCESS and name not in self.confirmed:
+            self.confirmed[name] = now
+            self.progress.set()
+
+
+def pct(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    s = sorted(values)
+    return s[min(len(s) - 1, int(q * len(s)))]
+
+
+def violations(pods: list[Obj], nodes: list[Obj]) -> Counter[str]:
+    """What must never happen, read from the final API state (see the module docstring)."""
+    out: Counter[str] = Counter()
+    devices: dict[str, tuple[str, Obj]] = {}  # uuid -> (node, register entry)
+    for node in nodes:
+        ann = node["metadata"].get("annotations") or {}
+        if keys.NODE_LOCK in ann:
+            out["locks"] += 1
+        for dev in json.loads(ann.get(keys.NODE_NVIDIA_REGISTER, "[]")):
+            devices[dev["id"]] = (node["metadata"]["name"], dev)
+    used: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0])  # uuid -> count, mem, cores
+    for pod in pods:
+        ann = pod["metadata"].get("annotations") or {}
+        node = pod.get("spec", {}).get("nodeName")
+        value = ann.get(keys.VGPU_ALLOCATED) or ann.get(keys.VGPU_TO_ALLOCATE)
+        if node and value is not None and ann.get(keys.BIND_PHASE) != keys.BIND_PHASE_SUCCESS:
+            out["unconfirmed"] += 1
+        if not value:
+            continue
+        try:
+            per_container = decode_container_list(value)
+        except AllocationError:
+            out["bad-annotation"] += 1
+            continue
+        for ctr in per_container:
+            for dev in ctr:
+                owner = devices.get(dev.uuid)
+                if node and (owner is None or owner[0] != node):
+                    out["wrong-node"] += 1
+                u = used[dev.uuid]
+                u[0], u[1], u[2] = u[0] + 1, u[1] + dev.usedmem, u[2] + dev.usedcores
+    for uuid, (count, mem, cores) in used.items():
+        if uuid in devices:
+            reg = devices[uuid][1]
+            if count > reg["count"] or mem > reg["devmem"] or cores > reg["devcore"]:
+                out["overcommit"] += 1
+    return out
+
+
+async def run_scenario(cp: ControlPlane, sc: Scenario, n_nodes: int, gpus: int, n_pods: int,
+                       timeout: float, stall: float, concurrency: int) -> Result:
+    res = Result(sc, n_pods)
+    client: KubeClient = await make_client(str(cp.kubeconfig), qps=5000, burst=5000)
+    loop = asyncio.get_running_loop()
+    try:
+        sem = asyncio.Semaphore(concurrency)
+
+        async def bounded(coro: Any) -> Any:
+            async with sem:
+                return await coro
+
+        await asyncio.gather(*(bounded(create_node(client, *gpu_node(f"node-{i:04d}", gpus)))
+                               for i in range(n_nodes)))
+        if sc.extender:
+            await asyncio.to_thread(cp.wait_devices_registered, n_nodes * gpus)
+        cp.ensure_namespace(NAMESPACE, webhook=sc.extender)
+        recorder = Recorder()
+        watch = Reflector(client, api.PODS, namespace=NAMESPACE, handler=recorder)
+        watch.start()
+        await watch.wait_synced(timeout=60)
+        plugin = DevicePluginStandIn(client, delay=sc.delay, namespace=NAMESPACE) if sc.extender else None
+        if plugin is not None:
+            await plugin.__aenter__()
+        try:
+            created: dict[str, float] = {}
+
+            async def create(i: int) -> None:
+                name = f"p-{i:05d}"
+                pod = gpu_pod(name, NAMESPACE, gpumem=GPUMEM) if sc.extender else cpu_pod(name, NAMESPACE)
+                async with sem:
+                    created[name] = loop.time()
+                    await client.create(api.PODS, pod)
+
+            t0 = loop.time()
+            await asyncio.gather(*(create(i) for i in range(n_pods)))
+            deadline, last_progress = t0 + timeout, loop.time()
+            while True:
+                done = len(recorder.bound) >= n_pods and (
+                    not sc.extender or len(recorder.confirmed) >= n_pods)
+                now = loop.time()
+                if done:
+                    break
+                if now > deadline or now - last_progress > stall:
+                    res.timed_out = True
+                    break
+                recorder.progress.clear()
+                try:
+                    await asyncio.wait_for(recorder.progress.wait(), 1.0)
+                    last_progress = loop.time()
+                except TimeoutError:
+                    pass
+            res.wall = loop.time() - t0
+            res.bound, res.confirmed = len(recorder.bound), len(recorder.confirmed)
+            if recorder.bound:
+                res.pods_per_s = res.bound / max(1e-9, max(recorder.bound.values()) - t0)
+            waits = [recorder.bound[n] - created[n] for n in recorder.bound if n in created]
+            res.bind_p50, res.bind_p99 = pct(waits, 0.50), pct(waits, 0.99)
+            if plugin is not None:
+                await asyncio.sleep(max(0.5, sc.delay * 2))  # let in-flight confirmations land
+                res.notes.extend(plugin.errors[:3])
+        finally:
+            if plugin is not None:
+                await plugin.stop()
+            await watch.stop()
+        events, _ = await client.list_all(api.EVENTS_V1, NAMESPACE)
+        why: Counter[str] = Counter()
+        for ev in events:
+            if ev.get("reason") != "FailedScheduling":
+                continue
+            n = int((ev.get("series") or {}).get("count") or 1)
+            note = str(ev.get("note") or "")
+            res.failed_attempts += n
+            why[re.sub(r"\d+", "N", note)[:140]] += n  # p-00012 / ports / counts alike
+            if EXTENDER_ERROR.search(note):
+                res.extender_errors += n
+        res.notes.extend(f"{n}x {note}" for note, n in why.most_common(3))
+        pods = await client.list_pods(NAMESPACE)
+        nodes, _ = await client.list_all(api.NODES)
+        res.violations = violations(pods, nodes)
+    finally:
+        await client.close()
+    return res
+
+
+def table(results: list[Result]) -> str:
+    head = (f"{'scenario':<26} {'bound':>11} {'pods/s':>7} {'bind p50':>9} {'bind p99':>9} "
+            f"{'failed':>7} {'ext.err':>7} {'wrong-node':>10} {'overcommit':>10} {'unconfirmed':>11} "
+            f"{'locks':>5}")
+    lines = [head, "-" * len(head)]
+    for r in results:
+        v = r.violations
+        bound = f"{r.bound}/{r.pods}" + ("!" if r.timed_out else "")
+        lines.append(
+            f"{r.scenario.name:<26} {bound:>11} {r.pods_per_s:>7.1f} {r.bind_p50:>8.2f}s {r.bind_p99:>8.2f}s "
+            f"{r.failed_attempts:>7} {r.extender_errors:>7} {v['wrong-node']:>10} {v['overcommit']:>10} "
+            f"{v['unconfirmed']:>11} {v['locks']:>5}"
+        )
+    return "\n".join(lines)
+
+
+def scenarios(args: argparse.Namespace) -> list[Scenario]:
+    out = [] if args.no_alone else [Scenario("kube-scheduler alone", extender=False)]
+    for policy in args.policies:
+        for delay in args.delays:
+            out.append(Scenario(f"extender {policy} {delay:g}s", True, policy, delay))
+    return out
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--nodes", type=int, default=200)
+    p.add_argument("--gpus", type=int, default=8, help="GPUs per node")
+    p.add_argument("--pods", type=int, default=2000)
+    p.add_argument("--delays", type=float, nargs="+", default=[0.015, 2.0],
+                   help="device-plugin confirmation delays, seconds")
+    p.add_argument("--policies", nargs="+", default=["binpack", "spread"], choices=["binpack", "spread"])
+    p.add_argument("--no-alone", action="store_true", help="skip the kube-scheduler-alone baseline")
+    p.add_argument("--timeout", type=float, default=600.0, help="bound on one scenario's wait, seconds")
+    p.add_argument("--stall", type=float, default=120.0, help="give up after this long without progress")
+    p.add_argument("--concurrency", type=int, default=100, help="API requests in flight while creating")
+    p.add_argument("--keep-logs", action="store_true",
+                   help="keep each scenario's temp dir (component logs) instead of removing it")
+    args = p.parse_args()
+    try:
+        bin_dir = find_binaries_or_raise()
+    except ControlPlaneUnavailable as exc:
+        print(exc)
+        return 2
+    results: list[Result] = []
+    for sc in scenarios(args):
+        started = time.monotonic()
+        print(f"== {sc.name}: {args.nodes} nodes x {args.gpus} GPUs, {args.pods} pods", flush=True)
+        with ControlPlane.start(bin_dir, node_policy=sc.policy) as cp:
+            res = asyncio.run(run_scenario(cp, sc, args.nodes, args.gpus, args.pods,
+                                           args.timeout, args.stall, args.concurrency))
+            cp.keep_dir = args.keep_logs
+            if args.keep_logs:
+                print(f"   logs kept in {cp.dir}", flush=True)
+        results.append(res)
+        extra = "\n             ".join(res.notes)
+        print(f"   bound {res.bound}/{res.pods}, confirmed {res.confirmed}, burst {res.wall:.1f}s, "
+              f"scenario {time.monotonic() - started:.0f}s" + (" (TIMED OUT)" if res.timed_out else "")
+              + (f"\n   failures: {extra}" if extra else ""), flush=True)
+    print()
+    print(table(results))
+    print("bound: '!' = the bounded wait ended first. failed = FailedScheduling events (with series counts); "
+          "ext.err = those naming the extender.")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

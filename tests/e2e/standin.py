@@ -1,0 +1,176 @@
+"""What the missing nodes would do, over the real API: GPU nodes registered the way HAMi's NVIDIA
+device plugin registers them (hami-spec §3.1, §3.4), GPU pods, and a device-plugin stand-in that
+confirms each allocation (§6.2).
+
+Shared by tests/e2e and bench/burst.py. Everything goes through `vgpu_scheduler.cluster.client`
+over HTTPS (`make_client(<admin kubeconfig>)`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+from vgpu_scheduler.cluster import api
+from vgpu_scheduler.cluster.client import KubeClient
+from vgpu_scheduler.cluster.errors import ApiError
+from vgpu_scheduler.cluster.reflector import Reflector
+from vgpu_scheduler.simulate.deviceplugin import SimDevicePlugin
+from vgpu_scheduler.wire import keys
+
+log = logging.getLogger(__name__)
+
+Obj = dict[str, Any]
+GPU_MEM = 81920  # MiB per GPU
+GPU_COUNT = 10  # pods per GPU (the device plugin's --device-split-count)
+
+
+def gpu_uuid(node: str, i: int) -> str:
+    return f"GPU-{node}-{i}"
+
+
+def gpu_node(name: str, gpus: int = 8, count: int = GPU_COUNT, devmem: int = GPU_MEM) -> tuple[Obj, Obj]:
+    """The Node as the device plugin leaves it (register annotation, handshake) and the status
+    patch a kubelet would report; kube-scheduler needs allocatable cpu/memory/pods to place pods."""
+    register = [
+        {"id": gpu_uuid(name, i), "count": count, "devmem": devmem, "devcore": 100, "type": "NVIDIA-A100",
+         "numa": 0, "mode": "hami-core", "health": True, "index": i}
+        for i in range(gpus)
+    ]
+    node = {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "labels": {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux", "gpu": "on"},
+            "annotations": {
+                keys.NODE_NVIDIA_REGISTER: json.dumps(register, separators=(",", ":")),
+                keys.NODE_HANDSHAKE: "Requesting_" + datetime.now().strftime("%Y-%m-%d %H:%M:%S"),
+            },
+        },
+        "spec": {},
+    }
+    resources = {"cpu": "64", "memory": "512Gi", "pods": "250", "nvidia.com/gpu": str(gpus * count)}
+    status = {"status": {"capacity": resources, "allocatable": resources}}
+    return node, status
+
+
+async def create_node(client: KubeClient, node: Obj, status: Obj) -> None:
+    name = node["metadata"]["name"]
+    await client.create(api.NODES, node)
+    await client.patch(api.NODES, name, status, subresource="status")
+
+
+def gpu_pod(
+    name: str,
+    namespace: str = "default",
+    *,
+    gpus: int = 1,
+    gpumem: int | None = 4000,
+    gpucores: int | None = None,
+    cpu: str = "100m",
+    scheduler_name: str | None = None,
+    labels: Mapping[str, str] | None = None,
+) -> Obj:
+    limits: dict[str, Any] = {"nvidia.com/gpu": str(gpus)}
+    if gpumem is not None:
+        limits["nvidia.com/gpumem"] = str(gpumem)
+    if gpucores is not None:
+        limits["nvidia.com/gpucores"] = str(gpucores)
+    spec: Obj = {
+        "containers": [{"name": "main", "image": "registry.invalid/cuda:none",
+                        "resources": {"limits": limits, "requests": {"cpu": cpu}}}],
+        "terminationGracePeriodSeconds": 0,
+    }
+    if scheduler_name:
+        spec["schedulerName"] = scheduler_name
+    meta: Obj = {"name": name, "namespace": namespace, "labels": dict(labels or {})}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
+
+
+def cpu_pod(name: str, namespace: str, cpu: str = "100m", labels: Mapping[str, str] | None = None) -> Obj:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace, "labels": dict(labels or {})},
+        "spec": {"containers": [{"name": "main", "image": "registry.invalid/app:none",
+                                 "resources": {"requests": {"cpu": cpu}}}],
+                 "terminationGracePeriodSeconds": 0},
+    }
+
+
+def _wants_admission(pod: Mapping[str, Any]) -> bool:
+    annotations = (pod.get("metadata") or {}).get("annotations") or {}
+    return bool((pod.get("spec") or {}).get("nodeName")) and (
+        annotations.get(keys.BIND_PHASE) == keys.BIND_PHASE_ALLOCATING
+    )
+
+
+class DevicePluginStandIn:
+    """Watches pods; `delay` seconds after a bound pod shows `bind-phase: allocating`, does what the
+    NVIDIA device plugin does on Allocate: patches `bind-phase: success` (and the consumed
+    to-allocate value) and deletes the node's `hami.io/mutex.lock` if it names that pod. The work
+    itself is `SimDevicePlugin.admit`, the simulator's plugin, here over the HTTP client."""
+
+    def __init__(self, client: KubeClient, delay: float = 0.0, namespace: str | None = None) -> None:
+        self.delay = delay
+        self.plugin = SimDevicePlugin(client)
+        self.reflector = Reflector(client, api.PODS, namespace=namespace, handler=self)
+        self.confirmed: dict[str, float] = {}  # "<ns>/<name>" -> loop time of the success patch
+        self.errors: list[str] = []
+        self._seen: set[str] = set()
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    async def __aenter__(self) -> DevicePluginStandIn:
+        self.reflector.start()
+        await self.reflector.wait_synced(timeout=60)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    # Reflector handler
+    def on_add(self, obj: Obj) -> None:
+        self._offer(obj)
+
+    def on_update(self, old: Obj, new: Obj) -> None:
+        self._offer(new)
+
+    def on_delete(self, obj: Obj) -> None:
+        pass
+
+    def _offer(self, pod: Obj) -> None:
+        uid = str((pod.get("metadata") or {}).get("uid") or "")
+        if not uid or uid in self._seen or not _wants_admission(pod):
+            return
+        self._seen.add(uid)
+        task = asyncio.get_running_loop().create_task(self._admit(pod))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _admit(self, pod: Obj) -> None:
+        meta = pod.get("metadata") or {}
+        key = f"{meta.get('namespace')}/{meta.get('name')}"
+        if self.delay > 0:
+            await asyncio.sleep(self.delay)
+        try:
+            result = await self.plugin.admit(pod)
+        except ApiError as exc:
+            self.errors.append(f"{key}: {exc}")
+            log.warning("device plugin stand-in: %s: %s", key, exc)
+            return
+        if result.error:
+            self.errors.append(f"{key}: {result.error}")
+        self.confirmed[key] = asyncio.get_running_loop().time()
+
+    async def stop(self) -> None:
+        await self.reflector.stop()
+        for task in list(self._tasks):
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
