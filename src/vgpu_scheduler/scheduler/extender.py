@@ -438,6 +438,10 @@ class Extender:
                 self.stats.binds_deadline += 1
         if message:
             log.error("bind %s/%s to %s failed: %s", namespace, name, node, message)
+            if chosen is not None and self._pending.get(uid) is chosen:
+                # No bind is coming for this decision any more: the node is not about to be
+                # locked by it. The devices stay reserved until the pod is filtered again (HAMi).
+                self._pop_pending(uid)
             if locked:  # as HAMi: also when taking it failed (a legacy lock is cleared then)
                 await self._release(node, namespace, name)
             self.events.record(pod, WARNING, "BindingFailed", message)
