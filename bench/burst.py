@@ -50,7 +50,9 @@ from vgpu_scheduler.wire.allocation import AllocationError, decode_container_lis
 Obj = dict[str, Any]
 NAMESPACE = "burst"
 GPUMEM = 4000
-EXTENDER_ERROR = re.compile(r"extender|/filter|/bind", re.IGNORECASE)
+# A FailedScheduling note that is not a filter verdict ("0/20 nodes are available: ...") is an error of
+# a scheduling or binding call: with managed resources, our extender's (its Error or the HTTP call).
+FILTER_VERDICT = re.compile(r"^\d+/\d+ nodes are available")
 
 
 @dataclass
@@ -227,7 +229,7 @@ async def run_scenario(cp: ControlPlane, sc: Scenario, n_nodes: int, gpus: int, 
             note = str(ev.get("note") or "")
             res.failed_attempts += n
             why[re.sub(r"\d+", "N", note)[:140]] += n  # p-00012 / ports / counts alike
-            if EXTENDER_ERROR.search(note):
+            if not FILTER_VERDICT.match(note):
                 res.extender_errors += n
         res.notes.extend(f"{n}x {note}" for note, n in why.most_common(3))
         pods = await client.list_pods(NAMESPACE)
@@ -300,7 +302,7 @@ def main() -> int:
     print()
     print(table(results))
     print("bound: '!' = the bounded wait ended first. failed = FailedScheduling events (with series counts); "
-          "ext.err = those naming the extender.")
+          "ext.err = those that are call errors, not filter verdicts.")
     return 0
 
 
