@@ -99,11 +99,21 @@ def _resource(path: str) -> str:
     return path
 
 
-def serve_child(n_nodes: int, allocs: int, binds: int, port_queue: Any) -> None:
-    asyncio.run(_serve_child(n_nodes, allocs, binds, port_queue))
+def serve_child(
+    n_nodes: int, allocs: int, binds: int, requests: int, lock_aware: bool, port_queue: Any
+) -> None:
+    asyncio.run(_serve_child(n_nodes, allocs, binds, requests, lock_aware, port_queue))
 
 
-async def _serve_child(n_nodes: int, allocs: int, binds: int, port_queue: Any) -> None:
+def pending_pod(k: int) -> dict[str, Any]:
+    """The API object behind filter request k: the filter places only pods the informer knows."""
+    meta = {"name": f"req-{k}", "namespace": "bench", "uid": f"req-uid-{k}"}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": {"containers": [{"name": "main"}]}}
+
+
+async def _serve_child(
+    n_nodes: int, allocs: int, binds: int, requests: int, lock_aware: bool, port_queue: Any
+) -> None:
     from aiohttp import web
 
     from vgpu_scheduler.cluster.client import KubeClient
@@ -127,9 +137,10 @@ async def _serve_child(n_nodes: int, allocs: int, binds: int, port_queue: Any) -
                 pod.update(apiVersion="v1", kind="Pod")
                 objects.append(pod)
     objects.extend(bind_pod(i) for i in range(binds))
+    objects.extend(pending_pod(k) for k in range(requests))
     cluster.seed_from_list(objects)
     counting = CountingTransport(MemoryTransport(cluster))
-    opts = SchedulerOptions(scheduler_name="hami-scheduler")
+    opts = SchedulerOptions(scheduler_name="hami-scheduler", lock_aware_placement=lock_aware)
     process = SchedulerProcess(opts, DeviceConfig(), KubeClient(counting), "bench-host")
     t0 = time.perf_counter()
     await process.start()
@@ -218,6 +229,12 @@ def main() -> None:
     parser.add_argument("--nodes", type=int, nargs="+", default=[500, 5000])
     parser.add_argument("--allocs", type=int, default=ALLOCS_PER_GPU, help="existing allocations per GPU")
     parser.add_argument("--requests", type=int, default=1000)
+    parser.add_argument(
+        "--no-lock-aware",
+        action="store_true",
+        help="serve with --lock-aware-placement=false (filters here are not followed by binds, so "
+        "with it on every earlier reservation marks its node as about to be locked)",
+    )
     parser.add_argument("--binds", type=int, default=200)
     args = parser.parse_args()
     print(
@@ -231,7 +248,8 @@ def main() -> None:
     ctx = mp.get_context("spawn")
     for n_nodes in args.nodes:
         queue = ctx.Queue()
-        child = ctx.Process(target=serve_child, args=(n_nodes, args.allocs, args.binds, queue), daemon=True)
+        child_args = (n_nodes, args.allocs, args.binds, args.requests, not args.no_lock_aware, queue)
+        child = ctx.Process(target=serve_child, args=child_args, daemon=True)
         child.start()
         try:
             port = queue.get(timeout=900)

@@ -182,6 +182,7 @@ def decide(
     *,
     evaluate_all: bool = False,
     deprioritized: Callable[[str], bool] | None = None,
+    requests: Sequence[ContainerRequests] | None = None,
 ) -> Decision:
     """Choose a node among `node_names` for `pod` using the live ledger and quotas.
 
@@ -189,11 +190,14 @@ def decide(
     its node lock is held, so a bind there would wait or fail); among themselves such nodes keep
     the policy order. With no such node the choice is exactly HAMi's.
 
+    `requests`: the pod's `pod_requests(pod, cfg)` when the caller has computed them already.
+
     Side effect (§5.2): the pod's own earlier allocation or reservation is dropped from `state`
     first, so a pod filtered again is never counted twice. The decision itself is not recorded:
     the caller calls `state.reserve(pod, chosen)` and then patches the pod.
     """
-    requests = pod_requests(pod, cfg)
+    if requests is None:
+        requests = pod_requests(pod, cfg)
     if not pod_has_device_requests(requests):
         return NoRequest()
     uid, _, name = pod_key(pod)

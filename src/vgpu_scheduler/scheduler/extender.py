@@ -211,7 +211,8 @@ class Extender:
         if uid in self._deleted:
             log.info("filter %s/%s: the pod has been deleted", namespace, name)
             return encode_filter_result(error=f'pods "{name}" not found')
-        if not pod_has_device_requests(pod_requests(pod, self.cfg)):
+        requests = pod_requests(pod, self.cfg)
+        if not pod_has_device_requests(requests):
             return encode_filter_result(node_names=node_names)  # echoed as sent, null included
         # Only a pod the informer knows may reserve devices: a filter for a pod that exists nowhere
         # would otherwise hold devices no real pod can use until the sweep.
@@ -238,6 +239,7 @@ class Extender:
             int(self.now()),
             evaluate_all=len(candidates) <= EVALUATE_ALL_LIMIT,
             deprioritized=self._busy_node_test(uid, namespace, name) if self.lock_aware else None,
+            requests=requests,
         )
         if isinstance(decision, NoRequest):
             return encode_filter_result(node_names=node_names)
