@@ -290,3 +290,14 @@ async def test_filtering_succeed_lists_every_fitting_node_with_its_score(stack: 
     (message,) = [m for name, reason, m in stack.events.seen if reason == "FilteringSucceed"]
     assert message.startswith("find fit node(n1), 1 nodes not fit, 2 nodes fit(n1:")
     assert ",n2:" in message and "evaluated" not in message
+
+
+async def test_a_decision_never_bound_stops_marking_its_node_busy(stack: Stack) -> None:
+    a = await stack.create(pod("a"))
+    b = await stack.create(pod("b"))
+    first = _chosen(await stack.filter(a, ["n1", "n2"]))
+    # kube-scheduler rejected `a` after our filter: no bind comes; once the bind timeout has
+    # passed, its node ranks as free again.
+    later = stack.extender.now() + stack.extender.bind_timeout + 1
+    stack.extender.now = lambda: later
+    assert _chosen(await stack.filter(b, ["n1", "n2"])) == first

@@ -145,8 +145,10 @@ class Extender:
         # Filter decisions waiting for their bind: uid -> the decision (the uncollapsed per-container
         # allocation the bind patch writes). Dropped at bind, on re-filter and on pod deletion.
         self._pending: dict[str, Chosen] = {}
-        # How many pending decisions target each node: a bind is coming there (lock-aware ranking).
-        self._pending_per_node: dict[str, int] = {}
+        # Per node, the pods whose decision targets it and until when their bind may still come
+        # (filter time + bind timeout): such a node is about to be locked (lock-aware ranking). A
+        # decision kube-scheduler never binds (rejected after our filter) stops counting then.
+        self._pending_per_node: dict[str, dict[str, float]] = {}
         # uids of pods whose deletion the informer has delivered, oldest first (bounded).
         self._deleted: dict[str, None] = {}
         self.stats = ExtenderStats()
@@ -269,12 +271,12 @@ class Extender:
 
     def _busy_node_test(self, uid: str, namespace: str, name: str) -> Callable[[str], bool]:
         """Is a bind other than this pod's about to run, or holding the lock, on the node?"""
-        mine = self._pending.get(uid)
         pending = self._pending_per_node
+        now = self.now()
 
         def busy(node: str) -> bool:
-            others = pending.get(node, 0) - (1 if mine is not None and mine.node == node else 0)
-            if others > 0:
+            waiting = pending.get(node)
+            if waiting and any(until > now for other, until in waiting.items() if other != uid):
                 return True
             held = self.locker.live_holder(node, self._holder_alive)
             return held is not None and (held.namespace, held.pod) != (namespace, name)
@@ -288,16 +290,16 @@ class Extender:
     def _set_pending(self, uid: str, decision: Chosen) -> None:
         self._pop_pending(uid)
         self._pending[uid] = decision
-        self._pending_per_node[decision.node] = self._pending_per_node.get(decision.node, 0) + 1
+        self._pending_per_node.setdefault(decision.node, {})[uid] = self.now() + self.bind_timeout
 
     def _pop_pending(self, uid: str) -> Chosen | None:
         decision = self._pending.pop(uid, None)
         if decision is not None:
-            left = self._pending_per_node.get(decision.node, 0) - 1
-            if left > 0:
-                self._pending_per_node[decision.node] = left
-            else:
-                self._pending_per_node.pop(decision.node, None)
+            waiting = self._pending_per_node.get(decision.node)
+            if waiting is not None:
+                waiting.pop(uid, None)
+                if not waiting:
+                    del self._pending_per_node[decision.node]
         return decision
 
     def _filter_template_nodes(self, pod: dict[str, Any], items: list[dict[str, Any]]) -> bytes:
