@@ -10,6 +10,7 @@ from vgpu_scheduler.scheduler.options import SchedulerOptions
 
 PROG = "vgpu-scheduler"
 COMMANDS = (
+    ("certs", "create or rotate the webhook's TLS Secret and caBundle (an init container)"),
     ("simulate", "schedule pods on a simulated cluster (no Kubernetes needed)"),
     ("version", "print version"),
 )
@@ -42,6 +43,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         # cobra's Println without an output writer goes to stderr, as HAMi's `scheduler version`.
         print("\n".join(version_lines()), file=sys.stderr)
         return 0
+    if args[:1] == ["certs"]:
+        from vgpu_scheduler.certs.cli import main as certs_main
+
+        return certs_main(args[1:])
     if args[:1] == ["simulate"]:
         from vgpu_scheduler.simulate.cli import main as simulate_main
 

@@ -63,8 +63,17 @@ LEASES = ResourceType("leases", "Lease", "coordination.k8s.io", "v1", True, "lea
 EVENTS = ResourceType("events", "Event", "", "v1", True, "events", "events", False)
 EVENTS_V1 = ResourceType("events", "Event", "events.k8s.io", "v1", True, "events", "events", False)
 NAMESPACES = ResourceType("namespaces", "Namespace", "", "v1", False, "namespaces", "namespaces", True)
+# Only `vgpu-scheduler certs` uses these two (the webhook serving Secret and its caBundle).
+SECRETS = ResourceType("secrets", "Secret", "", "v1", True, "secrets", "secrets", False)
+MUTATING_WEBHOOK_CONFIGURATIONS = ResourceType(
+    "mutatingwebhookconfigurations", "MutatingWebhookConfiguration", "admissionregistration.k8s.io", "v1",
+    False, "mutatingwebhookconfigurations", "mutatingwebhookconfigurations", False,
+)
 
-ALL_RESOURCES: tuple[ResourceType, ...] = (PODS, NODES, RESOURCEQUOTAS, LEASES, EVENTS, EVENTS_V1, NAMESPACES)
+ALL_RESOURCES: tuple[ResourceType, ...] = (
+    PODS, NODES, RESOURCEQUOTAS, LEASES, EVENTS, EVENTS_V1, NAMESPACES,
+    SECRETS, MUTATING_WEBHOOK_CONFIGURATIONS,
+)
 _BY_NAME: dict[str, ResourceType] = {}
 for _rt in ALL_RESOURCES:
     _BY_NAME[_rt.qualified] = _rt
@@ -341,6 +350,8 @@ SELECTABLE_FIELDS: dict[ResourceType, tuple[str, ...]] = {
     RESOURCEQUOTAS: _COMMON_FIELDS,
     LEASES: _COMMON_FIELDS,
     NAMESPACES: (*_COMMON_FIELDS, "status.phase"),
+    SECRETS: (*_COMMON_FIELDS, "type"),
+    MUTATING_WEBHOOK_CONFIGURATIONS: _COMMON_FIELDS,
     EVENTS: (
         *_COMMON_FIELDS,
         *(f"involvedObject.{f}" for f in _EVENT_REF),

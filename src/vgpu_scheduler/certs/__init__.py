@@ -1,0 +1,1 @@
+"""`vgpu-scheduler certs`: the admission webhook's self-signed TLS Secret and caBundle."""
