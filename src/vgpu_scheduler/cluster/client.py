@@ -14,6 +14,7 @@ from vgpu_scheduler.cluster import api
 from vgpu_scheduler.cluster.api import ResourceType
 from vgpu_scheduler.cluster.errors import ApiError
 from vgpu_scheduler.cluster.transport import Transport
+from vgpu_scheduler.wire import objects
 
 Obj = dict[str, Any]
 
@@ -157,7 +158,7 @@ class KubeClient:
         self, resource: str | ResourceType, obj: Mapping[str, Any], namespace: str | None = None
     ) -> Obj:
         rt = api.resource_type(resource)
-        ns = namespace or ((obj.get("metadata") or {}).get("namespace") if rt.namespaced else None)
+        ns = namespace or (objects.namespace(obj) if rt.namespaced else None)
         return await self._call("POST", api.resource_path(rt, ns), body=obj)
 
     async def replace(

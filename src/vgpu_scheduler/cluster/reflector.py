@@ -24,6 +24,7 @@ from vgpu_scheduler.cluster.client import KubeClient
 from vgpu_scheduler.cluster.errors import ApiConnectionError, ApiError, is_gone
 from vgpu_scheduler.cluster.store import Store
 from vgpu_scheduler.cluster.transport import gc_paused
+from vgpu_scheduler.wire import objects
 
 log = logging.getLogger(__name__)
 
@@ -257,5 +258,4 @@ class Reflector:
 
 
 def _rv(obj: Obj) -> str:
-    rv = (obj.get("metadata") or {}).get("resourceVersion")
-    return rv if isinstance(rv, str) else ""
+    return objects.resource_version(obj)

@@ -49,7 +49,7 @@ from vgpu_scheduler.model import (
     PodDevices,
     PodSingleDevice,
 )
-from vgpu_scheduler.wire import keys
+from vgpu_scheduler.wire import keys, objects
 
 DEVICE_TYPE_NOT_FOUND = "Device type not found"
 _MIG_ALLOCATION_FAILED = "MIG profile and placement allocation failed"
@@ -146,22 +146,6 @@ class PodFitContext:
         return self.vgpu_mode is None or MIG_MODE in self.vgpu_mode
 
 
-def _annotations(pod: Mapping[str, Any]) -> Mapping[str, str]:
-    meta = pod.get("metadata")
-    annos = meta.get("annotations") if isinstance(meta, Mapping) else None
-    if not isinstance(annos, Mapping):
-        return {}
-    # A filter body is not validated by an API server: a non-string value (`"policy": 5`) would
-    # crash the string handling below. Such values are ignored, as `podinfo.pod_annotations` does.
-    return {k: v for k, v in annos.items() if isinstance(v, str)}
-
-
-def _init_count(pod: Mapping[str, Any]) -> int:
-    spec = pod.get("spec")
-    items = spec.get("initContainers") if isinstance(spec, Mapping) else None
-    return sum(1 for c in items if isinstance(c, Mapping)) if isinstance(items, list) else 0
-
-
 def pod_fit_context(
     pod: Mapping[str, Any],
     *,
@@ -172,13 +156,12 @@ def pod_fit_context(
 ) -> PodFitContext:
     """Build the per-pod context. Without `weights` the pod annotation is parsed, which raises
     `ScoringWeightsError` for an invalid value (HAMi then fails the whole Filter)."""
-    annos = _annotations(pod)
-    meta = pod.get("metadata")
-    namespace = meta.get("namespace", "") if isinstance(meta, Mapping) else ""
+    # A filter body is not validated by an API server: non-string annotation values are dropped.
+    annos = objects.annotations(pod)
     policy = annos.get(keys.GPU_SCHEDULER_POLICY, default_policy)
     numa = annos.get(keys.NUMA_BIND)
     return PodFitContext(
-        namespace=namespace if isinstance(namespace, str) else "",
+        namespace=objects.namespace(pod),
         policy=policy,
         numa_bind=numa is not None and parse_go_bool(numa),
         mutex=policy_contains(policy, MUTEX),
@@ -190,7 +173,7 @@ def pod_fit_context(
         vgpu_mode=annos.get(keys.VGPU_MODE),
         weights=pod_scoring_weights(annos) if weights is None else weights,
         quota=quota,
-        n_init=_init_count(pod) if n_init is None else n_init,
+        n_init=objects.init_container_count(pod) if n_init is None else n_init,
     )
 
 

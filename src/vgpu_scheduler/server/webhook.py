@@ -25,9 +25,10 @@ from typing import Any
 from aiohttp import web
 
 from vgpu_scheduler.config import NvidiaConfig
-from vgpu_scheduler.engine.requests import init_container_count, pod_requests
+from vgpu_scheduler.engine.requests import pod_requests
 from vgpu_scheduler.model import ContainerRequests
 from vgpu_scheduler.scheduler.options import SchedulerOptions
+from vgpu_scheduler.wire import objects
 from vgpu_scheduler.wire.admission import (
     UNTYPED,
     AdmissionDecodeError,
@@ -244,9 +245,8 @@ def review_pod(
     if not isinstance(pod.get("spec"), dict):
         pod["spec"] = {}
     spec = pod["spec"]
-    meta = pod.get("metadata") or {}
-    ns = meta.get("namespace") or namespace
-    ref = f"{ns}/{meta.get('name') or meta.get('generateName') or ''}"
+    ns = objects.namespace(pod) or namespace
+    ref = f"{ns}/{objects.name(pod) or objects.metadata(pod).get('generateName') or ''}"
 
     if not _containers(spec, "containers"):
         log.warning("Processing admission hook for pod %s - Denying admission as pod has no containers", ref)
@@ -286,7 +286,8 @@ def review_pod(
             log.info("Processing admission hook for pod %s - Pod already has node assigned", ref)
             return AdmissionResponse.deny("pod has node assigned")
 
-    if quota_fits is not None and not quota_fits(ns, pod_requests(pod, cfg), init_container_count(pod)):
+    n_init = objects.init_container_count(pod)
+    if quota_fits is not None and not quota_fits(ns, pod_requests(pod, cfg), n_init):
         log.info("Processing admission hook for pod %s - Denying admission", ref)
         return AdmissionResponse.deny("exceeding resource quota")
     return AdmissionResponse.patched(original, pod)

@@ -19,6 +19,8 @@ from typing import Any
 
 import yaml
 
+from vgpu_scheduler.wire import objects
+
 # The C loader is much faster on large snapshots; the pure-Python one is the fallback.
 _BaseLoader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
@@ -87,14 +89,13 @@ def _parse(path: str, text: str) -> list[Any]:
 
 
 def _describe(where: str, obj: Mapping[str, Any], kind: str | None) -> str:
-    meta = obj.get("metadata")
-    name = meta.get("name") if isinstance(meta, Mapping) else None
+    name = objects.name(obj)
     bits = []
     if kind:
         bits.append(f"kind {kind}")
-    if isinstance(name, str) and name:
-        ns = meta.get("namespace") if isinstance(meta, Mapping) else None
-        bits.append(f"name {ns}/{name}" if isinstance(ns, str) and ns else f"name {name}")
+    if name:
+        ns = objects.namespace(obj)
+        bits.append(f"name {ns}/{name}" if ns else f"name {name}")
     return f"{where} ({', '.join(bits)})" if bits else where
 
 
