@@ -368,7 +368,7 @@ def test_other_vendor_devices_do_not_count_in_total() -> None:
 def test_fit_request_rejects_other_request_type() -> None:
     node = make_node([gpu(0)])
     req = ContainerDeviceRequest(1, "OtherType", 100, PERCENTAGE_UNSET, 0)
-    result = fit_request(req, node.devices, node.usage, [0], PodFitContext())
+    result = fit_request(req, node.devices, node.usage, [0], ctx=PodFitContext())
     assert (result.ok, result.reason) == (False, "1/1 CardTypeMismatch")
 
 
@@ -763,13 +763,15 @@ def test_fast_path_matches_ordered_fit(
     sub = [node.devices[p] for p in positions]
     us = [node.usage[p] for p in positions]
     values = device_scores(
-        sub, [u.used for u in us], [u.usedcores for u in us], [u.usedmem for u in us], creqs, ctx.weights
+        sub, [u.used for u in us], [u.usedcores for u in us], [u.usedmem for u in us],
+        requests=creqs, weights=ctx.weights,
     )
     scores = [0.0] * len(node.devices)
     for p, v in zip(positions, values, strict=True):
         scores[p] = v
-    order = sort_devices(positions, scores, node.devices, node.usage, ctx.policy, ctx.numa_bind)
-    ordered = fit_request(req, node.devices, node.usage, order, ctx, node.cordoned)
+    order = sort_devices(positions, scores, node.devices, node.usage, policy=ctx.policy,
+        numa_bind=ctx.numa_bind)
+    ordered = fit_request(req, node.devices, node.usage, order, ctx=ctx, cordoned=node.cordoned)
 
     result = evaluate_node([creqs], 0, node, ctx=ctx)
     if req.nums > len(positions):

@@ -55,6 +55,7 @@ class KubeClient:
         self,
         resource: str | ResourceType,
         namespace: str | None = None,
+        *,
         label_selector: str | None = None,
         field_selector: str | None = None,
         limit: int = 500,
@@ -84,6 +85,7 @@ class KubeClient:
         self,
         resource: str | ResourceType,
         namespace: str | None = None,
+        *,
         label_selector: str | None = None,
         field_selector: str | None = None,
         page_size: int = 500,
@@ -97,11 +99,13 @@ class KubeClient:
         rv = ""
         while True:
             try:
-                page = await self.list(resource, namespace, label_selector, field_selector, page_size, token)
+                page = await self.list(resource, namespace, label_selector=label_selector,
+                    field_selector=field_selector, limit=page_size, continue_=token)
             except ApiError as exc:
                 if token is None or exc.status != 410:
                     raise
-                page = await self.list(resource, namespace, label_selector, field_selector, limit=0)
+                page = await self.list(resource, namespace, label_selector=label_selector,
+                    field_selector=field_selector, limit=0)
                 items = []
                 token = None
             items.extend(page.get("items") or [])
@@ -115,6 +119,7 @@ class KubeClient:
         self,
         resource: str | ResourceType,
         namespace: str | None = None,
+        *,
         label_selector: str | None = None,
         field_selector: str | None = None,
         resource_version: str | None = None,
@@ -265,7 +270,8 @@ class KubeClient:
     async def list_leases(
         self, namespace: str, label_selector: str | None = None, field_selector: str | None = None
     ) -> builtins.list[Obj]:
-        items, _ = await self.list_all(api.LEASES, namespace, label_selector, field_selector)
+        items, _ = await self.list_all(api.LEASES, namespace, label_selector=label_selector,
+            field_selector=field_selector)
         return items
 
     async def list_pods(
@@ -274,5 +280,6 @@ class KubeClient:
         label_selector: str | None = None,
         field_selector: str | None = None,
     ) -> builtins.list[Obj]:
-        items, _ = await self.list_all(api.PODS, namespace, label_selector, field_selector)
+        items, _ = await self.list_all(api.PODS, namespace, label_selector=label_selector,
+            field_selector=field_selector)
         return items

@@ -91,6 +91,7 @@ def make_event(
     type_: str,
     reason: str,
     message: str,
+    *,
     component: str,
     moment: datetime,
     nanos: int,
@@ -183,7 +184,7 @@ class EventRecorder:
         moment = self.now()
         nanos = max(unix_nanos(moment), self._last_nanos + 1)  # names must not collide
         self._last_nanos = nanos
-        event = make_event(pod, type_, reason, message, self.component, moment, nanos)
+        event = make_event(pod, type_, reason, message, component=self.component, moment=moment, nanos=nanos)
         ref = event["involvedObject"]
         key = (
             event["metadata"]["namespace"],

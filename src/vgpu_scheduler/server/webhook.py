@@ -233,6 +233,7 @@ def review_pod(
     original: Mapping[str, Any],
     opts: SchedulerOptions,
     cfg: NvidiaConfig,
+    *,
     quota_fits: QuotaFits | None = None,
     namespace: str = "",
 ) -> AdmissionResponse:
@@ -310,7 +311,7 @@ def handle_admission_review(
         log.error("unable to decode the request: %s", err)
         return 200, encode_admission_review(err.review_type, err.uid, AdmissionResponse.error(400, str(err)))
     try:
-        response = review_pod(request.object, opts, cfg, quota_fits, request.namespace)
+        response = review_pod(request.object, opts, cfg, quota_fits=quota_fits, namespace=request.namespace)
     except PodShapeError as err:
         log.error("Failed to decode request: %s", err)
         response = AdmissionResponse.error(400, str(err))

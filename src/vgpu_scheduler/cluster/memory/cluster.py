@@ -162,12 +162,13 @@ class MemoryCluster:
         self,
         method: str,
         path: str,
+        *,
         params: Mapping[str, str] | None = None,
         body: bytes | None = None,
         content_type: str | None = None,
     ) -> tuple[int, bytes]:
         """Serve one non-watch REST request; returns (HTTP status, JSON body)."""
-        return await self._rest.handle(method, path, params, body, content_type)
+        return await self._rest.handle(method, path, params=params, body=body, content_type=content_type)
 
     async def open_watch(self, path: str, params: Mapping[str, str] | None = None) -> MemoryWatch:
         """Start a REST watch (`?watch=1`); raises ApiError for what would be a non-200 answer."""
