@@ -70,7 +70,8 @@ def test_helpers() -> None:
 
 def test_event_shape_matches_client_go(fx: Any) -> None:
     real = fx.json("api/event.scheduled.core-v1.raw.json")
-    event = make_event(pod(), NORMAL, BINDING_SUCCEED, "msg", "hami-scheduler", T0, unix_nanos(T0))
+    event = make_event(pod(), NORMAL, BINDING_SUCCEED, "msg", component="hami-scheduler", moment=T0,
+        nanos=unix_nanos(T0))
     # The reference to the pod is exactly what the API stores for kube-scheduler's own event.
     assert event["involvedObject"] == real["involvedObject"]
     assert list(event["involvedObject"]) == list(real["involvedObject"])

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from tests.builders import pod
 from vgpu_scheduler.cluster.client import KubeClient
 from vgpu_scheduler.cluster.embedded.deviceplugin import attach_device_plugin
 from vgpu_scheduler.cluster.memory import MemoryCluster
@@ -19,10 +20,6 @@ from vgpu_scheduler.cluster.reflector import Reflector
 from vgpu_scheduler.cluster.transport import MemoryTransport
 
 BOUND = 10.0  # seconds; far below the 600 s watch timeout the bug waited for
-
-
-def _pod(name: str) -> dict[str, Any]:
-    return {"metadata": {"name": name, "namespace": "default"}, "spec": {"containers": [{"name": "c"}]}}
 
 
 async def _until(cond: Any) -> None:
@@ -44,7 +41,7 @@ async def test_cancel_with_an_event_arriving_in_the_same_iteration() -> None:
 
     task = asyncio.create_task(consume())
     await asyncio.sleep(0)  # the consumer now waits for an event
-    cluster.create("pods", _pod("a"))  # wakes the waiter ...
+    cluster.create("pods", pod("a", containers=[{"name": "c"}]))  # wakes the waiter ...
     task.cancel()  # ... in the same iteration as the cancellation
     done, _ = await asyncio.wait({task}, timeout=BOUND)
     assert task in done and task.cancelled()
@@ -76,7 +73,7 @@ async def test_watch_still_times_out_and_wakes_for_events() -> None:
 
     task = asyncio.create_task(consume())
     await asyncio.sleep(0)
-    cluster.create("pods", _pod("a"))
+    cluster.create("pods", pod("a", containers=[{"name": "c"}]))
     await asyncio.wait({task}, timeout=BOUND)
     assert task.done() and task.exception() is None  # ended by its timeout
     assert len(lines) == 1 and b'"ADDED"' in lines[0]
@@ -91,7 +88,7 @@ async def test_reflector_stop_while_writes_arrive() -> None:
         await _until(lambda r=reflector: r.stats.watches > 0)
         for _ in range(round_ % 4):
             await asyncio.sleep(0)
-        cluster.create("pods", _pod(f"p{round_}"))
+        cluster.create("pods", pod(f"p{round_}", containers=[{"name": "c"}]))
         await asyncio.wait_for(reflector.stop(), BOUND)
 
 
@@ -103,5 +100,5 @@ async def test_background_device_plugin_stop_while_pods_change() -> None:
         await _until(lambda p=plugin: p.reflector.stats.watches > 0)
         for _ in range(round_ % 3):
             await asyncio.sleep(0)
-        cluster.create("pods", _pod(f"p{round_}"))
+        cluster.create("pods", pod(f"p{round_}", containers=[{"name": "c"}]))
         await asyncio.wait_for(plugin.stop(), BOUND)

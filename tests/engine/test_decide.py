@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from tests.builders import node as node_object
 from vgpu_scheduler.config import NvidiaConfig
 from vgpu_scheduler.engine.decide import (
     Chosen,
@@ -279,22 +280,18 @@ def test_mig_decision_writes_placements() -> None:
 # --- simulation path ----------------------------------------------------------------------------
 
 
-def node_object(name: str, annotations: dict[str, str]) -> dict[str, Any]:
-    return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "annotations": annotations}}
-
-
 def register(*devices: DeviceInfo) -> dict[str, str]:
     return {keys.NODE_NVIDIA_REGISTER: encode_node_devices_json(devices)}
 
 
 def test_simulation_path_reads_inventory_from_node_objects() -> None:
     nodes = [
-        node_object("t-d", register(gpu("GPU-d", devmem=500))),
-        node_object("t-c", {keys.NODE_NVIDIA_REGISTER: "[{broken"}),
-        node_object("t-b", register(gpu("GPU-b"))),
-        node_object("t-a", {}),
-        node_object("t-e", {keys.NODE_NVIDIA_REGISTER: "[]"}),
-        node_object("t-f", register(gpu("GPU-f")) | {keys.DEVICE_CORDON: "GPU-f"}),
+        node_object("t-d", annotations=register(gpu("GPU-d", devmem=500)), typed=True),
+        node_object("t-c", annotations={keys.NODE_NVIDIA_REGISTER: "[{broken"}, typed=True),
+        node_object("t-b", annotations=register(gpu("GPU-b")), typed=True),
+        node_object("t-a", annotations={}, typed=True),
+        node_object("t-e", annotations={keys.NODE_NVIDIA_REGISTER: "[]"}, typed=True),
+        node_object("t-f", annotations=register(gpu("GPU-f")) | {keys.DEVICE_CORDON: "GPU-f"}, typed=True),
     ]
     pod = make_pod("p", ctr(mem=1000))
     d = decide_on_nodes(pod, nodes, CFG, "binpack", "spread", NOW)
@@ -322,7 +319,7 @@ def test_simulation_path_reads_inventory_from_node_objects() -> None:
 
 
 def test_simulation_path_has_no_usage_and_no_request_echo() -> None:
-    nodes = [node_object("t", register(gpu("GPU-t")))]
+    nodes = [node_object("t", annotations=register(gpu("GPU-t")), typed=True)]
     assert decide_on_nodes(make_pod("p", ctr(gpus=None)), nodes, CFG, "binpack", "spread", NOW) == NoRequest()
     for _ in range(3):  # nothing is recorded between calls
         d = decide_on_nodes(make_pod("p", ctr(mem=8000)), nodes, CFG, "binpack", "spread", NOW)

@@ -4,12 +4,14 @@ chosen devices of every GPU policy (§5.6) on nodes with existing usage."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.builders import pod as shared_pod
 from vgpu_scheduler.engine.fit import (
     DEVICE_TYPE_NOT_FOUND,
     NodeFailure,
@@ -37,6 +39,9 @@ from vgpu_scheduler.model import (
 
 # --------------------------------------------------------------------------------------------
 # builders
+
+# The shared builder with this module's defaults: pod "p" in "team-a", empty annotations.
+pod = partial(shared_pod, namespace="team-a", annotations={})
 
 
 def gpu(
@@ -78,10 +83,6 @@ def make_node(
 
 def creq(nums: int = 1, mem: int = 1000, pct: int = PERCENTAGE_UNSET, cores: int = 0) -> ContainerRequests:
     return {NVIDIA: ContainerDeviceRequest(nums, NVIDIA, mem, pct, cores)}
-
-
-def pod(annotations: dict[str, str] | None = None, namespace: str = "team-a") -> dict[str, Any]:
-    return {"metadata": {"name": "p", "namespace": namespace, "annotations": annotations or {}}, "spec": {}}
 
 
 @dataclass
@@ -276,7 +277,8 @@ def test_fit_reasons(
     cordoned: tuple[str, ...],
     expected: str,
 ) -> None:
-    assert evaluate_node([creqs], 0, make_node(devs, usage, cordoned), pod(annotations)) == NodeFailure(
+    assert evaluate_node([creqs], 0, make_node(devs, usage, cordoned),
+        pod(annotations=annotations)) == NodeFailure(
         expected
     )
 
@@ -347,7 +349,8 @@ def test_fit_choices(
     cordoned: tuple[str, ...],
     expected: list[list[str]],
 ) -> None:
-    assert uuids(evaluate_node([creqs], 0, make_node(devs, usage, cordoned), pod(annotations))) == expected
+    assert uuids(evaluate_node([creqs], 0, make_node(devs, usage, cordoned),
+        pod(annotations=annotations))) == expected
 
 
 def test_allocated_entry_values() -> None:
@@ -368,7 +371,7 @@ def test_other_vendor_devices_do_not_count_in_total() -> None:
 def test_fit_request_rejects_other_request_type() -> None:
     node = make_node([gpu(0)])
     req = ContainerDeviceRequest(1, "OtherType", 100, PERCENTAGE_UNSET, 0)
-    result = fit_request(req, node.devices, node.usage, [0], PodFitContext())
+    result = fit_request(req, node.devices, node.usage, [0], ctx=PodFitContext())
     assert (result.ok, result.reason) == (False, "1/1 CardTypeMismatch")
 
 
@@ -386,8 +389,9 @@ def test_numa_bind_groups() -> None:
     # collected, GPU-3 lacks memory, GPU-1 opens numa 0: the one numa-1 device counts NumaNotFit.
     devs, usage = four(), {3: use(1, 15500)}
     bind = {"nvidia.com/numa-bind": "true"}
-    assert uuids(evaluate_node([creq(2)], 0, make_node(devs, usage), pod(bind))) == [["GPU-1", "GPU-0"]]
-    assert evaluate_node([creq(3)], 0, make_node(devs, usage), pod(bind)) == NodeFailure(
+    assert uuids(evaluate_node([creq(2)], 0, make_node(devs, usage), pod(annotations=bind))) == [["GPU-1",
+        "GPU-0"]]
+    assert evaluate_node([creq(3)], 0, make_node(devs, usage), pod(annotations=bind)) == NodeFailure(
         "1/4 CardInsufficientMemory, 1/4 NumaNotFit, 2/4 AllocatedCardsInsufficientRequest"
     )
 
@@ -396,7 +400,7 @@ def test_numa_bind_groups() -> None:
 def test_numa_bind_off(value: str) -> None:
     # Spread without binding: GPU-3 (busy) sorts first, then GPU-0, GPU-1 (numa 0), GPU-2 (numa 1).
     node = make_node(four(), {3: use(1, 15500)})
-    result = evaluate_node([creq(2)], 0, node, pod({"nvidia.com/numa-bind": value}))
+    result = evaluate_node([creq(2)], 0, node, pod(annotations={"nvidia.com/numa-bind": value}))
     assert uuids(result) == [["GPU-2", "GPU-1"]]
 
 
@@ -404,7 +408,7 @@ def test_numa_bind_with_topology_never_counts_numa_not_fit() -> None:
     # HAMi only counts NumaNotFit when Nums was decremented, which topology-aware never does.
     node = make_node(four(), {3: use(1, 15500)})
     annos = {"nvidia.com/numa-bind": "true", "hami.io/gpu-scheduler-policy": "topology-aware"}
-    assert evaluate_node([creq(3)], 0, node, pod(annos)) == NodeFailure(
+    assert evaluate_node([creq(3)], 0, node, pod(annotations=annos)) == NodeFailure(
         "1/4 CardInsufficientMemory, 2/4 AllocatedCardsInsufficientRequest"
     )
 
@@ -488,12 +492,13 @@ def test_policy_choice_with_usage(policy: str, numa_bind: bool, nums: int, expec
     annos = {"hami.io/gpu-scheduler-policy": policy}
     if numa_bind:
         annos["nvidia.com/numa-bind"] = "true"
-    assert uuids(evaluate_node([creq(nums)], 0, make_node(four(), BUSY), pod(annos))) == [expected]
+    assert uuids(evaluate_node([creq(nums)], 0, make_node(four(), BUSY),
+        pod(annotations=annos))) == [expected]
 
 
 def test_mutex_not_enough_idle() -> None:
     result = evaluate_node(
-        [creq(3)], 0, make_node(four(), BUSY), pod({"hami.io/gpu-scheduler-policy": "mutex"})
+        [creq(3)], 0, make_node(four(), BUSY), pod(annotations={"hami.io/gpu-scheduler-policy": "mutex"})
     )
     assert result == NodeFailure("2/4 AllocatedCardsInsufficientRequest, 2/4 ExclusiveDeviceAllocateConflict")
 
@@ -501,7 +506,8 @@ def test_mutex_not_enough_idle() -> None:
 @pytest.mark.parametrize("policy", ["spread", "binpack", "mutex", "binpack,numa"])
 def test_ties_take_last_inventory_device(policy: str) -> None:
     node = make_node(four(numa=(0, 0, 0, 0)))
-    assert uuids(evaluate_node([creq()], 0, node, pod({"hami.io/gpu-scheduler-policy": policy}))) == [
+    assert uuids(evaluate_node([creq()], 0, node,
+        pod(annotations={"hami.io/gpu-scheduler-policy": policy}))) == [
         ["GPU-3"]
     ]
 
@@ -511,13 +517,14 @@ def test_default_policy_argument() -> None:
     assert uuids(evaluate_node([creq()], 0, node, pod(), default_policy="binpack")) == [["GPU-2"]]
     # the pod annotation wins over the default
     annos = {"hami.io/gpu-scheduler-policy": "spread"}
-    assert uuids(evaluate_node([creq()], 0, node, pod(annos), default_policy="binpack")) == [["GPU-3"]]
+    assert uuids(evaluate_node([creq()], 0, node, pod(annotations=annos),
+        default_policy="binpack")) == [["GPU-3"]]
 
 
 def test_request_terms_count_only_for_devices_typed_like_the_request() -> None:
     # Typed "NVIDIA": 10*(1/10 + 5000/10000) = 6 vs 10*(1/10 + 5000/20000) = 3.5 -> binpack GPU-0.
     devs = [gpu(0, type_=NVIDIA, devmem=10000), gpu(1, type_=NVIDIA, devmem=20000)]
-    binpack = pod({"hami.io/gpu-scheduler-policy": "binpack"})
+    binpack = pod(annotations={"hami.io/gpu-scheduler-policy": "binpack"})
     assert uuids(evaluate_node([creq(mem=5000)], 0, make_node(devs), binpack)) == [["GPU-0"]]
     # Model-typed devices: both score 0, the tie takes the last device.
     devs = [gpu(0, devmem=10000), gpu(1, devmem=20000)]
@@ -528,17 +535,19 @@ def test_scoring_weights_change_the_order() -> None:
     # default: GPU-0 10*0.3 = 3, GPU-1 10*(0.1 + 0.75) = 8.5; slots only: 3 vs 1.
     devs, usage = [gpu(0), gpu(1)], {0: use(3), 1: use(1, 12000)}
     annos = {"hami.io/gpu-scheduler-policy": "binpack"}
-    assert uuids(evaluate_node([creq()], 0, make_node(devs, usage), pod(annos))) == [["GPU-1"]]
+    assert uuids(evaluate_node([creq()], 0, make_node(devs, usage), pod(annotations=annos))) == [["GPU-1"]]
     annos["hami.io/device-scoring-weights"] = "slot=1,core=0,memory=0"
-    assert uuids(evaluate_node([creq()], 0, make_node(devs, usage), pod(annos))) == [["GPU-0"]]
-    assert uuids(evaluate_node([creq()], 0, make_node(devs, usage), pod(annos), weights=(1, 1, 1))) == [
+    assert uuids(evaluate_node([creq()], 0, make_node(devs, usage), pod(annotations=annos))) == [["GPU-0"]]
+    assert uuids(evaluate_node([creq()], 0, make_node(devs, usage), pod(annotations=annos), weights=(1, 1,
+        1))) == [
         ["GPU-1"]
     ]
 
 
 def test_invalid_scoring_weights_raise() -> None:
     with pytest.raises(ScoringWeightsError):
-        evaluate_node([creq()], 0, make_node([gpu(0)]), pod({"hami.io/device-scoring-weights": "slot=1"}))
+        evaluate_node([creq()], 0, make_node([gpu(0)]),
+            pod(annotations={"hami.io/device-scoring-weights": "slot=1"}))
 
 
 # --------------------------------------------------------------------------------------------
@@ -579,13 +588,13 @@ def test_topology_aware_four_gpus(
     pairs: set[frozenset[int]], usage: dict[int, DeviceUsage], nums: int, policy: str, expected: list[str]
 ) -> None:
     node = make_node(four_linked(pairs), usage)
-    result = evaluate_node([creq(nums)], 0, node, pod({"hami.io/gpu-scheduler-policy": policy}))
+    result = evaluate_node([creq(nums)], 0, node, pod(annotations={"hami.io/gpu-scheduler-policy": policy}))
     assert uuids(result) == [expected]
 
 
 def test_topology_aware_not_enough() -> None:
     node = make_node(four_linked(PAIRS)[:2], {1: use(1, 15500)})
-    assert evaluate_node([creq(2)], 0, node, pod(TOPO)) == NodeFailure(
+    assert evaluate_node([creq(2)], 0, node, pod(annotations=TOPO)) == NodeFailure(
         "1/2 AllocatedCardsInsufficientRequest, 1/2 CardInsufficientMemory"
     )
 
@@ -607,7 +616,7 @@ def eight_gpus() -> list[DeviceInfo]:
 )
 def test_topology_aware_eight_gpus_with_usage(nums: int, expected: list[str]) -> None:
     node = make_node(eight_gpus(), {5: use(3, 15900, 50)})
-    assert uuids(evaluate_node([creq(nums)], 0, node, pod(TOPO))) == [expected]
+    assert uuids(evaluate_node([creq(nums)], 0, node, pod(annotations=TOPO))) == [expected]
 
 
 # --------------------------------------------------------------------------------------------
@@ -655,14 +664,16 @@ def test_pod_without_requests() -> None:
 )
 def test_usage_updated_between_app_containers(policy: str, expected: list[list[str]]) -> None:
     node = make_node([gpu(0), gpu(1)])
-    result = evaluate_node([creq(), creq()], 0, node, pod({"hami.io/gpu-scheduler-policy": policy}))
+    result = evaluate_node([creq(), creq()], 0, node,
+        pod(annotations={"hami.io/gpu-scheduler-policy": policy}))
     assert uuids(result) == expected
 
 
 def test_cores_used_by_earlier_app_container() -> None:
     node = make_node([gpu(0), gpu(1)])
     result = evaluate_node(
-        [creq(cores=60), creq(cores=60)], 0, node, pod({"hami.io/gpu-scheduler-policy": "binpack"})
+        [creq(cores=60),
+            creq(cores=60)], 0, node, pod(annotations={"hami.io/gpu-scheduler-policy": "binpack"})
     )
     assert uuids(result) == [["GPU-1"], ["GPU-0"]]
 
@@ -683,7 +694,7 @@ def test_sorted_order_carries_over_between_containers() -> None:
 
 
 def test_context_reuse_across_nodes() -> None:
-    ctx = pod_fit_context(pod({"hami.io/gpu-scheduler-policy": "binpack"}), n_init=0)
+    ctx = pod_fit_context(pod(annotations={"hami.io/gpu-scheduler-policy": "binpack"}), n_init=0)
     assert ctx.policy == "binpack" and ctx.namespace == "team-a"
     busy = make_node(four(), BUSY)
     idle = make_node(four())
@@ -693,7 +704,7 @@ def test_context_reuse_across_nodes() -> None:
 
 def test_fit_container_updates_the_given_copy() -> None:
     node = make_node([gpu(0), gpu(1)], {0: use(1, 1000, 10)})
-    ctx = pod_fit_context(pod({"hami.io/gpu-scheduler-policy": "binpack"}))
+    ctx = pod_fit_context(pod(annotations={"hami.io/gpu-scheduler-policy": "binpack"}))
     result, migs = fit_container(ContainerDeviceRequest(1, NVIDIA, 2000, PERCENTAGE_UNSET, 20), node, ctx)
     assert result.ok and result.positions == [0] and migs == []
     assert result.devices == [ContainerDevice("GPU-0", NVIDIA, 2000, 20, 0)]
@@ -757,19 +768,21 @@ annotations_st = st.fixed_dictionaries(
 def test_fast_path_matches_ordered_fit(
     node: NodeView, creqs: ContainerRequests, annotations: dict[str, str]
 ) -> None:
-    ctx = pod_fit_context(pod(annotations))
+    ctx = pod_fit_context(pod(annotations=annotations))
     req = creqs[NVIDIA]
     positions = vendor_positions(node.devices)
     sub = [node.devices[p] for p in positions]
     us = [node.usage[p] for p in positions]
     values = device_scores(
-        sub, [u.used for u in us], [u.usedcores for u in us], [u.usedmem for u in us], creqs, ctx.weights
+        sub, [u.used for u in us], [u.usedcores for u in us], [u.usedmem for u in us],
+        requests=creqs, weights=ctx.weights,
     )
     scores = [0.0] * len(node.devices)
     for p, v in zip(positions, values, strict=True):
         scores[p] = v
-    order = sort_devices(positions, scores, node.devices, node.usage, ctx.policy, ctx.numa_bind)
-    ordered = fit_request(req, node.devices, node.usage, order, ctx, node.cordoned)
+    order = sort_devices(positions, scores, node.devices, node.usage, policy=ctx.policy,
+        numa_bind=ctx.numa_bind)
+    ordered = fit_request(req, node.devices, node.usage, order, ctx=ctx, cordoned=node.cordoned)
 
     result = evaluate_node([creqs], 0, node, ctx=ctx)
     if req.nums > len(positions):
@@ -792,7 +805,7 @@ def test_fast_path_matches_ordered_fit(
 def test_node_verdict_matches_evaluate_node(
     node: NodeView, reqs: list[ContainerRequests], n_init: int, annotations: dict[str, str]
 ) -> None:
-    ctx = pod_fit_context(pod(annotations), n_init=n_init, quota=FakeQuota(memory=5000))
+    ctx = pod_fit_context(pod(annotations=annotations), n_init=n_init, quota=FakeQuota(memory=5000))
     result = evaluate_node(reqs, n_init, node, ctx=ctx)
     assert node_verdict(reqs, n_init, node, ctx) == (result if isinstance(result, NodeFailure) else None)
 

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any
+from functools import partial
 
 import pytest
 
+from tests.builders import pod as shared_pod
 from vgpu_scheduler.engine.fit import NodeFailure, NodeFit, evaluate_node
 from vgpu_scheduler.engine.migfit import mig_feasible, select_mig
 from vgpu_scheduler.engine.nodeview import DeviceUsage, NodeView
@@ -19,6 +20,9 @@ from vgpu_scheduler.model import (
     MigPlacement,
     MigProfile,
 )
+
+# The shared builder with this module's defaults: pod "p" in "ns", empty annotations.
+pod = partial(shared_pod, namespace="ns", annotations={})
 
 
 def pl(*starts_sizes: tuple[int, int]) -> tuple[MigPlacement, ...]:
@@ -101,10 +105,6 @@ def mig_gpu(uuid: str = "GPU-M", index: int = 0, profiles: tuple[MigProfile, ...
     )
 
 
-def pod(annotations: dict[str, str] | None = None) -> dict[str, Any]:
-    return {"metadata": {"name": "p", "namespace": "ns", "annotations": annotations or {}}, "spec": {}}
-
-
 def creq(nums: int, mem: int, cores: int = 0) -> dict[str, ContainerDeviceRequest]:
     return {NVIDIA: ContainerDeviceRequest(nums, NVIDIA, mem, PERCENTAGE_UNSET, cores)}
 
@@ -176,12 +176,12 @@ def test_mig_failures(
     reason: str,
 ) -> None:
     node = NodeView("n", [mig_gpu()], [usage])
-    assert evaluate_node(requests, 0, node, pod(annotations)) == NodeFailure(reason)
+    assert evaluate_node(requests, 0, node, pod(annotations=annotations)) == NodeFailure(reason)
 
 
 def test_vgpu_mode_mig_allows_mig_request_beyond_device_count() -> None:
     node = NodeView("n", [mig_gpu()], [DeviceUsage()])
-    result = evaluate_node([creq(3, 5000)], 0, node, pod({"nvidia.com/vgpu-mode": "mig"}))
+    result = evaluate_node([creq(3, 5000)], 0, node, pod(annotations={"nvidia.com/vgpu-mode": "mig"}))
     assert isinstance(result, NodeFit)
     assert [m.placement.start for m in result.mig] == [6, 5, 4]
 
@@ -191,6 +191,6 @@ def test_mixed_node_mig_pod_skips_hami_core_gpu() -> None:
         id="GPU-P", index=1, count=10, devmem=81920, devcore=100, type="NVIDIA A100", health=True
     )
     node = NodeView("n", [mig_gpu(), plain], [DeviceUsage(), DeviceUsage()])
-    result = evaluate_node([creq(1, 5000)], 0, node, pod({"nvidia.com/vgpu-mode": "mig"}))
+    result = evaluate_node([creq(1, 5000)], 0, node, pod(annotations={"nvidia.com/vgpu-mode": "mig"}))
     assert isinstance(result, NodeFit)
     assert result.devices[NVIDIA] == [[ContainerDevice("GPU-M", NVIDIA, 9984, 14, 0)]]

@@ -96,7 +96,7 @@ USAGE = [DeviceUsage(used=u) for u in USED]
     ],
 )
 def test_sort_devices(policy: str, numa_bind: bool, expected: list[int]) -> None:
-    assert sort_devices([0, 1, 2, 3], SCORES, DEVICES, USAGE, policy, numa_bind) == expected
+    assert sort_devices([0, 1, 2, 3], SCORES, DEVICES, USAGE, policy=policy, numa_bind=numa_bind) == expected
 
 
 @pytest.mark.parametrize("policy", ["spread", "binpack", "mutex", "topology-aware"])
@@ -106,10 +106,11 @@ def test_single_policies_are_stable(policy: str) -> None:
     scores = [0.5] * 6
     order = [4, 1, 5, 0, 3, 2]
     # All keys equal: the incoming order is kept, so fit takes the device that came last.
-    assert sort_devices(order, scores, devices, usage, policy, False) == order
+    assert sort_devices(order, scores, devices, usage, policy=policy, numa_bind=False) == order
 
 
 def test_chain_ties_use_device_index_not_input_order() -> None:
     devices = [DeviceInfo(id=f"GPU-{i}", index=9 - i) for i in range(3)]
     usage = [DeviceUsage() for _ in devices]
-    assert sort_devices([0, 1, 2], [1.0, 1.0, 1.0], devices, usage, "binpack,numa", False) == [2, 1, 0]
+    assert sort_devices([0, 1, 2], [1.0, 1.0, 1.0], devices, usage, policy="binpack,numa",
+        numa_bind=False) == [2, 1, 0]

@@ -20,6 +20,7 @@ from hypothesis import event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
+from tests.builders import device
 from vgpu_scheduler.config import NvidiaConfig
 from vgpu_scheduler.engine.decide import Chosen, NoRequest, decide
 from vgpu_scheduler.engine.ledger import DeviceLedger
@@ -30,11 +31,6 @@ from vgpu_scheduler.wire import keys
 
 CFG = NvidiaConfig()
 NS = "team"
-
-
-def _gpu(uuid: str, index: int, count: int, devmem: int, health: bool = True, numa: int = 0) -> DeviceInfo:
-    return DeviceInfo(id=uuid, index=index, count=count, devmem=devmem, devcore=100, type="NVIDIA-A100",
-                      health=health, numa=numa)
 
 
 def _a100_mig(uuid: str) -> DeviceInfo:
@@ -49,10 +45,17 @@ def _a100_mig(uuid: str) -> DeviceInfo:
 
 
 INVENTORY: dict[str, list[DeviceInfo]] = {
-    "n0": [_gpu("GPU-00", 0, 4, 8000), _gpu("GPU-01", 1, 4, 8000, numa=1)],
-    "n1": [_gpu("GPU-10", 0, 2, 16000)],
-    "n2": [_gpu("GPU-20", 0, 3, 4000), _gpu("GPU-21", 1, 3, 4000, health=False), _gpu("GPU-22", 2, 3, 6000),
-           _gpu("GPU-23", 3, 3, 4000)],
+    "n0": [
+        device("GPU-00", index=0, count=4, devmem=8000),
+        device("GPU-01", index=1, count=4, devmem=8000, numa=1),
+    ],
+    "n1": [device("GPU-10", index=0, count=2, devmem=16000)],
+    "n2": [
+        device("GPU-20", index=0, count=3, devmem=4000),
+        device("GPU-21", index=1, count=3, devmem=4000, health=False),
+        device("GPU-22", index=2, count=3, devmem=6000),
+        device("GPU-23", index=3, count=3, devmem=4000),
+    ],
     "n3": [_a100_mig("GPU-30")],
 }
 NODES = sorted(INVENTORY)

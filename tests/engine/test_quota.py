@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from tests.builders import quota
 from vgpu_scheduler.config import NvidiaConfig
 from vgpu_scheduler.engine.quota import QuotaEntry, QuotaManager
 from vgpu_scheduler.model import (
@@ -18,11 +19,6 @@ from vgpu_scheduler.model import (
 
 MEM = "nvidia.com/gpumem"
 CORES = "nvidia.com/gpucores"
-
-
-def quota(hard: dict[str, Any], name: str = "q", ns: str = "team") -> dict[str, Any]:
-    return {"apiVersion": "v1", "kind": "ResourceQuota", "metadata": {"name": name, "namespace": ns},
-            "spec": {"hard": hard}}
 
 
 def devices(*mem_cores: tuple[int, int]) -> PodDevices:

@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from tests.builders import pod
 from vgpu_scheduler.config import NvidiaConfig
 from vgpu_scheduler.engine.requests import (
     container_requests,
@@ -146,17 +147,11 @@ def test_container_requests_nothing(container: dict[str, Any], cfg: NvidiaConfig
     assert container_requests(container, cfg) is None
 
 
-def pod(init: list[dict[str, Any]], app: list[dict[str, Any]]) -> dict[str, Any]:
-    spec: dict[str, Any] = {"containers": app}
-    if init:
-        spec["initContainers"] = init
-    return {"metadata": {"name": "p", "namespace": "ns"}, "spec": spec}
-
-
 def test_pod_requests_init_first_and_empty_entries() -> None:
     p = pod(
-        [ctr({GPU: "1", MEM: "100"}), ctr({})],
-        [ctr({}), ctr({GPU: "2", PCT: "25"}), ctr({GPU: "0"}), ctr({GPU: "1", MEM: "16Gi"})],
+        namespace="ns",
+        init_containers=[ctr({GPU: "1", MEM: "100"}), ctr({})],
+        containers=[ctr({}), ctr({GPU: "2", PCT: "25"}), ctr({GPU: "0"}), ctr({GPU: "1", MEM: "16Gi"})],
     )
     assert pod_requests(p, CFG) == [
         {NVIDIA: req(1, 100, 101, 0)},
@@ -172,10 +167,10 @@ def test_pod_requests_init_first_and_empty_entries() -> None:
 @pytest.mark.parametrize(
     ("p", "expected"),
     [
-        (pod([], [ctr({})]), False),
-        (pod([], [ctr({GPU: "0"})]), False),
-        (pod([], [ctr({GPU: "1"})]), True),
-        (pod([ctr({GPU: "1"})], [ctr({})]), True),
+        (pod(init_containers=[], containers=[ctr({})], namespace="ns"), False),
+        (pod(init_containers=[], containers=[ctr({GPU: "0"})], namespace="ns"), False),
+        (pod(init_containers=[], containers=[ctr({GPU: "1"})], namespace="ns"), True),
+        (pod(init_containers=[ctr({GPU: "1"})], containers=[ctr({})], namespace="ns"), True),
         ({"metadata": {}}, False),
     ],
 )

@@ -130,7 +130,7 @@ def test_device_score(
     weights: tuple[int, int, int],
     expected: float,
 ) -> None:
-    assert device_score(device, *usage, requests, weights) == expected
+    assert device_score(device, *usage, requests=requests, weights=weights) == expected
 
 
 def test_device_score_is_float32_not_float64() -> None:
@@ -142,9 +142,9 @@ def test_device_score_is_float32_not_float64() -> None:
 def test_device_scores_batch_matches_single() -> None:
     devices = [dev(), dev(NVIDIA), dev(count=0), dev(devmem=40000)]
     used, cores, mem = [1, 2, 3, 4], [10, 20, 30, 40], [100, 2000, 300, 4000]
-    batch = device_scores(devices, used, cores, mem, r(1, 1000, cores=10), (2, 3, 5))
+    batch = device_scores(devices, used, cores, mem, requests=r(1, 1000, cores=10), weights=(2, 3, 5))
     singles = [
-        device_score(d, u, c, m, r(1, 1000, cores=10), (2, 3, 5))
+        device_score(d, u, c, m, requests=r(1, 1000, cores=10), weights=(2, 3, 5))
         for d, u, c, m in zip(devices, used, cores, mem, strict=True)
     ]
     assert batch == singles

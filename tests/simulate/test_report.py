@@ -4,6 +4,7 @@ from typing import Any
 
 import pytest
 
+from tests.builders import pod
 from vgpu_scheduler.model import PERCENTAGE_UNSET, ContainerDeviceRequest
 from vgpu_scheduler.simulate.report import (
     DeviceDemand,
@@ -44,13 +45,6 @@ def dev(
         usedcores=usedcores,
         health=health,
     )
-
-
-def pod(name: str, annotations: dict[str, str] | None = None, ns: str = "default") -> dict[str, Any]:
-    meta: dict[str, Any] = {"name": name, "namespace": ns}
-    if annotations is not None:
-        meta["annotations"] = annotations
-    return {"metadata": meta, "spec": {}}
 
 
 # -- DeviceDemand ----------------------------------------------------------------------------------
@@ -125,9 +119,11 @@ def test_fragmentation(
 
 def sample_report(**overrides: Any) -> dict[str, Any]:
     outcomes = [
-        PodOutcome(pod("b", {"hami.io/vgpu-node": "n1", "a": "1"}), "n1", {"n2": "ignored for bound pods"}),
-        PodOutcome(pod("a", ns="team"), None, {"n2": "1/8 CardInsufficientMemory", "n1": "Insufficient cpu"}),
-        PodOutcome(pod("c", {}), "n2"),
+        PodOutcome(pod("b", annotations={"hami.io/vgpu-node": "n1", "a": "1"}), "n1",
+            {"n2": "ignored for bound pods"}),
+        PodOutcome(pod("a", namespace="team"), None, {"n2": "1/8 CardInsufficientMemory",
+            "n1": "Insufficient cpu"}),
+        PodOutcome(pod("c", annotations={}), "n2"),
     ]
     devices = [
         dev("n2", 0, type=A100, devmem=81920, used=1, usedmem=40960, usedcores=50),

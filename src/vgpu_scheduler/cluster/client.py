@@ -14,6 +14,7 @@ from vgpu_scheduler.cluster import api
 from vgpu_scheduler.cluster.api import ResourceType
 from vgpu_scheduler.cluster.errors import ApiError
 from vgpu_scheduler.cluster.transport import Transport
+from vgpu_scheduler.wire import objects
 
 Obj = dict[str, Any]
 
@@ -54,6 +55,7 @@ class KubeClient:
         self,
         resource: str | ResourceType,
         namespace: str | None = None,
+        *,
         label_selector: str | None = None,
         field_selector: str | None = None,
         limit: int = 500,
@@ -83,6 +85,7 @@ class KubeClient:
         self,
         resource: str | ResourceType,
         namespace: str | None = None,
+        *,
         label_selector: str | None = None,
         field_selector: str | None = None,
         page_size: int = 500,
@@ -96,11 +99,13 @@ class KubeClient:
         rv = ""
         while True:
             try:
-                page = await self.list(resource, namespace, label_selector, field_selector, page_size, token)
+                page = await self.list(resource, namespace, label_selector=label_selector,
+                    field_selector=field_selector, limit=page_size, continue_=token)
             except ApiError as exc:
                 if token is None or exc.status != 410:
                     raise
-                page = await self.list(resource, namespace, label_selector, field_selector, limit=0)
+                page = await self.list(resource, namespace, label_selector=label_selector,
+                    field_selector=field_selector, limit=0)
                 items = []
                 token = None
             items.extend(page.get("items") or [])
@@ -114,6 +119,7 @@ class KubeClient:
         self,
         resource: str | ResourceType,
         namespace: str | None = None,
+        *,
         label_selector: str | None = None,
         field_selector: str | None = None,
         resource_version: str | None = None,
@@ -157,7 +163,7 @@ class KubeClient:
         self, resource: str | ResourceType, obj: Mapping[str, Any], namespace: str | None = None
     ) -> Obj:
         rt = api.resource_type(resource)
-        ns = namespace or ((obj.get("metadata") or {}).get("namespace") if rt.namespaced else None)
+        ns = namespace or (objects.namespace(obj) if rt.namespaced else None)
         return await self._call("POST", api.resource_path(rt, ns), body=obj)
 
     async def replace(
@@ -264,7 +270,8 @@ class KubeClient:
     async def list_leases(
         self, namespace: str, label_selector: str | None = None, field_selector: str | None = None
     ) -> builtins.list[Obj]:
-        items, _ = await self.list_all(api.LEASES, namespace, label_selector, field_selector)
+        items, _ = await self.list_all(api.LEASES, namespace, label_selector=label_selector,
+            field_selector=field_selector)
         return items
 
     async def list_pods(
@@ -273,5 +280,6 @@ class KubeClient:
         label_selector: str | None = None,
         field_selector: str | None = None,
     ) -> builtins.list[Obj]:
-        items, _ = await self.list_all(api.PODS, namespace, label_selector, field_selector)
+        items, _ = await self.list_all(api.PODS, namespace, label_selector=label_selector,
+            field_selector=field_selector)
         return items

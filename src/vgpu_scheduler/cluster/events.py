@@ -34,6 +34,7 @@ from typing import Any
 from vgpu_scheduler.cluster import api
 from vgpu_scheduler.cluster.client import KubeClient
 from vgpu_scheduler.cluster.errors import ApiConnectionError, ApiError, is_already_exists, is_not_found
+from vgpu_scheduler.wire import objects
 
 log = logging.getLogger(__name__)
 
@@ -72,8 +73,7 @@ def unix_nanos(moment: datetime) -> int:
 
 def pod_reference(pod: Mapping[str, Any]) -> Obj:
     """The ObjectReference client-go builds for a Pod, empty fields left out."""
-    meta = pod.get("metadata")
-    meta = meta if isinstance(meta, Mapping) else {}
+    meta = objects.metadata(pod)
     ref: Obj = {"kind": "Pod"}
     for key in ("namespace", "name", "uid"):
         value = meta.get(key)
@@ -91,6 +91,7 @@ def make_event(
     type_: str,
     reason: str,
     message: str,
+    *,
     component: str,
     moment: datetime,
     nanos: int,
@@ -171,9 +172,8 @@ class EventRecorder:
             self.stats.invalid += 1
             log.error("unsupported event type %r (reason %s), not recorded", type_, reason)
             return
-        meta = pod.get("metadata")
-        name = meta.get("name") if isinstance(meta, Mapping) else None
-        if not isinstance(name, str) or not name:
+        name = objects.name(pod)
+        if not name:
             self.stats.invalid += 1
             log.error("cannot reference a pod without a name; event %s not recorded: %s", reason, message)
             return
@@ -184,7 +184,7 @@ class EventRecorder:
         moment = self.now()
         nanos = max(unix_nanos(moment), self._last_nanos + 1)  # names must not collide
         self._last_nanos = nanos
-        event = make_event(pod, type_, reason, message, self.component, moment, nanos)
+        event = make_event(pod, type_, reason, message, component=self.component, moment=moment, nanos=nanos)
         ref = event["involvedObject"]
         key = (
             event["metadata"]["namespace"],

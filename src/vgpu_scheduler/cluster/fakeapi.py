@@ -62,7 +62,8 @@ async def _handle(request: web.Request) -> web.StreamResponse:
         return await _watch(request, cluster, path, params)
     body = await request.read() if request.method in ("POST", "PUT", "PATCH", "DELETE") else None
     ctype = request.headers.get("Content-Type")
-    status, raw = await cluster.handle(request.method, path, params, body or None, ctype)
+    status, raw = await cluster.handle(request.method, path, params=params, body=body or None,
+        content_type=ctype)
     return _json(status, raw)
 
 

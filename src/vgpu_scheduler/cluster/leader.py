@@ -33,7 +33,7 @@ from vgpu_scheduler.cluster import api
 from vgpu_scheduler.cluster.client import KubeClient
 from vgpu_scheduler.cluster.errors import ApiConnectionError, ApiError
 from vgpu_scheduler.cluster.reflector import Reflector
-from vgpu_scheduler.wire import keys
+from vgpu_scheduler.wire import keys, objects
 
 log = logging.getLogger(__name__)
 
@@ -56,14 +56,11 @@ def holder_is(holder: str, hostname: str) -> bool:
 
 def _lease_fields(obj: Mapping[str, Any]) -> tuple[str, str, int]:
     """(name, holderIdentity, leaseDurationSeconds) of a Lease dict; bad fields read as empty/0."""
-    meta = obj.get("metadata")
-    name = meta.get("name") if isinstance(meta, Mapping) else None
-    spec = obj.get("spec")
-    spec = spec if isinstance(spec, Mapping) else {}
+    spec = objects.spec(obj)
     holder = spec.get("holderIdentity")
     duration = spec.get("leaseDurationSeconds")
     return (
-        name if isinstance(name, str) else "",
+        objects.name(obj),
         holder if isinstance(holder, str) else "",
         duration if isinstance(duration, int) and not isinstance(duration, bool) else 0,
     )
@@ -228,12 +225,11 @@ class LeaderTracker:
             log.warning("listing scheduler pods in %s failed: %s", self.pod_namespace, exc)
             return
         for pod in pods:
-            meta = pod.get("metadata") or {}
-            name = meta.get("name")
-            if not isinstance(name, str) or not name:
+            name = objects.name(pod)
+            if not name:
                 continue
             role = ROLE_LEADER if name == self.pod_name else ROLE_FOLLOWER
-            labels = meta.get("labels") or {}
+            labels = objects.labels(pod)
             if labels.get(keys.SCHEDULER_ROLE_LABEL) == role:
                 continue
             try:

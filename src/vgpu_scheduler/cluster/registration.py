@@ -44,7 +44,7 @@ from vgpu_scheduler.cluster.store import Store
 from vgpu_scheduler.config import NvidiaConfig
 from vgpu_scheduler.engine.state import SchedulerState
 from vgpu_scheduler.model import DeviceInfo
-from vgpu_scheduler.wire import keys
+from vgpu_scheduler.wire import keys, objects
 from vgpu_scheduler.wire.inventory import InventoryError, decode_cordon, decode_nvidia_inventory
 from vgpu_scheduler.wire.quantity import quantity_as_int64
 
@@ -65,22 +65,16 @@ def local_now() -> datetime:
 
 
 def node_name(node: Mapping[str, Any]) -> str:
-    meta = node.get("metadata")
-    return str(meta.get("name") or "") if isinstance(meta, Mapping) else ""
+    return objects.name(node)
 
 
 def node_annotations(node: Mapping[str, Any]) -> dict[str, str]:
-    meta = node.get("metadata")
-    raw = meta.get("annotations") if isinstance(meta, Mapping) else None
-    if not isinstance(raw, Mapping):
-        return {}
-    return {k: v for k, v in raw.items() if isinstance(k, str) and isinstance(v, str)}
+    return dict(objects.annotations(node))
 
 
 def allocatable_count(node: Mapping[str, Any], resource: str) -> int:
     """`status.allocatable[resource]` as an integer; absent or not an integer ⇒ 0."""
-    status = node.get("status")
-    alloc = status.get("allocatable") if isinstance(status, Mapping) else None
+    alloc = objects.status(node).get("allocatable")
     value = alloc.get(resource) if isinstance(alloc, Mapping) else None
     if not isinstance(value, str | int):
         return 0

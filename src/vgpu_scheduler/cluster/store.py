@@ -6,6 +6,7 @@ import builtins
 from typing import Any
 
 from vgpu_scheduler.cluster.api import key_of, object_key
+from vgpu_scheduler.wire import objects
 
 Obj = dict[str, Any]
 
@@ -30,7 +31,7 @@ class Store:
     def list(self, namespace: str | None = None) -> builtins.list[Obj]:
         if namespace is None:
             return builtins.list(self._items.values())
-        return [o for o in self._items.values() if (o.get("metadata") or {}).get("namespace") == namespace]
+        return [o for o in self._items.values() if objects.namespace(o) == namespace]
 
     def all_keys(self) -> builtins.list[str]:
         """A snapshot of the keys (safe to modify the store while iterating it)."""

@@ -287,7 +287,7 @@ class MemoryTransport:
         await asyncio.sleep(0)  # a network call would yield to the loop; keep that interleaving
         body = None if json_body is None else _encode(json_body)
         status, raw = await self.cluster.handle(
-            method, path, params, body, content_type or "application/json"
+            method, path, params=params, body=body, content_type=content_type or "application/json"
         )
         return status, decode_body(raw)
 

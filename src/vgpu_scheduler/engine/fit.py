@@ -49,7 +49,7 @@ from vgpu_scheduler.model import (
     PodDevices,
     PodSingleDevice,
 )
-from vgpu_scheduler.wire import keys
+from vgpu_scheduler.wire import keys, objects
 
 DEVICE_TYPE_NOT_FOUND = "Device type not found"
 _MIG_ALLOCATION_FAILED = "MIG profile and placement allocation failed"
@@ -146,22 +146,6 @@ class PodFitContext:
         return self.vgpu_mode is None or MIG_MODE in self.vgpu_mode
 
 
-def _annotations(pod: Mapping[str, Any]) -> Mapping[str, str]:
-    meta = pod.get("metadata")
-    annos = meta.get("annotations") if isinstance(meta, Mapping) else None
-    if not isinstance(annos, Mapping):
-        return {}
-    # A filter body is not validated by an API server: a non-string value (`"policy": 5`) would
-    # crash the string handling below. Such values are ignored, as `podinfo.pod_annotations` does.
-    return {k: v for k, v in annos.items() if isinstance(v, str)}
-
-
-def _init_count(pod: Mapping[str, Any]) -> int:
-    spec = pod.get("spec")
-    items = spec.get("initContainers") if isinstance(spec, Mapping) else None
-    return sum(1 for c in items if isinstance(c, Mapping)) if isinstance(items, list) else 0
-
-
 def pod_fit_context(
     pod: Mapping[str, Any],
     *,
@@ -172,13 +156,12 @@ def pod_fit_context(
 ) -> PodFitContext:
     """Build the per-pod context. Without `weights` the pod annotation is parsed, which raises
     `ScoringWeightsError` for an invalid value (HAMi then fails the whole Filter)."""
-    annos = _annotations(pod)
-    meta = pod.get("metadata")
-    namespace = meta.get("namespace", "") if isinstance(meta, Mapping) else ""
+    # A filter body is not validated by an API server: non-string annotation values are dropped.
+    annos = objects.annotations(pod)
     policy = annos.get(keys.GPU_SCHEDULER_POLICY, default_policy)
     numa = annos.get(keys.NUMA_BIND)
     return PodFitContext(
-        namespace=namespace if isinstance(namespace, str) else "",
+        namespace=objects.namespace(pod),
         policy=policy,
         numa_bind=numa is not None and parse_go_bool(numa),
         mutex=policy_contains(policy, MUTEX),
@@ -190,7 +173,7 @@ def pod_fit_context(
         vgpu_mode=annos.get(keys.VGPU_MODE),
         weights=pod_scoring_weights(annos) if weights is None else weights,
         quota=quota,
-        n_init=_init_count(pod) if n_init is None else n_init,
+        n_init=objects.init_container_count(pod) if n_init is None else n_init,
     )
 
 
@@ -261,6 +244,7 @@ def fit_request(
     devices: Sequence[DeviceInfo],
     usage: Sequence[DeviceUsage],
     order: Sequence[int],
+    *,
     ctx: PodFitContext,
     cordoned: frozenset[str] = frozenset(),
     allocated: Sequence[ContainerDevices] = (),
@@ -383,6 +367,7 @@ def simple_outcomes(
     devices: Sequence[DeviceInfo],
     usage: Sequence[DeviceUsage],
     positions: Sequence[int],
+    *,
     ctx: PodFitContext,
     cordoned: frozenset[str],
 ) -> tuple[dict[int, int], dict[str, int]]:
@@ -475,6 +460,7 @@ def _apply(
     devices: Sequence[DeviceInfo],
     usage: _Usage,
     result: FitResult,
+    *,
     container_index: int,
     migs: list[MigAllocation],
 ) -> str:
@@ -506,6 +492,7 @@ def _scores_for(
     devices: Sequence[DeviceInfo],
     usage: Sequence[DeviceUsage],
     positions: Sequence[int],
+    *,
     requests: ContainerRequests,
     weights: Weights,
 ) -> list[float]:
@@ -517,11 +504,12 @@ def _scores_for(
         u = usage[p]
         if d.type in types:
             rn, rc, rm = request_terms(requests, d.type, d.devmem)
-            out[p] = score_of(
-                d.count, d.devcore, d.devmem, u.used + rn, u.usedcores + rc, u.usedmem + rm, weights
+            out[p] = score_of(d.count, d.devcore, d.devmem, slots=u.used + rn, cores=u.usedcores + rc,
+                mem=u.usedmem + rm, weights=weights
             )
         else:
-            out[p] = score_of(d.count, d.devcore, d.devmem, u.used, u.usedcores, u.usedmem, weights)
+            out[p] = score_of(d.count, d.devcore, d.devmem, slots=u.used, cores=u.usedcores, mem=u.usedmem,
+                weights=weights)
     return out
 
 
@@ -538,6 +526,7 @@ def _fit_container(
     devices: Sequence[DeviceInfo],
     usage: _Usage,
     order: list[int],
+    *,
     ctx: PodFitContext,
     cordoned: frozenset[str],
     allocated: Sequence[ContainerDevices],
@@ -562,13 +551,14 @@ def _fit_container(
         for req in requests.values():
             if req.nums > len(order):
                 return _ContainerFit(False, reason=R.NODE_INSUFFICIENT_DEVICE)
-            passing, reasons = simple_outcomes(req, devices, usage.items, order, ctx, cordoned)
+            passing, reasons = simple_outcomes(req, devices, usage.items, order, ctx=ctx, cordoned=cordoned)
             if len(passing) < req.nums:
                 return _ContainerFit(False, reason=_simple_failure(passing, reasons, len(order)))
-    scores = _scores_for(devices, usage.items, order, requests, ctx.weights)
+    scores = _scores_for(devices, usage.items, order, requests=requests, weights=ctx.weights)
     out = _ContainerFit(True)
     for vendor, req in requests.items():
-        order = sorted(order, key=sort_key(ctx.policy, ctx.numa_bind, devices, usage.items, scores))
+        order = sorted(order, key=sort_key(ctx.policy, ctx.numa_bind, devices=devices, usage=usage.items,
+            scores=scores))
         if req.nums > len(order) and not (
             ctx.mig_allowed and req.type == NVIDIA and any(devices[p].mode == MIG_MODE for p in order)
         ):
@@ -583,11 +573,12 @@ def _fit_container(
                         break
             result = _success(devices, chosen)
         else:
-            result = fit_request(req, devices, usage.items, order, ctx, cordoned, allocated)
+            result = fit_request(req, devices, usage.items, order, ctx=ctx, cordoned=cordoned,
+                allocated=allocated)
         if not result.ok:
             return _ContainerFit(False, reason=result.reason)
         if apply or any(devices[p].mode == MIG_MODE for p in result.positions):
-            error = _apply(devices, usage, result, container_index, migs)
+            error = _apply(devices, usage, result, container_index=container_index, migs=migs)
             if error:
                 return _ContainerFit(False, reason=error)
         out.devices[vendor] = result.devices
@@ -617,12 +608,12 @@ def fit_container(
         node.devices,
         usage,
         positions,
-        ctx,
-        node.cordoned,
-        allocated,
-        container_index,
-        migs,
-        True,
+        ctx=ctx,
+        cordoned=node.cordoned,
+        allocated=allocated,
+        container_index=container_index,
+        migs=migs,
+        apply=True,
     )
     node.usage[:] = usage.items
     if not res.ok:
@@ -697,13 +688,13 @@ def evaluate_node(
             devices,
             _Usage(node.usage),
             base_order,
-            ctx,
-            cordoned,
-            allocated,
-            i,
-            migs,
-            False,
-            has_mig,
+            ctx=ctx,
+            cordoned=cordoned,
+            allocated=allocated,
+            container_index=i,
+            migs=migs,
+            apply=False,
+            has_mig=has_mig,
         )
         if not res.ok:
             return NodeFailure(res.reason)
@@ -716,7 +707,8 @@ def evaluate_node(
         # ... and here the app entries so far, which start at index 0 (as in HAMi).
         allocated = _nvidia_entries(fitted, n_init, i) if with_quota else ()
         res = _fit_container(
-            requests[i], devices, usage, order, ctx, cordoned, allocated, i, migs, i != plan.app[-1], has_mig
+            requests[i], devices, usage, order, ctx=ctx, cordoned=cordoned, allocated=allocated,
+            container_index=i, migs=migs, apply=i != plan.app[-1], has_mig=has_mig,
         )
         if not res.ok:
             return NodeFailure(res.reason)
@@ -752,7 +744,8 @@ def node_verdict(
         if req is not None and len(creq) == 1 and not any(devices[p].mode == MIG_MODE for p in order):
             if req.nums > len(order):
                 return NodeFailure(R.NODE_INSUFFICIENT_DEVICE)
-            passing, reasons = simple_outcomes(req, devices, node.usage, order, ctx, node.cordoned)
+            passing, reasons = simple_outcomes(req, devices, node.usage, order, ctx=ctx,
+                cordoned=node.cordoned)
             if len(passing) >= req.nums:
                 return None
             return NodeFailure(_simple_failure(passing, reasons, len(order)))

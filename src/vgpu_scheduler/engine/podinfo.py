@@ -14,9 +14,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from vgpu_scheduler.model import ContainerDevice, MigAllocation, PodDevices
-from vgpu_scheduler.wire import keys
+from vgpu_scheduler.wire import keys, objects
 from vgpu_scheduler.wire.allocation import AllocationError, decode_pod_devices
 from vgpu_scheduler.wire.mig import MigAllocationError, decode_mig_allocations
+from vgpu_scheduler.wire.objects import as_list, as_mapping
+from vgpu_scheduler.wire.objects import init_container_count as init_container_count
+
+# Kept under the ledger's name: callers import it from here.
+pod_annotations = objects.annotations
 
 log = logging.getLogger(__name__)
 
@@ -38,32 +43,13 @@ class PodAllocation:
     """True once usage was reduced to the app containers (all init containers exited 0)."""
 
 
-def _mapping(value: object) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
-
-
-def _sequence(value: object) -> Sequence[Any]:
-    return value if isinstance(value, list | tuple) else ()
-
-
 def pod_key(pod: Mapping[str, Any]) -> tuple[str, str, str]:
     """(uid, namespace, name) of a pod dict; missing fields are empty strings."""
-    meta = _mapping(pod.get("metadata"))
-    return str(meta.get("uid") or ""), str(meta.get("namespace") or ""), str(meta.get("name") or "")
-
-
-def pod_annotations(pod: Mapping[str, Any]) -> Mapping[str, str]:
-    annotations = _mapping(_mapping(pod.get("metadata")).get("annotations"))
-    return {k: v for k, v in annotations.items() if isinstance(v, str)}
+    return objects.uid(pod), objects.namespace(pod), objects.name(pod)
 
 
 def is_terminal(pod: Mapping[str, Any]) -> bool:
-    return _mapping(pod.get("status")).get("phase") in TERMINAL_PHASES
-
-
-def init_container_count(pod: Mapping[str, Any]) -> int:
-    # Same count as engine.requests: only well-formed container objects take a position.
-    return sum(isinstance(c, Mapping) for c in _sequence(_mapping(pod.get("spec")).get("initContainers")))
+    return objects.phase(pod) in TERMINAL_PHASES
 
 
 def init_containers_finished(pod: Mapping[str, Any], n_init: int | None = None) -> bool:
@@ -72,11 +58,11 @@ def init_containers_finished(pod: Mapping[str, Any], n_init: int | None = None) 
         n_init = init_container_count(pod)
     if n_init == 0:
         return False
-    statuses = _sequence(_mapping(pod.get("status")).get("initContainerStatuses"))
+    statuses = as_list(objects.status(pod).get("initContainerStatuses"))
     if len(statuses) < n_init:
         return False
     for status in statuses:
-        terminated = _mapping(_mapping(_mapping(status).get("state")).get("terminated"))
+        terminated = as_mapping(as_mapping(as_mapping(status).get("state")).get("terminated"))
         if not terminated or terminated.get("exitCode") != 0:
             return False
     return True

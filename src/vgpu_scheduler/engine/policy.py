@@ -67,6 +67,7 @@ SortKey = Callable[[int], tuple[float, ...]]
 def sort_key(
     policy: str,
     numa_bind: bool,
+    *,
     devices: Sequence[DeviceInfo],
     usage: Sequence[DeviceUsage],
     scores: Sequence[float],
@@ -107,8 +108,9 @@ def sort_devices(
     scores: Sequence[float],
     devices: Sequence[DeviceInfo],
     usage: Sequence[DeviceUsage],
+    *,
     policy: str,
     numa_bind: bool,
 ) -> list[int]:
     """`order` (device positions) stably sorted ascending by the policy; fit takes from the end."""
-    return sorted(order, key=sort_key(policy, numa_bind, devices, usage, scores))
+    return sorted(order, key=sort_key(policy, numa_bind, devices=devices, usage=usage, scores=scores))

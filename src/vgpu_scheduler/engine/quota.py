@@ -21,6 +21,7 @@ from typing import Any
 
 from vgpu_scheduler.config import NvidiaConfig
 from vgpu_scheduler.model import NVIDIA, ContainerRequests, PodDevices
+from vgpu_scheduler.wire import objects
 from vgpu_scheduler.wire.quantity import quantity_as_int64
 
 LIMITS_PREFIX = "limits."
@@ -48,9 +49,7 @@ def vendor_quota_names(cfg: NvidiaConfig) -> dict[str, VendorQuotaNames]:
 
 
 def _meta(obj: Mapping[str, Any]) -> tuple[str, str]:
-    meta = obj.get("metadata")
-    meta = meta if isinstance(meta, Mapping) else {}
-    return str(meta.get("namespace") or ""), str(meta.get("name") or "")
+    return objects.namespace(obj), objects.name(obj)
 
 
 class QuotaManager:
@@ -76,8 +75,7 @@ class QuotaManager:
 
     def parse_limits(self, obj: Mapping[str, Any]) -> dict[str, int]:
         """The managed, integer `limits.<X>` entries of a ResourceQuota dict."""
-        spec = obj.get("spec")
-        hard = spec.get("hard") if isinstance(spec, Mapping) else None
+        hard = objects.spec(obj).get("hard")
         out: dict[str, int] = {}
         if not isinstance(hard, Mapping):
             return out

@@ -13,6 +13,8 @@ from typing import Any
 
 from vgpu_scheduler.config import NvidiaConfig
 from vgpu_scheduler.model import NVIDIA, PERCENTAGE_UNSET, ContainerDeviceRequest, ContainerRequests
+from vgpu_scheduler.wire import objects
+from vgpu_scheduler.wire.objects import init_container_count as init_container_count
 from vgpu_scheduler.wire.quantity import quantity_as_int64
 
 INT32_MAX = 2**31 - 1
@@ -95,29 +97,13 @@ def container_requests(container: Mapping[str, Any], cfg: NvidiaConfig) -> Conta
     )
 
 
-def _containers(pod: Mapping[str, Any], key: str) -> Sequence[Mapping[str, Any]]:
-    spec = pod.get("spec")
-    if not isinstance(spec, Mapping):
-        return ()
-    items = spec.get(key)
-    if not isinstance(items, list):
-        return ()
-    return [c for c in items if isinstance(c, Mapping)]
-
-
 def pod_requests(pod: Mapping[str, Any], cfg: NvidiaConfig) -> list[ContainerRequests]:
     """One entry per container, init containers first; vendor key -> request, Nums > 0 only."""
     out: list[ContainerRequests] = []
-    for key in ("initContainers", "containers"):
-        for container in _containers(pod, key):
-            req = container_requests(container, cfg)
-            out.append({NVIDIA: req} if req is not None and req.nums > 0 else {})
+    for container in (*objects.init_containers(pod), *objects.containers(pod)):
+        req = container_requests(container, cfg)
+        out.append({NVIDIA: req} if req is not None and req.nums > 0 else {})
     return out
-
-
-def init_container_count(pod: Mapping[str, Any]) -> int:
-    """Number of entries of `pod_requests` that belong to init containers."""
-    return len(_containers(pod, "initContainers"))
 
 
 def pod_has_device_requests(reqs: Sequence[ContainerRequests]) -> bool:

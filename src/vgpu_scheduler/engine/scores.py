@@ -126,7 +126,7 @@ _MEMO_LIMIT = 1 << 16
 
 
 def score_of(
-    count: int, devcore: int, devmem: int, slots: int, cores: int, mem: int, weights: Weights
+    count: int, devcore: int, devmem: int, *, slots: int, cores: int, mem: int, weights: Weights
 ) -> float:
     """10*(ws*slots/count + wc*cores/devcore + wm*mem/devmem) in float32, memoised.
 
@@ -158,6 +158,7 @@ def device_scores(
     used: Sequence[int],
     usedcores: Sequence[int],
     usedmem: Sequence[int],
+    *,
     requests: Mapping[str, ContainerDeviceRequest],
     weights: Weights = DEFAULT_WEIGHTS,
 ) -> list[float]:
@@ -168,12 +169,13 @@ def device_scores(
         if types and d.type in types:
             rn, rc, rm = request_terms(requests, d.type, d.devmem)
             out.append(
-                score_of(
-                    d.count, d.devcore, d.devmem, rn + used[i], rc + usedcores[i], rm + usedmem[i], weights
+                score_of(d.count, d.devcore, d.devmem, slots=rn + used[i], cores=rc + usedcores[i],
+                    mem=rm + usedmem[i], weights=weights
                 )
             )
         else:
-            out.append(score_of(d.count, d.devcore, d.devmem, used[i], usedcores[i], usedmem[i], weights))
+            out.append(score_of(d.count, d.devcore, d.devmem, slots=used[i], cores=usedcores[i],
+                mem=usedmem[i], weights=weights))
     return out
 
 
@@ -182,11 +184,12 @@ def device_score(
     used: int,
     usedcores: int,
     usedmem: int,
+    *,
     requests: Mapping[str, ContainerDeviceRequest] | None = None,
     weights: Weights = DEFAULT_WEIGHTS,
 ) -> float:
     """Float32 score of one device (see `device_scores`)."""
-    return device_scores([dev], [used], [usedcores], [usedmem], requests or {}, weights)[0]
+    return device_scores([dev], [used], [usedcores], [usedmem], requests=requests or {}, weights=weights)[0]
 
 
 def node_default_score(devices: Sequence[DeviceInfo], usage: Sequence[DeviceUsage]) -> float:

@@ -27,6 +27,7 @@ from vgpu_scheduler.config import DeviceConfig
 from vgpu_scheduler.engine.state import SchedulerState
 from vgpu_scheduler.scheduler.extender import EventSink, Extender, Policies
 from vgpu_scheduler.scheduler.options import SchedulerOptions
+from vgpu_scheduler.wire import objects
 
 log = logging.getLogger(__name__)
 
@@ -178,7 +179,7 @@ class SchedulerProcess:
 
     def _pod_exists(self, namespace: str, name: str, uid: str) -> bool:
         pod = self.pods.store.get(namespace, name)
-        return pod is not None and (pod.get("metadata") or {}).get("uid") == uid
+        return pod is not None and objects.uid(pod) == uid
 
     async def _sweep_reservations(self) -> None:
         while True:

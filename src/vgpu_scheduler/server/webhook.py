@@ -25,9 +25,10 @@ from typing import Any
 from aiohttp import web
 
 from vgpu_scheduler.config import NvidiaConfig
-from vgpu_scheduler.engine.requests import init_container_count, pod_requests
+from vgpu_scheduler.engine.requests import pod_requests
 from vgpu_scheduler.model import ContainerRequests
 from vgpu_scheduler.scheduler.options import SchedulerOptions
+from vgpu_scheduler.wire import objects
 from vgpu_scheduler.wire.admission import (
     UNTYPED,
     AdmissionDecodeError,
@@ -232,6 +233,7 @@ def review_pod(
     original: Mapping[str, Any],
     opts: SchedulerOptions,
     cfg: NvidiaConfig,
+    *,
     quota_fits: QuotaFits | None = None,
     namespace: str = "",
 ) -> AdmissionResponse:
@@ -244,9 +246,8 @@ def review_pod(
     if not isinstance(pod.get("spec"), dict):
         pod["spec"] = {}
     spec = pod["spec"]
-    meta = pod.get("metadata") or {}
-    ns = meta.get("namespace") or namespace
-    ref = f"{ns}/{meta.get('name') or meta.get('generateName') or ''}"
+    ns = objects.namespace(pod) or namespace
+    ref = f"{ns}/{objects.name(pod) or objects.metadata(pod).get('generateName') or ''}"
 
     if not _containers(spec, "containers"):
         log.warning("Processing admission hook for pod %s - Denying admission as pod has no containers", ref)
@@ -286,7 +287,8 @@ def review_pod(
             log.info("Processing admission hook for pod %s - Pod already has node assigned", ref)
             return AdmissionResponse.deny("pod has node assigned")
 
-    if quota_fits is not None and not quota_fits(ns, pod_requests(pod, cfg), init_container_count(pod)):
+    n_init = objects.init_container_count(pod)
+    if quota_fits is not None and not quota_fits(ns, pod_requests(pod, cfg), n_init):
         log.info("Processing admission hook for pod %s - Denying admission", ref)
         return AdmissionResponse.deny("exceeding resource quota")
     return AdmissionResponse.patched(original, pod)
@@ -309,7 +311,7 @@ def handle_admission_review(
         log.error("unable to decode the request: %s", err)
         return 200, encode_admission_review(err.review_type, err.uid, AdmissionResponse.error(400, str(err)))
     try:
-        response = review_pod(request.object, opts, cfg, quota_fits, request.namespace)
+        response = review_pod(request.object, opts, cfg, quota_fits=quota_fits, namespace=request.namespace)
     except PodShapeError as err:
         log.error("Failed to decode request: %s", err)
         response = AdmissionResponse.error(400, str(err))

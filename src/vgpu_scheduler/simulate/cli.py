@@ -44,6 +44,7 @@ from vgpu_scheduler.simulate.providers import DEFAULT_PROVIDER, provider_names
 from vgpu_scheduler.simulate.queue import pod_key
 from vgpu_scheduler.simulate.report import dumps_report
 from vgpu_scheduler.simulate.workload import demo_workload
+from vgpu_scheduler.wire import objects
 
 PROG = "vgpu-scheduler simulate"
 NODE_POLICIES = ("binpack", "spread")
@@ -114,9 +115,8 @@ class Inputs:
 
 
 def _name(obj: Mapping[str, Any]) -> str:
-    meta = obj.get("metadata") or {}
-    ns = meta.get("namespace")
-    return f"{ns}/{meta.get('name')}" if ns else str(meta.get("name"))
+    ns, name = objects.namespace(obj), objects.name(obj)
+    return f"{ns}/{name}" if ns else name
 
 
 def _check_pod_annotations(
@@ -151,16 +151,16 @@ def load_inputs(args: argparse.Namespace) -> Inputs:
         q = extra.resourcequotas[0]
         raise InputError(f"{pods_file}: ResourceQuota {_name(q)}: only Pods and Nodes belong in a pods file")
     # Pending, unbound pods of the snapshot are scheduled too (kube-scheduler would), before the file's.
-    pending = [p for p in snapshot.pods if not (p.get("spec") or {}).get("nodeName")
-               and (p.get("status") or {}).get("phase", "Pending") == "Pending"]
+    pending = [p for p in snapshot.pods
+               if not objects.node_name(p) and (objects.phase(p) or "Pending") == "Pending"]
     existing = [p for p in snapshot.pods if not any(p is q for q in pending)]
     seen = {pod_key(p) for p in snapshot.pods}
     for p in extra.pods:
         if pod_key(p) in seen:
             raise InputError(f"{pods_file}: Pod {pod_key(p)}: already in the snapshot {args.snapshot}")
-    known_nodes = {str(n["metadata"]["name"]) for n in snapshot.nodes}
+    known_nodes = {objects.name(n) for n in snapshot.nodes}
     for n in extra.nodes:
-        if str(n["metadata"]["name"]) in known_nodes:
+        if objects.name(n) in known_nodes:
             raise InputError(f"{pods_file}: Node {_name(n)}: already in the snapshot {args.snapshot}")
     _check_pod_annotations(args.snapshot or "<demo fleet>", pending, [])
     _check_pod_annotations(pods_file, extra.pods, extra.nodes)

@@ -29,6 +29,7 @@ import msgspec
 from vgpu_scheduler.cluster.store import Store
 from vgpu_scheduler.simulate.predicates import NodeInfo, node_filter_inputs
 from vgpu_scheduler.simulate.providers import AlgorithmProvider
+from vgpu_scheduler.wire.objects import name as object_name
 
 Obj = dict[str, Any]
 
@@ -90,7 +91,7 @@ class NodeTable:
             return
         self._objects = objects
         if len(self._names) != len(objects):
-            self._names = sorted(str((n.get("metadata") or {}).get("name") or "") for n in objects)
+            self._names = sorted(map(object_name, objects))
         order: list[NodeSlot] = []
         for name in self._names:
             node = self._store.get(None, name)
@@ -115,11 +116,10 @@ class NodeTable:
         changed = [i for i in compress(range(len(objects)), map(is_not, objects, self._objects))]
         names = []
         for i in changed:
-            meta = objects[i].get("metadata")
-            name = meta.get("name") if isinstance(meta, Mapping) else None
+            name = object_name(objects[i])
             if name not in self._in_order:
                 return False  # a node appeared or moved: rebuild the order
-            names.append(str(name))
+            names.append(name)
         self._objects = objects
         for i, name in zip(changed, names, strict=True):
             self._slot(name, objects[i])

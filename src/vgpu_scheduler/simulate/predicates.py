@@ -21,6 +21,7 @@ import msgspec
 
 from vgpu_scheduler.config import NvidiaConfig
 from vgpu_scheduler.simulate.queue import pod_key
+from vgpu_scheduler.wire import objects
 from vgpu_scheduler.wire.quantity import ResourceError, quantity_units
 
 Predicate = Callable[[Mapping[str, Any], Mapping[str, Any], "NodeInfo"], "str | None"]
@@ -220,10 +221,8 @@ class NodeInfo:
     def set_node(self, node: Mapping[str, Any]) -> None:
         """(Re)read name and `status.allocatable`. A malformed allocatable entry counts as 0, so only
         pods requesting that resource are kept off the node."""
-        meta = node.get("metadata")
-        self.name = str(meta.get("name", "")) if isinstance(meta, Mapping) else ""
-        status = node.get("status")
-        raw = status.get("allocatable") if isinstance(status, Mapping) else None
+        self.name = objects.name(node)
+        raw = objects.status(node).get("allocatable")
         allocatable: dict[str, int] = {}
         invalid: list[str] = []
         if isinstance(raw, Mapping):

@@ -47,6 +47,7 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from vgpu_scheduler.model import PERCENTAGE_UNSET, ContainerDeviceRequest
+from vgpu_scheduler.wire import objects
 
 RATIO_DIGITS = 6
 TIME_DIGITS = 3
@@ -148,14 +149,11 @@ def _ratio(part: int, whole: int) -> float:
 
 
 def pod_entry(outcome: PodOutcome) -> dict[str, Any]:
-    meta = outcome.pod.get("metadata")
-    meta = meta if isinstance(meta, Mapping) else {}
-    annotations = meta.get("annotations")
-    annotations = annotations if isinstance(annotations, Mapping) else {}
+    annotations = objects.annotations(outcome.pod)
     reasons = {} if outcome.node is not None else outcome.reasons
     return {
-        "namespace": str(meta.get("namespace") or "default"),
-        "name": str(meta.get("name", "")),
+        "namespace": objects.namespace(outcome.pod) or "default",
+        "name": objects.name(outcome.pod),
         "node": outcome.node,
         "annotations": {str(k): v for k, v in sorted(annotations.items())},
         "reasons": {str(k): v for k, v in sorted(reasons.items())},

@@ -89,7 +89,9 @@ def _policies(rng: random.Random, kind: str) -> dict[str, str]:
     return annotations
 
 
-def _container(name: str, cpu: str, memory: str, cpu_limit: str, extra: Mapping[str, Any]) -> dict[str, Any]:
+def _container(
+    name: str, cpu: str, memory: str, *, cpu_limit: str, extra: Mapping[str, Any]
+) -> dict[str, Any]:
     return {
         "command": ["sleep", "infinity"],
         "image": IMAGE,
@@ -104,7 +106,7 @@ def _container(name: str, cpu: str, memory: str, cpu_limit: str, extra: Mapping[
     }
 
 
-def _pod(rng: random.Random, i: int, seed: int, pool: Sequence[str], created: str) -> dict[str, Any]:
+def _pod(rng: random.Random, i: int, *, seed: int, pool: Sequence[str], created: str) -> dict[str, Any]:
     kind = rng.choices(list(KIND_WEIGHTS), weights=list(KIND_WEIGHTS.values()))[0]
     name = f"sim-{kind}-{i:05d}"
     namespace = rng.choice(NAMESPACES)
@@ -118,7 +120,7 @@ def _pod(rng: random.Random, i: int, seed: int, pool: Sequence[str], created: st
     if duration is not None:
         annotations[DURATION_ANNOTATION] = str(duration)
     high = rng.random() < 0.1
-    containers = [_container("main", cpu, memory, cpu_limit, limits)]
+    containers = [_container("main", cpu, memory, cpu_limit=cpu_limit, extra=limits)]
     spec: dict[str, Any] = {
         "containers": containers,
         "dnsPolicy": "ClusterFirst",
@@ -140,7 +142,7 @@ def _pod(rng: random.Random, i: int, seed: int, pool: Sequence[str], created: st
     }
     if kind == "init":
         spec["initContainers"] = [
-            _container("warmup", "500m", "1Gi", "500m", {GPU: 1, GPUMEM: 2048, GPUCORES: 10})
+            _container("warmup", "500m", "1Gi", cpu_limit="500m", extra={GPU: 1, GPUMEM: 2048, GPUCORES: 10})
         ]
         containers[0]["resources"]["limits"].update({GPU: 1, GPUMEM: 8192, GPUCORES: 30})
     if high:
@@ -177,4 +179,4 @@ def demo_workload(
         raise ValueError("uuid_pool must not be empty")
     rng = random.Random(seed)
     created = _dt.datetime.fromtimestamp(epoch, tz=_dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    return [_pod(rng, i, seed, pool, created) for i in range(n)]
+    return [_pod(rng, i, seed=seed, pool=pool, created=created) for i in range(n)]

@@ -98,7 +98,7 @@ def _fields(obj: dict[str, Any], names: tuple[str, ...]) -> dict[str, Any]:
     return picked
 
 
-def _typed(value: Any, want: type, struct: str, field: str, go_type: str) -> Any:
+def _typed(value: Any, want: type, *, struct: str, field: str, go_type: str) -> Any:
     if value is None or isinstance(value, want):
         return value
     raise ExtenderDecodeError(
@@ -109,16 +109,18 @@ def _typed(value: Any, want: type, struct: str, field: str, go_type: str) -> Any
 def decode_extender_args(body: bytes) -> ExtenderArgs:
     obj = _decode_object(body, "v1.ExtenderArgs")
     fields = _fields(obj, ("Pod", "Nodes", "NodeNames"))
-    pod = _typed(fields.get("Pod"), dict, "ExtenderArgs", "Pod", "v1.Pod")
-    nodes = _typed(fields.get("Nodes"), dict, "ExtenderArgs", "Nodes", "v1.NodeList")
-    names = _typed(fields.get("NodeNames"), list, "ExtenderArgs", "NodeNames", "[]string")
+    pod = _typed(fields.get("Pod"), dict, struct="ExtenderArgs", field="Pod", go_type="v1.Pod")
+    nodes = _typed(fields.get("Nodes"), dict, struct="ExtenderArgs", field="Nodes", go_type="v1.NodeList")
+    names = _typed(fields.get("NodeNames"), list, struct="ExtenderArgs", field="NodeNames",
+        go_type="[]string")
     if names is not None:
         for name in names:
-            _typed(name, str, "ExtenderArgs", "NodeNames", "string")
+            _typed(name, str, struct="ExtenderArgs", field="NodeNames", go_type="string")
     if nodes is not None:
-        items = _typed(nodes.get("items"), list, "ExtenderArgs", "Nodes.items", "[]v1.Node")
+        items = _typed(nodes.get("items"), list, struct="ExtenderArgs", field="Nodes.items",
+            go_type="[]v1.Node")
         for item in items or ():
-            _typed(item, dict, "ExtenderArgs", "Nodes.items", "v1.Node")
+            _typed(item, dict, struct="ExtenderArgs", field="Nodes.items", go_type="v1.Node")
     return ExtenderArgs(pod=pod, nodes=nodes, node_names=names)
 
 
@@ -126,7 +128,7 @@ def decode_binding_args(body: bytes) -> BindingArgs:
     obj = _decode_object(body, "v1.ExtenderBindingArgs")
     fields = _fields(obj, ("PodName", "PodNamespace", "PodUID", "Node"))
     values = {
-        name: _typed(fields.get(name), str, "ExtenderBindingArgs", name, "string") or ""
+        name: _typed(fields.get(name), str, struct="ExtenderBindingArgs", field=name, go_type="string") or ""
         for name in ("PodName", "PodNamespace", "PodUID", "Node")
     }
     return BindingArgs(values["PodName"], values["PodNamespace"], values["PodUID"], values["Node"])

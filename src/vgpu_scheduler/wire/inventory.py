@@ -47,7 +47,7 @@ def _bad(where: str, field: str, want: str, value: Any) -> InventoryError:
     return InventoryError(f"{where}: field {field!r} must be {want}, got {json_kind(value)} {value!r}")
 
 
-def _int_in(where: str, field: str, value: Any, lo: int, hi: int, want: str) -> int:
+def _int_in(where: str, field: str, value: Any, *, lo: int, hi: int, want: str) -> int:
     # `type(...) is int` rejects bools (a Python int subclass) and floats such as 10.0, as Go does.
     if type(value) is not int or value < lo or value > hi:
         raise _bad(where, field, want, value)
@@ -92,8 +92,10 @@ def _placement(where: str, raw: Any) -> MigPlacement:
     start = obj.get("start")
     size = obj.get("size")
     return MigPlacement(
-        start=0 if start is None else _int_in(where, "start", start, 0, sc.INT32_MAX, "a non-negative int32"),
-        size=0 if size is None else _int_in(where, "size", size, 0, sc.INT32_MAX, "a non-negative int32"),
+        start=0 if start is None else _int_in(where, "start", start, lo=0, hi=sc.INT32_MAX,
+            want="a non-negative int32"),
+        size=0 if size is None else _int_in(where, "size", size, lo=0, hi=sc.INT32_MAX,
+            want="a non-negative int32"),
     )
 
 
@@ -108,7 +110,8 @@ def _mig_profile(where: str, raw: Any) -> MigProfile:
     ints: dict[str, int] = {}
     for key in ("memorymb", "core", "slicecount"):
         v = obj.get(key)
-        ints[key] = 0 if v is None else _int_in(where, key, v, sc.INT32_MIN, sc.INT32_MAX, "an int32")
+        ints[key] = 0 if v is None else _int_in(where, key, v, lo=sc.INT32_MIN, hi=sc.INT32_MAX,
+            want="an int32")
     return MigProfile(
         name="" if name is None else _str(where, "name", name),
         memory_mb=ints["memorymb"],
@@ -130,11 +133,11 @@ def _device_from_json(i: int, raw: Any) -> DeviceInfo:
         if k == "id":
             d.id = _str(where, "id", value)
         elif k == "count":
-            d.count = _int_in(where, "count", value, sc.INT32_MIN, sc.INT32_MAX, "an int32")
+            d.count = _int_in(where, "count", value, lo=sc.INT32_MIN, hi=sc.INT32_MAX, want="an int32")
         elif k == "devmem":
-            d.devmem = _int_in(where, "devmem", value, sc.INT32_MIN, sc.INT32_MAX, "an int32")
+            d.devmem = _int_in(where, "devmem", value, lo=sc.INT32_MIN, hi=sc.INT32_MAX, want="an int32")
         elif k == "devcore":
-            d.devcore = _int_in(where, "devcore", value, sc.INT32_MIN, sc.INT32_MAX, "an int32")
+            d.devcore = _int_in(where, "devcore", value, lo=sc.INT32_MIN, hi=sc.INT32_MAX, want="an int32")
         elif k == "type":
             d.type = _str(where, "type", value)
         elif k == "health":
@@ -142,9 +145,9 @@ def _device_from_json(i: int, raw: Any) -> DeviceInfo:
                 raise _bad(where, "health", "a bool", value)
             d.health = value
         elif k == "index":
-            d.index = _int_in(where, "index", value, 0, UINT64_MAX, "a non-negative integer")
+            d.index = _int_in(where, "index", value, lo=0, hi=UINT64_MAX, want="a non-negative integer")
         elif k == "numa":
-            d.numa = _int_in(where, "numa", value, sc.INT64_MIN, sc.INT64_MAX, "an integer")
+            d.numa = _int_in(where, "numa", value, lo=sc.INT64_MIN, hi=sc.INT64_MAX, want="an integer")
         elif k == "mode":
             d.mode = _str(where, "mode", value) or DEFAULT_MODE
         elif k == "migprofiles":
@@ -400,7 +403,7 @@ def decode_pair_scores(value: str) -> dict[str, dict[str, int]]:
                     scores[other] = 0
                     continue
                 scores[other] = _int_in(
-                    where, f"score[{other!r}]", s, sc.INT64_MIN, sc.INT64_MAX, "an integer"
+                    where, f"score[{other!r}]", s, lo=sc.INT64_MIN, hi=sc.INT64_MAX, want="an integer"
                 )
         out.setdefault(uuid, scores)
     return out

@@ -27,7 +27,7 @@ class MigAllocationError(ValueError):
 _json_decode: Callable[[str | bytes], Any] = msgspec.json.Decoder().decode
 
 
-def _int(i: int, field: str, value: Any, lo: int, hi: int) -> int:
+def _int(i: int, field: str, value: Any, *, lo: int, hi: int) -> int:
     if type(value) is not int or value < lo or value > hi:
         raise MigAllocationError(f"MIG allocation {i}: field {field!r} must be an integer in [{lo}, {hi}]")
     return value
@@ -49,8 +49,8 @@ def _placement(i: int, value: Any) -> MigPlacement:
     obj = {k.lower(): v for k, v in value.items()}
     start, size = obj.get("start"), obj.get("size")
     return MigPlacement(
-        start=0 if start is None else _int(i, "placement.start", start, 0, UINT32_MAX),
-        size=0 if size is None else _int(i, "placement.size", size, 0, UINT32_MAX),
+        start=0 if start is None else _int(i, "placement.start", start, lo=0, hi=UINT32_MAX),
+        size=0 if size is None else _int(i, "placement.size", size, lo=0, hi=UINT32_MAX),
     )
 
 
@@ -61,14 +61,14 @@ def _element(i: int, raw: Any) -> MigAllocation:
     ci, di = obj.get("containerindex"), obj.get("deviceindex")
     gi, cpi = obj.get("gpuinstanceid"), obj.get("computeinstanceid")
     return MigAllocation(
-        container_index=0 if ci is None else _int(i, "containerIndex", ci, sc.INT64_MIN, sc.INT64_MAX),
-        device_index=0 if di is None else _int(i, "deviceIndex", di, sc.INT64_MIN, sc.INT64_MAX),
+        container_index=0 if ci is None else _int(i, "containerIndex", ci, lo=sc.INT64_MIN, hi=sc.INT64_MAX),
+        device_index=0 if di is None else _int(i, "deviceIndex", di, lo=sc.INT64_MIN, hi=sc.INT64_MAX),
         gpu_uuid=_str(i, "gpuUUID", obj.get("gpuuuid")),
         profile=_str(i, "profile", obj.get("profile")),
         placement=_placement(i, obj.get("placement")),
         mig_uuid=_str(i, "migUUID", obj.get("miguuid")),
-        gpu_instance_id=None if gi is None else _int(i, "gpuInstanceID", gi, 0, UINT32_MAX),
-        compute_instance_id=None if cpi is None else _int(i, "computeInstanceID", cpi, 0, UINT32_MAX),
+        gpu_instance_id=None if gi is None else _int(i, "gpuInstanceID", gi, lo=0, hi=UINT32_MAX),
+        compute_instance_id=None if cpi is None else _int(i, "computeInstanceID", cpi, lo=0, hi=UINT32_MAX),
     )
 
 

@@ -35,7 +35,7 @@ from vgpu_scheduler.cluster.reflector import Reflector
 from vgpu_scheduler.cluster.transport import MemoryTransport
 from vgpu_scheduler.config import NvidiaConfig
 from vgpu_scheduler.engine.requests import container_requests
-from vgpu_scheduler.wire import keys
+from vgpu_scheduler.wire import keys, objects
 
 if TYPE_CHECKING:
     from vgpu_scheduler.cluster.memory import MemoryCluster
@@ -55,14 +55,11 @@ class AllocateError(ValueError):
 
 def requested_counts(pod: Mapping[str, Any], cfg: NvidiaConfig) -> list[int]:
     """Device count kubelet asks for, per container (init first), 0 for containers without GPUs."""
-    spec = pod.get("spec")
-    spec = spec if isinstance(spec, Mapping) else {}
+    # Positions as engine.requests.pod_requests counts them: only container objects take one.
     counts: list[int] = []
-    for group in ("initContainers", "containers"):
-        items = spec.get(group)
-        for c in items if isinstance(items, list) else ():
-            req = container_requests(c, cfg) if isinstance(c, Mapping) else None
-            counts.append(req.nums if req is not None and req.nums > 0 else 0)
+    for c in (*objects.init_containers(pod), *objects.containers(pod)):
+        req = container_requests(c, cfg)
+        counts.append(req.nums if req is not None and req.nums > 0 else 0)
     return counts
 
 
@@ -101,11 +98,6 @@ class Admission:
     error: str = ""
 
 
-def _meta(pod: Mapping[str, Any]) -> Mapping[str, Any]:
-    meta = pod.get("metadata")
-    return meta if isinstance(meta, Mapping) else {}
-
-
 class SimDevicePlugin:
     """The device plugins and kubelets of every node of one cluster, driven per pod."""
 
@@ -117,10 +109,9 @@ class SimDevicePlugin:
 
     async def admit(self, pod: Mapping[str, Any]) -> Admission:
         """Allocate the bound `pod`'s devices and start it (Running), or fail it (Failed)."""
-        meta = _meta(pod)
-        namespace, name = str(meta.get("namespace") or "default"), str(meta.get("name") or "")
-        node = str((pod.get("spec") or {}).get("nodeName") or "")
-        annotations = meta.get("annotations") or {}
+        namespace, name = objects.namespace(pod) or "default", objects.name(pod)
+        node = objects.node_name(pod)
+        annotations = objects.annotations(pod)
         error = ""
         if keys.VGPU_TO_ALLOCATE in annotations:
             value = str(annotations[keys.VGPU_TO_ALLOCATE])
@@ -154,13 +145,10 @@ class SimDevicePlugin:
 
 
 def _wants_admission(pod: Mapping[str, Any]) -> bool:
-    spec = pod.get("spec") or {}
-    status = pod.get("status") or {}
-    annotations = _meta(pod).get("annotations") or {}
     return (
-        bool(spec.get("nodeName"))
-        and status.get("phase", "Pending") == "Pending"
-        and annotations.get(keys.BIND_PHASE) == keys.BIND_PHASE_ALLOCATING
+        bool(objects.node_name(pod))
+        and (objects.phase(pod) or "Pending") == "Pending"
+        and objects.annotations(pod).get(keys.BIND_PHASE) == keys.BIND_PHASE_ALLOCATING
     )
 
 
@@ -191,7 +179,7 @@ class BackgroundDevicePlugin:
         self.reflector.start()
 
     def offer(self, pod: Obj) -> None:
-        uid = str(_meta(pod).get("uid") or "")
+        uid = objects.uid(pod)
         if not uid or uid in self._seen or not _wants_admission(pod):
             return
         self._seen.add(uid)
@@ -200,8 +188,7 @@ class BackgroundDevicePlugin:
         task.add_done_callback(self._tasks.discard)
 
     async def _admit(self, pod: Obj) -> None:
-        meta = _meta(pod)
-        namespace, name = str(meta.get("namespace") or "default"), str(meta.get("name") or "")
+        namespace, name = objects.namespace(pod) or "default", objects.name(pod)
         try:
             result = await self.plugin.admit(pod)
             duration = duration_seconds(pod)

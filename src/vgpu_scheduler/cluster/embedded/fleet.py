@@ -84,6 +84,7 @@ def node_devices(
 def _node(
     index: int,
     name: str,
+    *,
     model: GpuModel,
     devices: list[DeviceInfo],
     split_count: int,
@@ -193,7 +194,7 @@ def fleet(
         model = models[i * len(models) // n_nodes]
         name = node_name(name_prefix, i, n_nodes)
         devices = node_devices(name, gpus_per_node, model, split_count=split_count, devcore=devcore)
-        nodes.append(_node(i, name, model, devices, split_count, epoch))
+        nodes.append(_node(i, name, model=model, devices=devices, split_count=split_count, epoch=epoch))
     return nodes
 
 

@@ -11,6 +11,9 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+from vgpu_scheduler.wire import objects
+from vgpu_scheduler.wire.objects import as_mapping
+
 DEFAULT_EPOCH = 1_767_225_600
 """Unix time of simulated second 0 (2026-01-01T00:00:00Z): fixed, so timestamps written into pod and
 node annotations are identical from run to run."""
@@ -25,11 +28,10 @@ class InvalidDurationError(ValueError):
 
 def duration_seconds(pod: Mapping[str, Any]) -> float | None:
     """The pod's run time from DURATION_ANNOTATION; None when absent (runs forever)."""
-    meta = pod.get("metadata")
-    annotations = meta.get("annotations") if isinstance(meta, Mapping) else None
-    if not isinstance(annotations, Mapping) or DURATION_ANNOTATION not in annotations:
+    # The raw mapping, not `objects.annotations`: a YAML number (`30`) must be read, not dropped.
+    raw = as_mapping(objects.metadata(pod).get("annotations")).get(DURATION_ANNOTATION)
+    if raw is None:
         return None
-    raw = annotations[DURATION_ANNOTATION]
     try:
         value = float(str(raw).strip())
     except ValueError:

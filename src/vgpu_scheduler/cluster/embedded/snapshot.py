@@ -19,6 +19,8 @@ from typing import Any
 
 import yaml
 
+from vgpu_scheduler.wire import objects
+
 # The C loader is much faster on large snapshots; the pure-Python one is the fallback.
 _BaseLoader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
@@ -87,14 +89,13 @@ def _parse(path: str, text: str) -> list[Any]:
 
 
 def _describe(where: str, obj: Mapping[str, Any], kind: str | None) -> str:
-    meta = obj.get("metadata")
-    name = meta.get("name") if isinstance(meta, Mapping) else None
+    name = objects.name(obj)
     bits = []
     if kind:
         bits.append(f"kind {kind}")
-    if isinstance(name, str) and name:
-        ns = meta.get("namespace") if isinstance(meta, Mapping) else None
-        bits.append(f"name {ns}/{name}" if isinstance(ns, str) and ns else f"name {name}")
+    if name:
+        ns = objects.namespace(obj)
+        bits.append(f"name {ns}/{name}" if ns else f"name {name}")
     return f"{where} ({', '.join(bits)})" if bits else where
 
 
@@ -110,7 +111,7 @@ def _objects(path: str, docs: list[Any]) -> Iterator[tuple[str, dict[str, Any], 
             yield from _checked(path, doc_where, doc, None)
 
 
-def _error(path: str, where: str, obj: Mapping[str, Any], kind: str | None, problem: str) -> SnapshotError:
+def _error(path: str, where: str, obj: Mapping[str, Any], kind: str | None, *, problem: str) -> SnapshotError:
     return SnapshotError(f"{path}: {_describe(where, obj, kind)}: {problem}")
 
 
@@ -122,24 +123,24 @@ def _checked(
         raise SnapshotError(f"{path}: {where}: expected a Kubernetes object (a mapping), got {got}")
     kind = obj.get("kind", implied_kind)
     if kind is None:
-        raise _error(path, where, obj, None, "kind is missing")
+        raise _error(path, where, obj, None, problem="kind is missing")
     if not isinstance(kind, str):
-        raise _error(path, where, obj, None, f"kind must be a string, got {_type_name(kind)}")
+        raise _error(path, where, obj, None, problem=f"kind must be a string, got {_type_name(kind)}")
     if kind not in ALLOWED_KINDS and kind not in LIST_KINDS:
         allowed = ", ".join(sorted((*ALLOWED_KINDS, *LIST_KINDS)))
-        raise _error(path, where, obj, kind, f"unsupported kind {kind!r} (allowed: {allowed})")
+        raise _error(path, where, obj, kind, problem=f"unsupported kind {kind!r} (allowed: {allowed})")
     api_version = obj.get("apiVersion", "v1" if implied_kind else None)
     if api_version is None:
-        raise _error(path, where, obj, kind, "apiVersion is missing (expected 'v1')")
+        raise _error(path, where, obj, kind, problem="apiVersion is missing (expected 'v1')")
     if api_version != "v1":
         problem = f"unsupported apiVersion {api_version!r} for kind {kind} (expected 'v1')"
-        raise _error(path, where, obj, kind, problem)
+        raise _error(path, where, obj, kind, problem=problem)
     if kind in LIST_KINDS:
         items = obj.get("items")
         if items is None:
             items = []
         if not isinstance(items, list):
-            raise _error(path, where, obj, kind, f"items must be a list, got {_type_name(items)}")
+            raise _error(path, where, obj, kind, problem=f"items must be a list, got {_type_name(items)}")
         for i, item in enumerate(items):
             yield from _checked(path, f"{where}, items[{i}]", item, LIST_KINDS[kind])
         return
@@ -147,16 +148,16 @@ def _checked(
     if not isinstance(meta, dict):
         got = _type_name(meta)
         problem = "metadata is missing" if meta is None else f"metadata must be a mapping, got {got}"
-        raise _error(path, where, obj, kind, problem)
+        raise _error(path, where, obj, kind, problem=problem)
     name = meta.get("name")
     if not isinstance(name, str) or not name:
-        raise _error(path, where, obj, kind, "metadata.name is missing or empty")
+        raise _error(path, where, obj, kind, problem="metadata.name is missing or empty")
     if kind in NAMESPACED_KINDS:
         ns = meta.get("namespace")
         if ns is None:
             meta["namespace"] = "default"  # as `kubectl apply` would put it
         elif not isinstance(ns, str) or not ns:
-            raise _error(path, where, obj, kind, "metadata.namespace must be a non-empty string")
+            raise _error(path, where, obj, kind, problem="metadata.namespace must be a non-empty string")
     # Items of typed API lists carry no kind/apiVersion; give them one so callers see whole objects.
     obj.setdefault("kind", kind)
     obj.setdefault("apiVersion", "v1")
@@ -180,7 +181,8 @@ def load_snapshot(path: str | os.PathLike[str]) -> Snapshot:
         meta = obj["metadata"]
         identity = (kind, meta.get("namespace", "") if kind in NAMESPACED_KINDS else "", meta["name"])
         if identity in seen:
-            raise _error(shown, where, obj, kind, f"duplicate {kind} (first defined at {seen[identity]})")
+            raise _error(shown, where, obj, kind,
+                problem=f"duplicate {kind} (first defined at {seen[identity]})")
         seen[identity] = where
         targets[kind].append(obj)
     return snapshot

@@ -33,6 +33,7 @@ from vgpu_scheduler.cluster.memory.faults import Fault, FaultInjector
 from vgpu_scheduler.cluster.memory.rest import RestFrontend
 from vgpu_scheduler.cluster.memory.store import ObjectStore
 from vgpu_scheduler.cluster.memory.watch import MemoryWatch, WatchDropped
+from vgpu_scheduler.wire import objects
 
 __all__ = ["INITIAL_EVENTS_END", "MemoryCluster", "MemoryWatch", "WatchDropped"]
 
@@ -161,12 +162,13 @@ class MemoryCluster:
         self,
         method: str,
         path: str,
+        *,
         params: Mapping[str, str] | None = None,
         body: bytes | None = None,
         content_type: str | None = None,
     ) -> tuple[int, bytes]:
         """Serve one non-watch REST request; returns (HTTP status, JSON body)."""
-        return await self._rest.handle(method, path, params, body, content_type)
+        return await self._rest.handle(method, path, params=params, body=body, content_type=content_type)
 
     async def open_watch(self, path: str, params: Mapping[str, str] | None = None) -> MemoryWatch:
         """Start a REST watch (`?watch=1`); raises ApiError for what would be a non-200 answer."""
@@ -234,8 +236,8 @@ class MemoryCluster:
     ) -> Obj:
         """Replace an object as a PUT would (resourceVersion in the body is a precondition)."""
         rt = api.resource_type(resource)
-        name = (obj.get("metadata") or {}).get("name", "")
-        ns = namespace or (obj.get("metadata") or {}).get("namespace")
+        name = objects.name(obj)
+        ns = namespace or objects.namespace(obj) or None
         stored = writes.update(
             self._store, rt, namespace=ns, name=name, obj=copy(obj), subresource=subresource
         )

@@ -19,6 +19,7 @@ from vgpu_scheduler.cluster.errors import ApiError, details
 from vgpu_scheduler.cluster.memory import statuses
 from vgpu_scheduler.cluster.memory.codec import copy, rfc3339
 from vgpu_scheduler.cluster.memory.store import ObjectStore, Stored
+from vgpu_scheduler.wire import objects
 
 
 def delete(
@@ -62,12 +63,9 @@ def delete(
         new["metadata"]["deletionGracePeriodSeconds"] = 0
         return store.commit(st, key, api.order_object(new), "MODIFIED")
     # Pods: graceful deletion (registry/generic BeforeDelete + pod CheckGracefulDelete).
-    spec = current.obj.get("spec") or {}
-    period = grace if grace is not None else spec.get("terminationGracePeriodSeconds", 30)
-    if not spec.get("nodeName") or (current.obj.get("status") or {}).get("phase") in (
-        "Succeeded",
-        "Failed",
-    ):
+    default_grace = objects.spec(current.obj).get("terminationGracePeriodSeconds", 30)
+    period = grace if grace is not None else default_grace
+    if not objects.node_name(current.obj) or objects.phase(current.obj) in ("Succeeded", "Failed"):
         period = 0
     period = max(int(period), 0)
     new = copy(current.obj)
@@ -139,8 +137,7 @@ def bind(store: ObjectStore, namespace: str, name: str, binding: Obj) -> None:
                 f"ResourceVersion in object meta: {meta.get('resourceVersion')}",
             ),
         )
-    spec = current.obj.get("spec") or {}
-    bound_to = spec.get("nodeName")
+    bound_to = objects.node_name(current.obj)
     if meta.get("deletionTimestamp"):
         raise ApiError.make(
             409,

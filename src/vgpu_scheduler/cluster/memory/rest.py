@@ -39,6 +39,7 @@ class RestFrontend:
         self,
         method: str,
         path: str,
+        *,
         params: Mapping[str, str] | None = None,
         body: bytes | None = None,
         content_type: str | None = None,

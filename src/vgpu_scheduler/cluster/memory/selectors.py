@@ -9,6 +9,7 @@ from __future__ import annotations
 from vgpu_scheduler.cluster import api
 from vgpu_scheduler.cluster.api import Obj, ResourceType
 from vgpu_scheduler.cluster.errors import ApiError
+from vgpu_scheduler.wire import objects
 
 
 def parse(
@@ -24,7 +25,7 @@ def parse(
 def matches(rt: ResourceType, obj: Obj, lsel: api.LabelSelector, fsel: api.FieldSelector) -> bool:
     """Whether a stored object passes both selectors. Field selectors on events.k8s.io/v1 name
     that version's fields, so the object is converted before matching."""
-    if not lsel.matches((obj.get("metadata") or {}).get("labels")):
+    if not lsel.matches(objects.labels(obj)):
         return False
     if fsel.empty:
         return True
