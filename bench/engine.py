@@ -135,7 +135,15 @@ def run(n_nodes: int, decisions: int, seed: int = 1) -> Figures:
         for d in range(decisions):
             pod = request_pod(rng, d, policy)
             start = time.perf_counter()
-            decision = decide(pod, names, state, CFG, "binpack", "spread", 1764400000 + d)
+            decision = decide(
+                pod,
+                names,
+                state,
+                CFG,
+                default_node_policy="binpack",
+                default_gpu_policy="spread",
+                now=1764400000 + d,
+            )
             times.append(time.perf_counter() - start)
             if isinstance(decision, Chosen):
                 state.reserve(pod, decision)
@@ -152,23 +160,41 @@ def run(n_nodes: int, decisions: int, seed: int = 1) -> Figures:
     for _ in range(3):
         state.verdicts.clear()  # the first decision for this pod: nothing cached
         start = time.perf_counter()
-        assert isinstance(decide(huge, names, state, CFG, "binpack", "spread", 0), NoFit)
+        assert isinstance(
+            decide(
+                huge, names, state, CFG, default_node_policy="binpack", default_gpu_policy="spread", now=0
+            ),
+            NoFit,
+        )
         nofit.append(time.perf_counter() - start)
     # The retry kube-scheduler makes after a cluster event: one pod changed on one node since the
     # previous (cached) decision for the same pod, so one node is evaluated again.
     repeat = []
     for r in range(3):
-        first = decide(huge, names, state, CFG, "binpack", "spread", 0)
+        first = decide(
+            huge, names, state, CFG, default_node_policy="binpack", default_gpu_policy="spread", now=0
+        )
         state.on_pod(existing_pod(rng, r, 0, ALLOCS_PER_GPU + r))
         start = time.perf_counter()
-        again = decide(huge, names, state, CFG, "binpack", "spread", 0)
+        again = decide(
+            huge, names, state, CFG, default_node_policy="binpack", default_gpu_policy="spread", now=0
+        )
         repeat.append(time.perf_counter() - start)
         assert isinstance(again, NoFit) and again == first
     everything = []
     for d in range(3):
         pod = request_pod(rng, 10**6 + d, "binpack")
         start = time.perf_counter()
-        decide(pod, names, state, CFG, "binpack", "spread", 0, evaluate_all=True)
+        decide(
+            pod,
+            names,
+            state,
+            CFG,
+            default_node_policy="binpack",
+            default_gpu_policy="spread",
+            now=0,
+            evaluate_all=True,
+        )
         everything.append(time.perf_counter() - start)
 
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux

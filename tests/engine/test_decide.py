@@ -74,8 +74,17 @@ def run(pod: dict[str, Any], s: SchedulerState, names: list[str], policy: str = 
         gpu_policy: str = "spread") -> Decision:
     """Decide with early stop, check it matches the evaluate-all reference, and return it."""
     reference_state = copy.deepcopy(s)
-    got = decide(pod, names, s, CFG, policy, gpu_policy, NOW)
-    want = decide(pod, names, reference_state, CFG, policy, gpu_policy, NOW, evaluate_all=True)
+    got = decide(pod, names, s, CFG, default_node_policy=policy, default_gpu_policy=gpu_policy, now=NOW)
+    want = decide(
+        pod,
+        names,
+        reference_state,
+        CFG,
+        default_node_policy=policy,
+        default_gpu_policy=gpu_policy,
+        now=NOW,
+        evaluate_all=True,
+    )
     if isinstance(got, Chosen):
         assert isinstance(want, Chosen)
         assert (got.node, got.devices, got.mig, got.annotations) == (want.node, want.devices, want.mig,
@@ -196,14 +205,19 @@ def test_no_request_is_an_echo_without_side_effects() -> None:
     s.on_pod(scheduled("p", "a", "GPU-a,NVIDIA,100,0:;"))
     pod = make_pod("p", ctr(gpus=None, name="plain"))
     pod["metadata"]["annotations"][keys.DEVICE_SCORING_WEIGHTS] = "broken"
-    assert decide(pod, ["a"], s, CFG, "binpack", "spread", NOW) == NoRequest()
+    assert (
+        decide(pod, ["a"], s, CFG, default_node_policy="binpack", default_gpu_policy="spread", now=NOW)
+        == NoRequest()
+    )
     assert s.allocation("uid-p") is not None
 
 
 def test_invalid_scoring_weights_is_an_error() -> None:
     s = cluster(("a", [gpu("GPU-a")]))
     pod = make_pod("p", annotations={keys.DEVICE_SCORING_WEIGHTS: "slot=1"})
-    assert decide(pod, ["a"], s, CFG, "binpack", "spread", NOW) == Error(
+    assert decide(
+        pod, ["a"], s, CFG, default_node_policy="binpack", default_gpu_policy="spread", now=NOW
+    ) == Error(
         'calcScore failed invalid hami.io/device-scoring-weights annotation "slot=1": '
         "expected slot, core, and memory weights for pod p"
     )
@@ -237,7 +251,7 @@ def test_annotations_and_label_are_exact() -> None:
 def test_reserve_then_confirm_counts_the_collapsed_allocation_once() -> None:
     s = cluster(("n1", [gpu("GPU-0")]))
     pod = make_pod("p", ctr(mem=1000, cores=30), init=[ctr(mem=2000)])
-    d = decide(pod, ["n1"], s, CFG, "binpack", "spread", NOW)
+    d = decide(pod, ["n1"], s, CFG, default_node_policy="binpack", default_gpu_policy="spread", now=NOW)
     assert isinstance(d, Chosen)
     s.reserve(pod, d)
     view = s.ledger.view("n1")
@@ -247,7 +261,7 @@ def test_reserve_then_confirm_counts_the_collapsed_allocation_once() -> None:
     s.on_pod(pod)
     assert (view.usage[0].used, view.usage[0].usedmem, view.usage[0].usedcores) == (1, 2000, 30)
     # Filtered again: the reservation is dropped before the new decision.
-    d2 = decide(pod, ["n1"], s, CFG, "binpack", "spread", NOW + 1)
+    d2 = decide(pod, ["n1"], s, CFG, default_node_policy="binpack", default_gpu_policy="spread", now=NOW + 1)
     assert isinstance(d2, Chosen) and (view.usage[0].used, view.usage[0].usedmem) == (0, 0)
 
 
@@ -294,7 +308,7 @@ def test_simulation_path_reads_inventory_from_node_objects() -> None:
         node_object("t-f", annotations=register(gpu("GPU-f")) | {keys.DEVICE_CORDON: "GPU-f"}, typed=True),
     ]
     pod = make_pod("p", ctr(mem=1000))
-    d = decide_on_nodes(pod, nodes, CFG, "binpack", "spread", NOW)
+    d = decide_on_nodes(pod, nodes, CFG, default_node_policy="binpack", default_gpu_policy="spread", now=NOW)
     assert isinstance(d, Chosen) and d.node == "t-b"
     # All scores are 0 without usage: the tie goes to the first name. Every node is evaluated, so
     # the answer reports every node that does not fit, with its detailed reason (§5.7).
@@ -307,7 +321,14 @@ def test_simulation_path_reads_inventory_from_node_objects() -> None:
     }
     assert d.scores == {"t-b": 0.0}
     assert d.annotations[keys.VGPU_ALLOCATED] == "GPU-b,NVIDIA,1000,0:;"
-    nofit = decide_on_nodes(make_pod("p", ctr(mem=9000)), nodes, CFG, "binpack", "spread", NOW)
+    nofit = decide_on_nodes(
+        make_pod("p", ctr(mem=9000)),
+        nodes,
+        CFG,
+        default_node_policy="binpack",
+        default_gpu_policy="spread",
+        now=NOW,
+    )
     assert nofit == NoFit({
         "t-a": "node unregistered",
         "t-b": "1/1 CardInsufficientMemory",
@@ -320,9 +341,29 @@ def test_simulation_path_reads_inventory_from_node_objects() -> None:
 
 def test_simulation_path_has_no_usage_and_no_request_echo() -> None:
     nodes = [node_object("t", annotations=register(gpu("GPU-t")), typed=True)]
-    assert decide_on_nodes(make_pod("p", ctr(gpus=None)), nodes, CFG, "binpack", "spread", NOW) == NoRequest()
+    assert (
+        decide_on_nodes(
+            make_pod("p", ctr(gpus=None)),
+            nodes,
+            CFG,
+            default_node_policy="binpack",
+            default_gpu_policy="spread",
+            now=NOW,
+        )
+        == NoRequest()
+    )
     for _ in range(3):  # nothing is recorded between calls
-        d = decide_on_nodes(make_pod("p", ctr(mem=8000)), nodes, CFG, "binpack", "spread", NOW)
+        d = decide_on_nodes(
+            make_pod("p", ctr(mem=8000)),
+            nodes,
+            CFG,
+            default_node_policy="binpack",
+            default_gpu_policy="spread",
+            now=NOW,
+        )
         assert isinstance(d, Chosen)
     bad = make_pod("p", annotations={keys.DEVICE_SCORING_WEIGHTS: "x"})
-    assert isinstance(decide_on_nodes(bad, nodes, CFG, "binpack", "spread", NOW), Error)
+    assert isinstance(
+        decide_on_nodes(bad, nodes, CFG, default_node_policy="binpack", default_gpu_policy="spread", now=NOW),
+        Error,
+    )

@@ -154,8 +154,25 @@ class SchedulingMachine(RuleBasedStateMachine):
         self.now += 1
         pod = _pod(name, spec)
         reference = copy.deepcopy(self.state)
-        got = decide(pod, NODES, self.state, CFG, "binpack", "spread", self.now)
-        want = decide(pod, NODES, reference, CFG, "binpack", "spread", self.now, evaluate_all=True)
+        got = decide(
+            pod,
+            NODES,
+            self.state,
+            CFG,
+            default_node_policy="binpack",
+            default_gpu_policy="spread",
+            now=self.now,
+        )
+        want = decide(
+            pod,
+            NODES,
+            reference,
+            CFG,
+            default_node_policy="binpack",
+            default_gpu_policy="spread",
+            now=self.now,
+            evaluate_all=True,
+        )
         uid = f"uid-{name}"
         event(f"decision: {type(got).__name__}")
         if isinstance(got, NoRequest):
@@ -267,7 +284,7 @@ def test_reservation_collapse_matches_decoded_annotations() -> None:
     state = SchedulerState(CFG)
     state.set_node_devices("n1", copy.deepcopy(INVENTORY["n1"]))
     pod = _pod("p", spec)
-    d = decide(pod, ["n1"], state, CFG, "binpack", "spread", 1)
+    d = decide(pod, ["n1"], state, CFG, default_node_policy="binpack", default_gpu_policy="spread", now=1)
     assert isinstance(d, Chosen)
     reserved = pod_allocation(pod, d.node, d.devices, d.mig)
     pod["metadata"]["annotations"].update(d.annotations)

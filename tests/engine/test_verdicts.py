@@ -93,7 +93,7 @@ def alloc(uid: str, node: str, uuid: str, mem: int, namespace: str = "team") -> 
 
 
 def run(pod: dict[str, Any], state: SchedulerState, nodes: list[str]) -> Decision:
-    return decide(pod, nodes, state, CFG, "binpack", "spread", NOW)
+    return decide(pod, nodes, state, CFG, default_node_policy="binpack", default_gpu_policy="spread", now=NOW)
 
 
 # --- generations -----------------------------------------------------------------------------
@@ -554,8 +554,24 @@ class CachedDecisionMachine(RuleBasedStateMachine):
             reference = copy.deepcopy(self.state)
             reference.verdicts.clear()
             with _counting_fits() as fitted:
-                got = decide(pod, CLUSTER, self.state, CFG, "binpack", "spread", self.now)
-            want = decide(pod, CLUSTER, reference, CFG, "binpack", "spread", self.now)
+                got = decide(
+                    pod,
+                    CLUSTER,
+                    self.state,
+                    CFG,
+                    default_node_policy="binpack",
+                    default_gpu_policy="spread",
+                    now=self.now,
+                )
+            want = decide(
+                pod,
+                CLUSTER,
+                reference,
+                CFG,
+                default_node_policy="binpack",
+                default_gpu_policy="spread",
+                now=self.now,
+            )
             assert got == want
             if isinstance(got, NoFit | Chosen):
                 assert isinstance(want, NoFit | Chosen)

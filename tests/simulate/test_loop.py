@@ -72,7 +72,9 @@ async def test_decisions_match_the_engine_called_directly() -> None:
     got = by_name(result.report)
     for i, p in enumerate(pods):
         p["metadata"]["uid"] = f"uid-{i}"
-        d = decide(p, names, state, CFG.nvidia, "binpack", "spread", 0)
+        d = decide(
+            p, names, state, CFG.nvidia, default_node_policy="binpack", default_gpu_policy="spread", now=0
+        )
         assert isinstance(d, Chosen)
         state.reserve(p, d)
         entry = got[p["metadata"]["name"]]

@@ -154,7 +154,9 @@ def test_demo_workload_fits_the_empty_demo_fleet_through_the_engine() -> None:
     }
     checked: Counter[str] = Counter()
     for p in demo_workload(200, 2):
-        decision = decide_on_nodes(p, nodes, CFG, "binpack", "spread", 0)
+        decision = decide_on_nodes(
+            p, nodes, CFG, default_node_policy="binpack", default_gpu_policy="spread", now=0
+        )
         annotations = p["metadata"].get("annotations", {})
         if p["metadata"]["labels"][KIND_LABEL] == "cpu":
             assert isinstance(decision, NoRequest)

@@ -176,10 +176,10 @@ def decide(
     node_names: Sequence[str],
     state: SchedulerState,
     cfg: NvidiaConfig,
+    *,
     default_node_policy: str,
     default_gpu_policy: str,
     now: int,
-    *,
     evaluate_all: bool = False,
     deprioritized: Callable[[str], bool] | None = None,
     requests: Sequence[ContainerRequests] | None = None,
@@ -216,7 +216,16 @@ def decide(
 
     if evaluate_all:
         return _decide_all(
-            requests, n_init, pod, ctx, ledger, candidates, descending, failed, now, deprioritized
+            requests,
+            n_init,
+            pod,
+            ctx,
+            ledger=ledger,
+            candidates=candidates,
+            descending=descending,
+            failed=failed,
+            now=now,
+            deprioritized=deprioritized,
         )
 
     needs = _needs(requests)
@@ -250,7 +259,9 @@ def decide(
             continue
         result = fit_or_reason(node)
         if isinstance(result, NodeFit):
-            return _chosen(node, result, ledger.score(node), {node: ledger.score(node)}, failed, now)
+            return _chosen(
+                node, result, ledger.score(node), {node: ledger.score(node)}, failed=failed, now=now
+            )
         failed[node] = result
     # Nothing free fits: the deferred nodes in the same order, then the skipped ones, which still
     # need their exact reasons.
@@ -259,7 +270,9 @@ def decide(
         if isinstance(result, NodeFit):
             if node in skipped:  # cannot happen if the summary bounds are right
                 log.error("node %s was skipped as hopeless but fits pod %s; choosing it", node, name)
-            return _chosen(node, result, ledger.score(node), {node: ledger.score(node)}, failed, now)
+            return _chosen(
+                node, result, ledger.score(node), {node: ledger.score(node)}, failed=failed, now=now
+            )
         failed[node] = result
     return NoFit(failed)
 
@@ -269,6 +282,7 @@ def _decide_all(
     n_init: int,
     pod: Mapping[str, Any],
     ctx: PodFitContext,
+    *,
     ledger: DeviceLedger,
     candidates: list[str],
     descending: bool,
@@ -294,7 +308,7 @@ def _decide_all(
         free = {node: score for node, score in scores.items() if not deprioritized(node)}
         preferred = free or scores
     best = _best(preferred, descending)
-    return _chosen(best, fits[best], scores[best], scores, failed, now)
+    return _chosen(best, fits[best], scores[best], scores, failed=failed, now=now)
 
 
 def _best(scores: Mapping[str, float], descending: bool) -> str:
@@ -308,6 +322,7 @@ def _chosen(
     fit: NodeFit,
     score: float,
     scores: dict[str, float],
+    *,
     failed: dict[str, str],
     now: int,
 ) -> Decision:
@@ -356,6 +371,7 @@ def decide_on_nodes(
     pod: Mapping[str, Any],
     nodes: Iterable[Mapping[str, Any]],
     cfg: NvidiaConfig,
+    *,
     default_node_policy: str,
     default_gpu_policy: str,
     now: int,
@@ -396,4 +412,4 @@ def decide_on_nodes(
     if not fits:
         return NoFit(failed)
     best = next(iter(fits))  # every score is 0: the first name wins the tie
-    return _chosen(best, fits[best], 0.0, dict.fromkeys(fits, 0.0), failed, now)
+    return _chosen(best, fits[best], 0.0, dict.fromkeys(fits, 0.0), failed=failed, now=now)

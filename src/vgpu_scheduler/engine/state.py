@@ -30,7 +30,7 @@ from vgpu_scheduler.engine.podinfo import (
 from vgpu_scheduler.engine.quota import QuotaManager
 from vgpu_scheduler.engine.verdicts import VerdictCache
 from vgpu_scheduler.model import DeviceInfo
-from vgpu_scheduler.wire import keys
+from vgpu_scheduler.wire import keys, objects
 
 if TYPE_CHECKING:
     from vgpu_scheduler.engine.decide import Chosen
@@ -81,7 +81,7 @@ class SchedulerState:
             return
         annotations = pod_annotations(pod)
         node = annotations.get(keys.VGPU_NODE)
-        bound_to = _bound_node(pod)
+        bound_to = objects.node_name(pod)
         reserved = self._reserved.get(uid)
         if not node:
             if bound_to and reserved is not None:
@@ -198,9 +198,3 @@ def _newer(event_time: str, reserved_time: str) -> bool:
         return int(event_time) > int(reserved_time)
     except ValueError:
         return False
-
-
-def _bound_node(pod: Mapping[str, Any]) -> str:
-    spec = pod.get("spec")
-    node = spec.get("nodeName") if isinstance(spec, Mapping) else None
-    return node if isinstance(node, str) else ""

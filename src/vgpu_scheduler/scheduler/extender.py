@@ -34,7 +34,7 @@ from vgpu_scheduler.engine.podinfo import is_terminal, pod_annotations, pod_key
 from vgpu_scheduler.engine.reasons import parse_reason
 from vgpu_scheduler.engine.requests import pod_has_device_requests, pod_requests
 from vgpu_scheduler.engine.state import SchedulerState
-from vgpu_scheduler.wire import keys
+from vgpu_scheduler.wire import keys, objects
 from vgpu_scheduler.wire.extender import (
     ExtenderDecodeError,
     decode_binding_args,
@@ -223,7 +223,7 @@ class Extender:
             self.stats.filters_unknown_pod += 1
             log.info("filter %s/%s: pod %s is not in the informer cache", namespace, name, uid)
             return encode_filter_result(error=f'pods "{name}" not found')
-        bound_to = _bound_node(known)
+        bound_to = objects.node_name(known)
         if bound_to:
             # kube-scheduler's cache lags ours: the pod is bound, its annotations are the truth.
             message = f'pod {namespace}/{name} is already assigned to node "{bound_to}"'
@@ -236,9 +236,9 @@ class Extender:
             candidates,
             self.state,
             self.cfg,
-            policies.node,
-            policies.gpu,
-            int(self.now()),
+            default_node_policy=policies.node,
+            default_gpu_policy=policies.gpu,
+            now=int(self.now()),
             evaluate_all=len(candidates) <= EVALUATE_ALL_LIMIT,
             deprioritized=self._busy_node_test(uid, namespace, name) if self.lock_aware else None,
             requests=requests,
@@ -304,7 +304,12 @@ class Extender:
 
     def _filter_template_nodes(self, pod: dict[str, Any], items: list[dict[str, Any]]) -> bytes:
         decision = decide_on_nodes(
-            pod, items, self.cfg, self.policies.node, self.policies.gpu, int(self.now())
+            pod,
+            items,
+            self.cfg,
+            default_node_policy=self.policies.node,
+            default_gpu_policy=self.policies.gpu,
+            now=int(self.now()),
         )
         if isinstance(decision, NoRequest):
             # Deliberate difference: HAMi echoes only NodeNames (null here), so kube-scheduler gets
@@ -348,7 +353,7 @@ class Extender:
         # The bind runs in its own task: if our caller goes away (the HTTP handler is cancelled),
         # the bind is not cut in the middle of a write but stops at its next check and cleans up.
         task = asyncio.ensure_future(
-            self._bind(args.pod_namespace, args.pod_name, args.pod_uid, args.node, control)
+            self._bind(args.pod_namespace, args.pod_name, args.pod_uid, args.node, control=control)
         )
         task.add_done_callback(_log_unexpected)
         try:
@@ -362,7 +367,9 @@ class Extender:
             self.stats.bind_failures += 1
         return encode_binding_result(error)
 
-    async def _bind(self, namespace: str, name: str, uid: str, node: str, control: _BindControl) -> str:
+    async def _bind(
+        self, namespace: str, name: str, uid: str, node: str, *, control: _BindControl
+    ) -> str:
         pod = self.cached_pod(namespace, name)
         if pod is None or (uid and pod_key(pod)[0] != uid):
             try:  # the informer may lag behind kube-scheduler by a few milliseconds
@@ -381,7 +388,7 @@ class Extender:
             self.events.record(pod, WARNING, "BindingFailed", message)
             return f'node "{node}" not found'
         uid = pod_key(pod)[0]
-        bound_to = _bound_node(pod)
+        bound_to = objects.node_name(pod)
         if bound_to:  # no write may touch a bound pod: its annotations are the truth
             message = f'pod {namespace}/{name} is already assigned to node "{bound_to}"'
             self.events.record(pod, WARNING, "BindingFailed", message)
@@ -429,7 +436,9 @@ class Extender:
             patched = await self._patch_unbound(pod, patch, check)
             check()
             self.stats.api_calls_in_bind += 1
-            await self.api.bind_pod(namespace, name, uid, node, resource_version=_resource_version(patched))
+            await self.api.bind_pod(
+                namespace, name, uid, node, resource_version=objects.resource_version(patched)
+            )
         # A connection error (API server down, --kube-timeout) is a failure like any other: answered
         # in `Error`, and the lock taken before it released, or it would hold the node for 5 min.
         except (ApiError, ApiConnectionError, NodeLockError, _Refused) as exc:
@@ -490,7 +499,7 @@ class Extender:
         uid, namespace, name = pod_key(pod)
         current: Mapping[str, Any] = pod
         for attempt in range(PATCH_CONFLICT_RETRIES):
-            rv = _resource_version(current)
+            rv = objects.resource_version(current)
             body = {"metadata": {**patch["metadata"], "resourceVersion": rv}} if rv else patch
             try:
                 self.stats.api_calls_in_bind += 1
@@ -502,7 +511,7 @@ class Extender:
             current = await self.api.get_pod(namespace, name)
             if pod_key(current)[0] != uid:
                 raise _Refused(f"pod {namespace}/{name} was replaced (uid {pod_key(current)[0]})")
-            bound_to = _bound_node(current)
+            bound_to = objects.node_name(current)
             if bound_to:
                 raise _Refused(f'pod {namespace}/{name} is already assigned to node "{bound_to}"')
             check()
@@ -526,7 +535,13 @@ class Extender:
         if chosen is not None and chosen.node == node and self.state.allocation(uid) is not None:
             return chosen, ""
         decision = decide(
-            pod, [node], self.state, self.cfg, self.policies.node, self.policies.gpu, int(self.now())
+            pod,
+            [node],
+            self.state,
+            self.cfg,
+            default_node_policy=self.policies.node,
+            default_gpu_policy=self.policies.gpu,
+            now=int(self.now()),
         )
         if isinstance(decision, NoRequest):
             return None, ""
@@ -576,18 +591,6 @@ def _log_unexpected(task: asyncio.Future[str]) -> None:
         log.error("bind failed unexpectedly", exc_info=task.exception())
 
 
-def _bound_node(pod: Mapping[str, Any]) -> str:
-    spec = pod.get("spec")
-    node = spec.get("nodeName") if isinstance(spec, Mapping) else None
-    return node if isinstance(node, str) else ""
-
-
-def _resource_version(obj: Mapping[str, Any]) -> str:
-    meta = obj.get("metadata")
-    rv = meta.get("resourceVersion") if isinstance(meta, Mapping) else None
-    return rv if isinstance(rv, str) else ""
-
-
 def is_pod_group_member(pod: Mapping[str, Any]) -> bool:
     """HAMi's PodGroup test: label scheduling.x-k8s.io/pod-group or spec.schedulingGroup.podGroupName."""
     meta = pod.get("metadata")
@@ -606,7 +609,7 @@ def _error_text(exc: Exception) -> str:
 
 def _regular_containers_request(pod: Mapping[str, Any], cfg: NvidiaConfig) -> bool:
     """HAMi locks the node only when a regular (non-init) container requests a device (§6.1)."""
-    n_init = len((pod.get("spec") or {}).get("initContainers") or [])
+    n_init = objects.init_container_count(pod)
     return any(pod_requests(pod, cfg)[n_init:])
 
 
