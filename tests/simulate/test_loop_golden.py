@@ -3,6 +3,10 @@ loop's performance work (caches of predicate/priority results, settle on written
 ...). The digests were recorded with the unoptimised loop; a change here means a scheduling result
 changed, which an optimisation must never do.
 
+Re-recorded once on purpose: GPU-free pods no longer go through the extender (kube-scheduler's
+`IsInterested`), so they lose the `bind-phase`/`bind-time` annotations the extender's bind wrote;
+every node, reason, device and timeline entry stayed the same (checked by diffing both reports).
+
 The scenarios exercise every path a cache could get wrong: pods finishing (NodeInfo shrinks) and
 pending pods retried after a cluster event, nodes added later, tainted and cordoned nodes, pods already
 bound at time 0, nodeSelector and UUID/type filters, both algorithm providers.
@@ -70,10 +74,10 @@ SCENARIOS = {
 }
 
 EXPECTED_SHA256 = {
-    "plain-default": "79c1141701a71ca4fdafdfc55a55605c9cd7e4981ab534a7649a3e589f9e6769",
-    "plain-autoscaler": "751341b5efba03f02aff72699ebaf535c8e3ce50443ccc92015eb848bbf00133",
-    "eventful-default": "b635cc63f37b21d01bcdb52eec7b4328864615ec35d3ce20fbe09bcfd7154d7e",
-    "eventful-autoscaler": "66716ac47c4467b3dcbe228d8b71d4698b6d2ef77939680ced7c4fc90d3af0f0",
+    "plain-default": "fe539f11a54bc9f4b0c563e72416cdf463525b00e2ec5ff4ae7c7a4fdc2c7913",
+    "plain-autoscaler": "9d4e93d2f463c509a9c2bcb08d2a720a1cdbd359e56eeb9f3612e76a2b00dce6",
+    "eventful-default": "d7e31c691b42b45595463d44eb8d559d93acaaf5317c4f84b54c9c60cf4cf599",
+    "eventful-autoscaler": "77da06e6ccffc1508723c8c0592da38f9c4d258e6b5c59dc5bb318d2bd26f048",
 }
 
 

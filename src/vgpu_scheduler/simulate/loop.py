@@ -7,8 +7,11 @@ HAMi scheduler, and the loop is kube-scheduler:
 1. pop the next pod from the `SchedulingQueue` (priority, then arrival; backoff in simulated time);
 2. run the provider's predicates on every node (the informer's Node objects + a `NodeInfo` per node);
 3. POST the feasible node names to the extender's filter as a real `ExtenderArgs` body and take the
-   single node it answers (a GPU-free pod gets the names echoed: the provider's priorities choose);
-4. bind through the extender (`ExtenderBindingArgs`): node lock, pod patch, Binding;
+   single node it answers;
+4. bind through the extender (`ExtenderBindingArgs`): node lock, pod patch, Binding. A pod asking
+   for none of the extender's managed resources never reaches the extender (kube-scheduler's
+   `IsInterested`): the provider's priorities choose among the feasible nodes and the loop posts
+   the Binding itself, as kube-scheduler's DefaultBinder does;
 5. the simulated device plugin (`deviceplugin.SimDevicePlugin`) consumes the allocation, sets
    `bind-phase: success`, releases the lock, and the pod runs; with a run time it goes `Succeeded`
    later in simulated time, which is a cluster event that moves unschedulable pods back to active.
@@ -45,7 +48,7 @@ from vgpu_scheduler.scheduler.options import SchedulerOptions
 from vgpu_scheduler.scheduler.process import SchedulerProcess
 from vgpu_scheduler.simulate.clock import SimClock
 from vgpu_scheduler.simulate.nodetable import NodeTable, ScoreCache, VerdictCache
-from vgpu_scheduler.simulate.predicates import ignored_resources_for
+from vgpu_scheduler.simulate.predicates import extender_interested, ignored_resources_for
 from vgpu_scheduler.simulate.providers import DEFAULT_PROVIDER, AlgorithmProvider, get_provider
 from vgpu_scheduler.simulate.queue import QueuedPod, SchedulingQueue, pod_key
 from vgpu_scheduler.simulate.report import (
@@ -203,8 +206,9 @@ class Simulation:
         )
         self.endpoint: ExtenderEndpoint = self.process.extender
         self.device_plugin = SimDevicePlugin(self.client, cfg.nvidia)
+        self._managed = ignored_resources_for(cfg.nvidia)
         self.provider: AlgorithmProvider = get_provider(
-            self.options.provider, ignored_resources=ignored_resources_for(cfg.nvidia)
+            self.options.provider, ignored_resources=self._managed
         )
         self.queue = SchedulingQueue(
             initial_backoff=self.options.initial_backoff, max_backoff=self.options.max_backoff
@@ -355,6 +359,9 @@ class Simulation:
         if not feasible:
             self._unschedulable(qp, failed)
             return
+        if not extender_interested(pod, self._managed):
+            await self._default_bind(qp, pod, self._prioritize(pod, list(feasible)))
+            return
         answer = _filter_answer(await self.endpoint.filter(_extender_args(pod, verdicts.names_json)))
         if answer.error:
             self._unschedulable(qp, {**failed, **dict.fromkeys(feasible, answer.error)})
@@ -377,6 +384,18 @@ class Simulation:
             # A binding error is not "unschedulable": like the live kube-scheduler, retry the pod
             # when its backoff runs out (a lock may be released without any event we model).
             self._reasons[qp.key] = {node_name: error}
+            self.queue.add_backoff(qp, self.clock.now)
+            return
+        await self._after_bind(qp.key, node_name)
+
+    async def _default_bind(self, qp: QueuedPod, pod: Obj, node_name: str) -> None:
+        """kube-scheduler's DefaultBinder: the Binding alone, no annotation, no lock."""
+        meta = pod.get("metadata") or {}
+        namespace, name = str(meta.get("namespace") or "default"), str(meta.get("name") or "")
+        try:
+            await self.client.bind_pod(namespace, name, str(meta.get("uid") or ""), node_name)
+        except ApiError as exc:
+            self._reasons[qp.key] = {node_name: exc.message}
             self.queue.add_backoff(qp, self.clock.now)
             return
         await self._after_bind(qp.key, node_name)

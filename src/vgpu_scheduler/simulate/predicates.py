@@ -57,6 +57,28 @@ def ignored_resources_for(config: NvidiaConfig) -> frozenset[str]:
     )
 
 
+def extender_interested(pod: Mapping[str, Any], managed: frozenset[str]) -> bool:
+    """kube-scheduler's `HTTPExtender.IsInterested`: with `managedResources` configured, the
+    extender is called (filter and bind) only for a pod whose containers or init containers name
+    one of them in requests or limits; every other pod is filtered and bound by kube-scheduler alone."""
+    if not managed:
+        return True
+    spec = pod.get("spec")
+    if not isinstance(spec, Mapping):
+        return False
+    for field in ("containers", "initContainers"):
+        containers = spec.get(field)
+        for c in containers if isinstance(containers, list) else ():
+            resources = c.get("resources") if isinstance(c, Mapping) else None
+            if not isinstance(resources, Mapping):
+                continue
+            for kind in ("requests", "limits"):
+                names = resources.get(kind)
+                if isinstance(names, Mapping) and any(str(n) in managed for n in names):
+                    return True
+    return False
+
+
 def _resource_map(raw: object, where: str) -> dict[str, int]:
     if raw is None:
         return {}
