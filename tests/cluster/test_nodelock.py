@@ -130,9 +130,20 @@ async def test_contention_with_a_live_holder(cluster: MemoryCluster, client: Kub
     cluster.create("pods", _pod("holder"), namespace="default")
     cluster.create("nodes", _node("n1", format_lock(T0, "default", "holder")))
     locker = NodeLocker(client, now=Clock())
-    with pytest.raises(NodeLockContention, match="node n1 has been locked within 5m0s: node lock contention"):
+    contention = "node n1 has been locked within 5m0s: node lock contention"
+    with pytest.raises(NodeLockContention, match=contention) as got:
         await locker.lock("n1", "default", "p2")
+    assert got.value.holder_named  # a failure-path release would find another pod's lock: skipped
     assert _lock_of(cluster, "n1") == format_lock(T0, "default", "holder")
+
+
+async def test_contention_with_a_live_legacy_lock_names_no_holder(
+    cluster: MemoryCluster, client: KubeClient
+) -> None:
+    cluster.create("nodes", _node("n1", format_rfc3339(T0)))  # HAMi's old lock: the time alone
+    with pytest.raises(NodeLockContention) as got:
+        await NodeLocker(client, now=Clock()).lock("n1", "default", "p2")
+    assert not got.value.holder_named  # the failure-path release clears such a lock (HAMi)
 
 
 async def test_expired_lock_is_taken_over(cluster: MemoryCluster, client: KubeClient) -> None:

@@ -210,17 +210,22 @@ async def test_conflicting_node_writes_are_retried(it: Any, cluster: MemoryClust
 
 async def test_slow_api_server_still_schedules(it: Any, cluster: MemoryCluster, launch: Any) -> None:
     """Every API request 50 ms late (filter needs none of them): filter answers at once, bind waits."""
-    cluster.create("nodes", it.gpu_node("gpu-a"))
+    nodes = ["gpu-a", "gpu-b", "gpu-c"]
+    for node in nodes:
+        cluster.create("nodes", it.gpu_node(node))
     stack = await launch()
     pods = [cluster.create("pods", it.gpu_pod(f"p{i}", mem=1000), namespace="default") for i in range(3)]
     await it.eventually(
-        lambda: keys.NODE_HANDSHAKE in cluster.get("nodes", "gpu-a")["metadata"]["annotations"],
-        "the registration's own write (the handshake) to be done",
+        lambda: all(
+            keys.NODE_HANDSHAKE in cluster.get("nodes", node)["metadata"]["annotations"] for node in nodes
+        ),
+        "the registration's own writes (the handshakes) to be done",
     )
     cluster.latency = 0.05
     requests_before = len(cluster.request_log)
-    for pod in pods:
-        assert (await stack.filter(pod, ["gpu-a"]))["NodeNames"] == ["gpu-a"]
+    chosen = [(await stack.filter(pod, nodes))["NodeNames"] for pod in pods]
+    # Each decision awaits its bind, so the next pod goes to a node no bind is about to lock.
+    assert chosen == [["gpu-a"], ["gpu-b"], ["gpu-c"]]
     # Filter makes no API call of its own (events are written in the background by the recorder).
     made = list(cluster.request_log)[requests_before:]
     assert all(verb == "create" and "/events" in path for verb, _, path in made), made

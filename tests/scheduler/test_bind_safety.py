@@ -195,14 +195,51 @@ async def test_a_bind_never_waits_past_its_deadline() -> None:
         await process.stop()
 
 
-async def test_a_pod_outside_any_group_fails_fast_on_contention(stack: Stack) -> None:
+CONTENTION = "node n1 has been locked within 5m0s: node lock contention"
+
+
+async def test_a_filter_fails_fast_when_every_fitting_node_is_locked(stack: Stack) -> None:
     await stack.create(pod("holder"))
     await stack.lock_node_for("n1", "holder")
     p = await stack.create(pod("p"))
-    assert (await stack.filter(p, ["n1"]))["NodeNames"] == ["n1"]  # the only candidate
-    assert await stack.bind(p, "n1") == "node n1 has been locked within 5m0s: node lock contention"
+    answer = await stack.filter(p, ["n1"])  # the only candidate, locked by a live pod
+    assert answer["NodeNames"] is None and answer["Error"] == CONTENTION
+    assert stack.extender.state.allocation(p["metadata"]["uid"]) is None  # nothing reserved
+    assert stack.extender.stats.filters_all_busy == 1
+    assert stack.lock_of("n1").endswith(",default,holder")  # type: ignore[union-attr]
+
+
+async def test_a_filter_fails_fast_when_every_fitting_node_awaits_another_bind(stack: Stack) -> None:
+    first = await stack.create(pod("first"))
+    assert (await stack.filter(first, ["n1"]))["NodeNames"] == ["n1"]  # its bind is to come
+    second = await stack.create(pod("second"))
+    assert (await stack.filter(second, ["n1"]))["Error"] == CONTENTION
+    assert await stack.bind(first, "n1") == ""  # the first decision is untouched
+
+
+async def test_a_filter_picks_a_free_node_over_a_locked_better_one(stack: Stack) -> None:
+    await stack.create(pod("holder"))
+    await stack.lock_node_for("n1", "holder")
+    p = await stack.create(pod("p"))
+    assert (await stack.filter(p, ["n1", "n2"]))["NodeNames"] == ["n2"]
+
+
+async def test_a_bind_outside_any_group_fails_fast_on_contention(stack: Stack) -> None:
+    p = await stack.create(pod("p"))
+    assert (await stack.filter(p, ["n1"]))["NodeNames"] == ["n1"]
+    await stack.create(pod("holder"))
+    await stack.lock_node_for("n1", "holder")  # taken between our filter and our bind
+    assert await stack.bind(p, "n1") == CONTENTION
     assert stack.lock_of("n1").endswith(",default,holder")  # type: ignore[union-attr]
     assert stack.extender.stats.lock_contention == 1
+
+
+async def test_a_pod_group_member_still_chooses_a_locked_node_and_waits(stack: Stack) -> None:
+    await stack.create(pod("holder"))
+    await stack.lock_node_for("n1", "holder")
+    p = await stack.create(pod("member", group="g"))
+    assert (await stack.filter(p, ["n1"]))["NodeNames"] == ["n1"]  # its bind waits (HAMi)
+    assert stack.extender.stats.filters_all_busy == 0
 
 
 async def test_the_pod_patch_is_retried_on_a_conflict_while_the_pod_is_unbound(stack: Stack) -> None:

@@ -29,6 +29,10 @@ class KubeClient:
     async def close(self) -> None:
         await self.transport.close()
 
+    def with_own_rate_limit(self) -> KubeClient:
+        """A client on the same connection whose calls do not share this one's rate limit."""
+        return KubeClient(self.transport.with_own_rate_limit())
+
     async def _call(
         self,
         method: str,

@@ -38,7 +38,14 @@ class NodeLockError(Exception):
 
 
 class NodeLockContention(NodeLockError):
-    """Another live pod holds the lock."""
+    """Another live pod holds the lock.
+
+    `holder_named`: the lock names its holder pod, so releasing it on the failure path would be a
+    no-op (only a legacy lock without an owner is cleared by that release)."""
+
+    def __init__(self, message: str, *, holder_named: bool = False) -> None:
+        super().__init__(message)
+        self.holder_named = holder_named
 
 
 class LockApi(Protocol):
@@ -151,7 +158,7 @@ class NodeLocker:
                         if held.has_owner and (held.namespace, held.pod) == (namespace, pod):
                             return  # re-entrant: a multi-vendor pod, or a retried bind
                         if await self._holder_alive(node_name, held):
-                            raise self._contention(node_name)
+                            raise self._contention(node_name, holder_named=held.has_owner)
                 patch = {
                     "metadata": {
                         "annotations": {NODE_LOCK: format_lock(self._now(), namespace, pod)},
@@ -197,11 +204,13 @@ class NodeLocker:
             return None
         return held
 
-    def _contention(self, node_name: str) -> NodeLockContention:
-        return NodeLockContention(
-            f"node {node_name} has been locked within {format_go_duration(self.timeout)}: "
-            "node lock contention"
-        )
+    def contention_message(self, node_name: str) -> str:
+        """HAMi's text for a node whose lock another live pod holds."""
+        within = format_go_duration(self.timeout)
+        return f"node {node_name} has been locked within {within}: node lock contention"
+
+    def _contention(self, node_name: str, *, holder_named: bool) -> NodeLockContention:
+        return NodeLockContention(self.contention_message(node_name), holder_named=holder_named)
 
     def _expired(self, node_name: str, value: str, held: LockValue) -> bool:
         if self._now() - held.taken_at > timedelta(seconds=self.timeout):

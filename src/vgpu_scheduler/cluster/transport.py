@@ -52,6 +52,10 @@ class Transport(Protocol):
 
     async def close(self) -> None: ...
 
+    def with_own_rate_limit(self) -> Transport:
+        """The same connection with a client-side rate limiter of its own (same qps and burst)."""
+        ...
+
 
 class AuthProvider(Protocol):
     async def authorization(self) -> str | None:
@@ -159,8 +163,28 @@ class HttpTransport:
         self._server_hostname = server_hostname
         self._user_agent = user_agent
         self._session: aiohttp.ClientSession | None = None
+        self._owner: HttpTransport | None = None  # a sibling borrows its owner's session
+
+    def with_own_rate_limit(self) -> HttpTransport:
+        """A sibling sharing this transport's session and credentials but not its token bucket:
+        what client-go gets from a second clientset, as kube-scheduler does for its events, so
+        best-effort traffic never delays a bind's calls."""
+        sibling = HttpTransport(
+            self.base_url,
+            auth=self._auth,
+            qps=self.limiter.qps,
+            burst=self.limiter.burst,
+            timeout=self.timeout,
+            server_hostname=self._server_hostname,
+            user_agent=self._user_agent,
+        )
+        sibling._ssl = self._ssl
+        sibling._owner = self._owner or self
+        return sibling
 
     def _get_session(self) -> aiohttp.ClientSession:
+        if self._owner is not None:
+            return self._owner._get_session()
         if self._session is None or self._session.closed:
             # No session-wide timeout: each request sets its own (watches must outlive `timeout`).
             self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None))
@@ -253,6 +277,8 @@ class HttpTransport:
                 raise ApiConnectionError(f"watch {path}: {type(exc).__name__}: {exc}") from exc
 
     async def close(self) -> None:
+        if self._owner is not None:
+            return  # the owner's session: closed with the owner
         if self._session is not None and not self._session.closed:
             await self._session.close()
         self._session = None
@@ -304,3 +330,6 @@ class MemoryTransport:
 
     async def close(self) -> None:
         return None
+
+    def with_own_rate_limit(self) -> MemoryTransport:
+        return self  # no client-side rate limit in memory

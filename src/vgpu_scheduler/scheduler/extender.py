@@ -86,6 +86,8 @@ class ExtenderStats:
     api_calls_in_bind: int = 0
     filters_unknown_pod: int = 0
     """Filters refused because the pod is not (yet) in the informer cache: nothing reserved."""
+    filters_all_busy: int = 0
+    """Filters refused with lock contention: every fitting node was busy binding another pod."""
     binds_superseded: int = 0
     """Binds stopped because a newer filter decided again for the same pod."""
     binds_cancelled: int = 0
@@ -231,6 +233,7 @@ class Extender:
         self._pop_pending(uid)
         policies = self.policies
         candidates = node_names or []
+        busy = self._busy_node_test(uid, namespace, name) if self.lock_aware else None
         decision = decide(
             pod,
             candidates,
@@ -240,7 +243,7 @@ class Extender:
             default_gpu_policy=policies.gpu,
             now=int(self.now()),
             evaluate_all=len(candidates) <= EVALUATE_ALL_LIMIT,
-            deprioritized=self._busy_node_test(uid, namespace, name) if self.lock_aware else None,
+            deprioritized=busy,
             requests=requests,
         )
         if isinstance(decision, NoRequest):
@@ -251,6 +254,15 @@ class Extender:
         if isinstance(decision, NoFit):
             self._record_failure(pod, decision.failed)
             return encode_filter_result(failed=decision.failed)
+        if busy is not None and busy(decision.node) and not is_pod_group_member(pod):
+            # Busy nodes rank last, so every node that fits is about to be locked or is locked
+            # by another live bind: a bind there would only fail on contention. Fail now, with
+            # HAMi's contention error and nothing reserved (kube-scheduler retries), so a burst
+            # waits in kube-scheduler's backoff instead of spending API calls on doomed binds.
+            self.stats.filters_all_busy += 1
+            message = self.locker.contention_message(decision.node)
+            log.info("filter %s/%s: every fitting node is busy: %s", namespace, name, message)
+            return encode_filter_result(error=message)
         self.state.reserve(pod, decision)
         self._set_pending(uid, decision)
         self._record_success(pod, decision, len(candidates))
@@ -429,6 +441,7 @@ class Extender:
                 raise _Refused(f"{where} timed out after {self.bind_timeout:g}s", kind="deadline")
 
         message = ""
+        exc_seen: Exception | None = None
         try:
             if locked:
                 await self._lock(pod, node, control, check)
@@ -443,6 +456,7 @@ class Extender:
         # in `Error`, and the lock taken before it released, or it would hold the node for 5 min.
         except (ApiError, ApiConnectionError, NodeLockError, _Refused) as exc:
             message = _error_text(exc)
+            exc_seen = exc
             if isinstance(exc, NodeLockContention):
                 self.stats.lock_contention += 1
             elif isinstance(exc, _Refused) and exc.kind == "superseded":
@@ -455,7 +469,10 @@ class Extender:
                 # No bind is coming for this decision any more: the node is not about to be
                 # locked by it. The devices stay reserved until the pod is filtered again (HAMi).
                 self._pop_pending(uid)
-            if locked:  # as HAMi: also when taking it failed (a legacy lock is cleared then)
+            # As HAMi, release also when taking the lock failed: a legacy lock is cleared then.
+            # Not when another named pod holds it: that release would read the node for nothing.
+            named = isinstance(exc_seen, NodeLockContention) and exc_seen.holder_named
+            if locked and not named:
                 await self._release(node, namespace, name)
             self.events.record(pod, WARNING, "BindingFailed", message)
             return message

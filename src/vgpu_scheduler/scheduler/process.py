@@ -100,7 +100,9 @@ class SchedulerProcess:
         self.recorder: EventRecorder | None = None
         self.events: EventSink
         if events is None:
-            self.recorder = self.events = EventRecorder(client, opts.scheduler_name)
+            # Events on a rate limit of their own, as kube-scheduler's separate event client:
+            # they are best-effort and must never delay a bind's calls.
+            self.recorder = self.events = EventRecorder(client.with_own_rate_limit(), opts.scheduler_name)
         else:
             self.events = events
         self.leader = LeaderTracker(

@@ -499,6 +499,12 @@ class ExtenderCollector(Collector):
             "Filters refused because the pod is not in the informer cache (nothing reserved).",
             st.filters_unknown_pod,
         )
+        yield _counter(
+            "vgpu_scheduler_filter_lock_contention",
+            "Filters refused with lock contention: every fitting node was locked or about to be "
+            "locked by another pod's bind (nothing reserved; kube-scheduler retries).",
+            st.filters_all_busy,
+        )
         yield _counter("vgpu_scheduler_bind_requests", "Bind requests received.", st.binds)
         yield _counter(
             "vgpu_scheduler_bind_failures", "Bind requests answered with an error.", st.bind_failures

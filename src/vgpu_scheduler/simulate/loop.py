@@ -16,7 +16,8 @@ HAMi scheduler, and the loop is kube-scheduler:
    `bind-phase: success`, releases the lock, and the pod runs; with a run time it goes `Succeeded`
    later in simulated time, which is a cluster event that moves unschedulable pods back to active.
 
-A failed predicate/filter/bind sends the pod to the queue's unschedulable set with its reasons.
+A pod no node fits waits in the queue's unschedulable set with its reasons (until a cluster event);
+a filter or bind answered with an error (lock contention, say) is retried after its backoff.
 Nothing reads the wall clock or an unseeded random source on the way to the report: the clock of the
 process, the extender, the node locker and the cluster is the `SimClock`, and the cluster's uids come
 from a seeded generator, so the same inputs give a byte-identical report.
@@ -364,7 +365,10 @@ class Simulation:
             return
         answer = _filter_answer(await self.endpoint.filter(_extender_args(pod, verdicts.names_json)))
         if answer.error:
-            self._unschedulable(qp, {**failed, **dict.fromkeys(feasible, answer.error)})
+            # An extender error names no rejecting plugin: kube-scheduler retries such a pod after
+            # its backoff (queueAfterBackoff), not on a cluster event. Lock contention is one.
+            self._reasons[qp.key] = {**failed, **dict.fromkeys(feasible, answer.error)}
+            self.queue.add_backoff(qp, self.clock.now)
             return
         failed.update(answer.failed_nodes)
         chosen = [n for n in answer.node_names if n in verdicts.feasible_set]
