@@ -240,6 +240,48 @@ async def run_scenario(cp: ControlPlane, sc: Scenario, n_nodes: int, gpus: int, 
     return res
 
 
+# Mean latencies read from the components' /metrics after a scenario: where the time went.
+SCHEDULER_MEANS = {
+    "ks algorithm": ("scheduler_scheduling_algorithm_duration_seconds", {}),
+    "ks attempt": ("scheduler_scheduling_attempt_duration_seconds", {"result": "scheduled"}),
+}
+REQUESTS = "apiserver_request_duration_seconds"
+APISERVER_MEANS = {
+    "PATCH pod": (REQUESTS, {"verb": "PATCH", "resource": "pods", "subresource": ""}),
+    "PATCH node": (REQUESTS, {"verb": "PATCH", "resource": "nodes", "subresource": ""}),
+    "POST binding": (REQUESTS, {"verb": "POST", "resource": "pods", "subresource": "binding"}),
+    "POST pod": (REQUESTS, {"verb": "POST", "resource": "pods", "subresource": ""}),
+}
+SAMPLE = re.compile(r'^(\w+?)_(sum|count)(?:\{(.*)\})? (\S+)$')
+LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
+
+
+def metric_means(text: str, wanted: dict[str, tuple[str, dict[str, str]]]) -> dict[str, float]:
+    """Mean seconds of each wanted histogram (sum/count over the series whose labels match)."""
+    sums: Counter[str] = Counter()
+    counts: Counter[str] = Counter()
+    for line in text.splitlines():
+        m = SAMPLE.match(line)
+        if not m:
+            continue
+        name, kind, labels_text, value = m.groups()
+        labels = dict(LABEL.findall(labels_text or ""))
+        for key, (metric, match) in wanted.items():
+            if name == metric and all(labels.get(k, "") == v for k, v in match.items()):
+                (sums if kind == "sum" else counts)[key] += float(value)
+    return {key: sums[key] / counts[key] for key in wanted if counts[key]}
+
+
+def component_latencies(cp: ControlPlane) -> dict[str, float]:
+    out: dict[str, float] = {}
+    try:
+        out.update(metric_means(cp.scheduler_metrics(), SCHEDULER_MEANS))
+        out.update(metric_means(cp.apiserver_metrics(), APISERVER_MEANS))
+    except Exception as exc:  # figures only: a failed read must not lose the scenario's result
+        print(f"   (component metrics not read: {exc})", flush=True)
+    return out
+
+
 def table(results: list[Result]) -> str:
     head = (f"{'scenario':<26} {'bound':>11} {'pods/s':>7} {'bind p50':>9} {'bind p99':>9} "
             f"{'failed':>7} {'ext.err':>7} {'wrong-node':>10} {'overcommit':>10} {'unconfirmed':>11} "
@@ -291,10 +333,14 @@ def main() -> int:
         with ControlPlane.start(bin_dir, node_policy=sc.policy) as cp:
             res = asyncio.run(run_scenario(cp, sc, args.nodes, args.gpus, args.pods,
                                            args.timeout, args.stall, args.concurrency))
+            latencies = component_latencies(cp)
             cp.keep_dir = args.keep_logs
             if args.keep_logs:
                 print(f"   logs kept in {cp.dir}", flush=True)
         results.append(res)
+        if latencies:
+            print("   mean latency: " + ", ".join(f"{k} {v * 1000:.0f} ms" for k, v in latencies.items()),
+                  flush=True)
         extra = "\n             ".join(res.notes)
         print(f"   bound {res.bound}/{res.pods}, confirmed {res.confirmed}, burst {res.wall:.1f}s, "
               f"scenario {time.monotonic() - started:.0f}s" + (" (TIMED OUT)" if res.timed_out else "")

@@ -164,6 +164,7 @@ class ControlPlane:
     node_policy: str
     gpu_policy: str
     etcd_url: str = ""
+    scheduler_url: str = ""  # kube-scheduler's secure port (its /metrics)
     procs: dict[str, Proc] = field(default_factory=dict)
     keep_dir: bool = False
 
@@ -415,8 +416,21 @@ class ControlPlane:
         ])
         self._wait_ready(proc, f"{self.server_url}/readyz", self.certs.ssl_context(client_cert=False), b"")
 
+    def scheduler_metrics(self) -> str:
+        """kube-scheduler's /metrics text (read with the admin client certificate)."""
+        ctx = self.certs.ssl_context()
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE  # its self-signed serving cert; loopback only
+        with urllib.request.urlopen(f"{self.scheduler_url}/metrics", context=ctx, timeout=30) as resp:
+            text: str = resp.read().decode()
+        return text
+
+    def apiserver_metrics(self) -> str:
+        return self.kubectl("get", "--raw", "/metrics")
+
     def _start_scheduler(self) -> None:
         port = free_port()
+        self.scheduler_url = f"https://127.0.0.1:{port}"
         cfg = {
             "apiVersion": "kubescheduler.config.k8s.io/v1",
             "kind": "KubeSchedulerConfiguration",
