@@ -259,8 +259,10 @@ def device(
     health: bool = True,
     mode: str = "hami-core",
     mig_profiles: Sequence[MigProfile] = (),
+    pair_scores: Mapping[str, int] | None = None,
 ) -> DeviceInfo:
-    """One advertised device (healthy hami-core, 10 slots, 24 GiB, 100 cores unless told otherwise)."""
+    """One advertised device (healthy hami-core, 10 slots, 24 GiB, 100 cores unless told otherwise);
+    `pair_scores` are its link scores to other devices (`hami.io/node-nvidia-score`)."""
     return DeviceInfo(
         id=uuid,
         index=index,
@@ -272,6 +274,7 @@ def device(
         health=health,
         mode=mode,
         mig_profiles=tuple(mig_profiles),
+        pair_scores=dict(pair_scores or {}),
     )
 
 
