@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.builders import container_requests, device
 from tests.builders import pod as shared_pod
 from vgpu_scheduler.engine.fit import (
     DEVICE_TYPE_NOT_FOUND,
@@ -47,25 +48,13 @@ pod = partial(shared_pod, namespace="team-a", annotations={})
 def gpu(
     i: int,
     *,
-    numa: int = 0,
     type_: str = "NVIDIA-A100",
-    count: int = 10,
     devmem: int = 16000,
-    devcore: int = 100,
-    health: bool = True,
     pairs: dict[str, int] | None = None,
+    **fields: Any,
 ) -> DeviceInfo:
-    return DeviceInfo(
-        id=f"GPU-{i}",
-        index=i,
-        count=count,
-        devmem=devmem,
-        devcore=devcore,
-        type=type_,
-        numa=numa,
-        health=health,
-        pair_scores=pairs or {},
-    )
+    """Device `GPU-<i>` at index i (16000 MiB); other keywords as for the shared `device`."""
+    return device(f"GPU-{i}", index=i, type=type_, devmem=devmem, pair_scores=pairs, **fields)
 
 
 def use(used: int = 0, mem: int = 0, cores: int = 0) -> DeviceUsage:
@@ -81,8 +70,8 @@ def make_node(
     )
 
 
-def creq(nums: int = 1, mem: int = 1000, pct: int = PERCENTAGE_UNSET, cores: int = 0) -> ContainerRequests:
-    return {NVIDIA: ContainerDeviceRequest(nums, NVIDIA, mem, pct, cores)}
+# One container's requests, 1000 MiB unless told otherwise.
+creq = partial(container_requests, mem=1000)
 
 
 @dataclass
