@@ -20,7 +20,15 @@ from hypothesis import event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, rule
 
-from tests.builders import assigned_annotations, container, device, gpu_quota, grant, pod_allocation
+from tests.builders import (
+    assigned_annotations,
+    container,
+    device,
+    gpu_quota,
+    grant,
+    pod_allocation,
+    pod_devices,
+)
 from tests.builders import gpu_container as ctr
 from tests.builders import pod as pod_object
 from vgpu_scheduler.config import NvidiaConfig
@@ -33,7 +41,7 @@ from vgpu_scheduler.engine.quota import QuotaManager
 from vgpu_scheduler.engine.requests import pod_requests
 from vgpu_scheduler.engine.state import SchedulerState
 from vgpu_scheduler.engine.verdicts import VerdictCache, pod_fingerprint, quota_token
-from vgpu_scheduler.model import NVIDIA, ContainerDevice, DeviceInfo, MigPlacement, MigProfile
+from vgpu_scheduler.model import DeviceInfo, MigPlacement, MigProfile
 from vgpu_scheduler.wire import keys
 
 CFG = NvidiaConfig()
@@ -105,7 +113,7 @@ def test_node_generation_is_never_reused_after_removal() -> None:
 
 def test_quota_generation_follows_usage_and_limits_of_its_namespace() -> None:
     q = QuotaManager.for_config(CFG)
-    devices = {NVIDIA: [[ContainerDevice("GPU-a", NVIDIA, 1000, 10)]]}
+    devices = pod_devices([grant("GPU-a", usedmem=1000, usedcores=10)])
     seen = {"x": q.generation("x"), "y": q.generation("y")}
 
     def changed() -> set[str]:
@@ -242,12 +250,12 @@ def test_fingerprint_is_what_the_fit_reads() -> None:
 
 def test_quota_token_ignores_namespaces_without_limits() -> None:
     q = QuotaManager.for_config(CFG)
-    q.add_usage("free", {NVIDIA: [[ContainerDevice("GPU-a", NVIDIA, 1000, 10)]]})
+    q.add_usage("free", pod_devices([grant("GPU-a", usedmem=1000, usedcores=10)]))
     assert quota_token(q, "free") is None
     q.upsert_quota(gpu_quota(namespace="free", cores=50))
     token = quota_token(q, "free")
     assert token is not None
-    q.add_usage("free", {NVIDIA: [[ContainerDevice("GPU-a", NVIDIA, 1000, 10)]]})
+    q.add_usage("free", pod_devices([grant("GPU-a", usedmem=1000, usedcores=10)]))
     assert quota_token(q, "free") not in (None, token)
 
 
