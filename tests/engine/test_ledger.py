@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from tests.builders import container, device, grant, init_statuses, pod, pod_allocation
+from tests.builders import container, device, grant, init_statuses, pod, pod_allocation, pod_devices
 from vgpu_scheduler.engine.ledger import DeviceLedger
 from vgpu_scheduler.engine.podinfo import (
     PodAllocation,
@@ -16,7 +16,7 @@ from vgpu_scheduler.engine.podinfo import (
     pod_allocation_from_pod,
 )
 from vgpu_scheduler.engine.scores import node_default_score
-from vgpu_scheduler.model import ContainerDevice, DeviceInfo, MigAllocation, MigPlacement, MigProfile
+from vgpu_scheduler.model import DeviceInfo, MigAllocation, MigPlacement, MigProfile
 from vgpu_scheduler.wire import keys
 
 # A small card: 8000 MiB, so the score arithmetic below stays readable.
@@ -88,8 +88,7 @@ def test_collapse(allocated: str, n_init: int, expected: list[tuple[str, int, in
 
 
 def test_collapse_is_one_container_per_vendor() -> None:
-    devices = {"NVIDIA": [[ContainerDevice("GPU-1", "NVIDIA", 1, 1)],
-                          [ContainerDevice("GPU-0", "NVIDIA", 2, 2)]]}
+    devices = pod_devices([grant("GPU-1", usedmem=1, usedcores=1)], [grant("GPU-0", usedmem=2, usedcores=2)])
     out = collapse_pod_devices(devices, 0)
     assert len(out["NVIDIA"]) == 1
     assert [d.uuid for d in out["NVIDIA"][0]] == ["GPU-0", "GPU-1"]
