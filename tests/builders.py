@@ -60,8 +60,10 @@ def pod(
     """A Pod dict; fields left as None are absent.
 
     `meta` adds further metadata fields (`deletionTimestamp`, `generateName`, ...);
-    `containers`, `init_containers` and `node_name` go into `spec` (merged over `spec`), `phase`
-    into `status` (merged over `status`); `typed` adds apiVersion/kind.
+    `init_containers`, `containers` and `node_name` go into `spec` and win over the same fields
+    of `spec`, `phase` into `status` likewise; `typed` adds apiVersion/kind. Keys come in the
+    API server's order (initContainers, containers, other spec fields; phase first), which
+    matters to whatever serialises or diffs the pod.
     """
     metadata: Obj = {"name": name}
     if namespace is not None:
@@ -75,20 +77,22 @@ def pod(
     if annotations is not None:
         metadata["annotations"] = dict(annotations)
     metadata.update(meta or {})
-    body: Obj = dict(spec or {})
-    if containers is not None:
-        body["containers"] = list(containers)
+    body: Obj = {}
     if init_containers is not None:
         body["initContainers"] = list(init_containers)
+    if containers is not None:
+        body["containers"] = list(containers)
+    for key, value in (spec or {}).items():
+        body.setdefault(key, value)
     if node_name is not None:
         body["nodeName"] = node_name
     out: Obj = {"apiVersion": "v1", "kind": "Pod"} if typed else {}
     out["metadata"] = metadata
     out["spec"] = body
     if status is not None or phase is not None:
-        out["status"] = dict(status or {})
-        if phase is not None:
-            out["status"]["phase"] = phase
+        out["status"] = {} if phase is None else {"phase": phase}
+        for key, value in (status or {}).items():
+            out["status"].setdefault(key, value)
     return out
 
 
