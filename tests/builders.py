@@ -27,6 +27,7 @@ from vgpu_scheduler.wire.allocation import encode_container_list, encode_pod_dev
 from vgpu_scheduler.wire.inventory import encode_node_devices_json
 
 Obj = dict[str, Any]
+Quantity = int | str  # a resource quantity: a number, or a string such as "1k" or "16Gi"
 
 # The resource names of the default NVIDIA configuration.
 GPU = "nvidia.com/gpu"
@@ -106,18 +107,20 @@ def api_pod(name: str = "p", **fields: Any) -> Obj:
 def gpu_pod(
     name: str = "p",
     *,
-    gpus: int = 1,
-    mem: int | None = None,
-    pct: int | None = None,
-    cores: int | None = None,
+    gpus: Quantity = 1,
+    mem: Quantity | None = None,
+    pct: Quantity | None = None,
+    cores: Quantity | None = None,
     container_name: str = "cuda",
     image: str = "cuda",
-    scheduler_name: str = "hami-scheduler",
+    scheduler_name: str | None = "hami-scheduler",
     **fields: Any,
 ) -> Obj:
-    """A typed Pod for the HAMi scheduler with one GPU container (`gpu_limits` as strings);
-    every other keyword as for `pod`."""
-    spec = {"schedulerName": scheduler_name, **fields.pop("spec", {})}
+    """A typed Pod with one GPU container (`gpu_limits`), for the HAMi scheduler unless
+    `scheduler_name` says otherwise (None: no schedulerName); other keywords as for `pod`."""
+    spec = dict(fields.pop("spec", {}))
+    if scheduler_name is not None:
+        spec = {"schedulerName": scheduler_name, **spec}
     ctr = container(container_name, image=image, limits=gpu_limits(gpus, mem=mem, pct=pct, cores=cores))
     return pod(name, typed=True, spec=spec, containers=[ctr], **fields)
 
@@ -160,13 +163,14 @@ def container(
 
 
 def gpu_limits(
-    gpus: int | None = 1,
+    gpus: Quantity | None = 1,
     *,
-    mem: int | None = None,
-    pct: int | None = None,
-    cores: int | None = None,
+    mem: Quantity | None = None,
+    pct: Quantity | None = None,
+    cores: Quantity | None = None,
 ) -> dict[str, str]:
-    """NVIDIA resource limits as the API server returns them (strings); None leaves a name out."""
+    """NVIDIA resource limits as the API server returns them (strings: 2 -> "2", "1k" kept);
+    None leaves a name out."""
     values = {GPU: gpus, GPU_MEM: mem, GPU_MEM_PCT: pct, GPU_CORES: cores}
     return {name: str(value) for name, value in values.items() if value is not None}
 
@@ -174,10 +178,10 @@ def gpu_limits(
 def gpu_container(
     name: str = "c",
     *,
-    gpus: int | None = 1,
-    mem: int | None = None,
-    pct: int | None = None,
-    cores: int | None = None,
+    gpus: Quantity | None = 1,
+    mem: Quantity | None = None,
+    pct: Quantity | None = None,
+    cores: Quantity | None = None,
     **fields: Any,
 ) -> Obj:
     """A container asking for NVIDIA devices (`gpu_limits`); other keywords as for `container`."""
