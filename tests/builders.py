@@ -125,6 +125,19 @@ def gpu_pod(
     return pod(name, typed=True, spec=spec, containers=[ctr], **fields)
 
 
+def placed_pod(name: str, node: str, allocated: str, *, time: str = "1795000000", **fields: Any) -> Obj:
+    """A running `gpu_pod` that an earlier scheduler bound to `node` and the device plugin
+    admitted, labelled and annotated as HAMi leaves it; other keywords as for `gpu_pod`."""
+    annotations = assigned_annotations(
+        node,
+        allocated,
+        time=time,
+        **{keys.VGPU_TO_ALLOCATE: ";", keys.BIND_PHASE: keys.BIND_PHASE_SUCCESS, keys.BIND_TIME: time},
+    )
+    labels = {keys.VGPU_NODE: node}
+    return gpu_pod(name, labels=labels, annotations=annotations, node_name=node, phase="Running", **fields)
+
+
 def assigned_annotations(node: str, allocated: str, *, time: str = "1", **more: str) -> dict[str, str]:
     """What the filter leaves on a pod it placed: vgpu-node, vgpu-time and the `-allocated` list
     (`more` adds further annotations)."""
@@ -234,9 +247,9 @@ def gpu_node(
     labels: Mapping[str, str] | None = None,
     allocatable: Mapping[str, str] | None = None,
 ) -> Obj:
-    """A typed Node as HAMi's device plugin leaves it: `gpus` healthy devices (`gpu_uuid`) in the
-    JSON register annotation, no handshake; `allocatable` defaults to 16 cpus, 110 pods and
-    `gpus * count` nvidia.com/gpu."""
+    """A typed Node as a kubelet and HAMi's device plugin leave it: the hostname label (merged
+    with `labels`), `gpus` healthy devices (`gpu_uuid`) in the JSON register annotation, no
+    handshake; `allocatable` defaults to 16 cpus, 110 pods and `gpus * count` nvidia.com/gpu."""
     devices = [
         device(gpu_uuid(name, i), index=i, count=count, devmem=devmem, devcore=devcore, type=type)
         for i in range(gpus)
@@ -246,7 +259,7 @@ def gpu_node(
     return node(
         name,
         typed=True,
-        labels=labels,
+        labels={"kubernetes.io/hostname": name, **(labels or {})},
         annotations={keys.NODE_NVIDIA_REGISTER: inventory(devices), **(annotations or {})},
         allocatable=allocatable,
     )
