@@ -11,19 +11,15 @@ from typing import Any
 
 import pytest
 
-from tests.builders import gpu_node, gpu_pod, gpu_uuid, placed_pod
+from tests.builders import gpu_container, gpu_node, gpu_pod, gpu_uuid, placed_pod, pod
 from vgpu_scheduler.cluster.memory import MemoryCluster
 
 MIB = 1 << 20
 
 
 def _pod(**spec: Any) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": "x", "namespace": "default", "uid": "uid-x"},
-        "spec": spec or {"containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]},
-    }
+    """Pod default/x (uid-x) with `spec`, by default one container asking for one GPU."""
+    return pod("x", uid="uid-x", typed=True, spec=spec or {"containers": [gpu_container()]})
 
 
 def _review(**request: Any) -> bytes:

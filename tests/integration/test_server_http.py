@@ -8,7 +8,7 @@ import socket
 from datetime import datetime
 from typing import Any
 
-from tests.builders import gpu_node, gpu_pod, gpu_uuid, node
+from tests.builders import api_pod, container, gpu_node, gpu_pod, gpu_quota, gpu_uuid, node, pod
 from vgpu_scheduler.cluster.embedded.deviceplugin import BackgroundDevicePlugin
 from vgpu_scheduler.cluster.fakeapi import FakeApiServer
 from vgpu_scheduler.cluster.memory import MemoryCluster
@@ -176,7 +176,7 @@ async def test_filter_without_devices_unregistered_and_unfit(
     stack = await launch()
     plain = cluster.create(
         "pods",
-        {"metadata": {"name": "plain", "namespace": "default"}, "spec": {"containers": [{"name": "c"}]}},
+        pod("plain", containers=[container("c")]),
         namespace="default",
     )
     result = await stack.filter(plain, ["gpu-a", "elsewhere"])
@@ -240,16 +240,9 @@ def _lease(holder: str, duration: int = 15) -> dict[str, Any]:
 
 
 def _scheduler_pod(name: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {
-            "name": name,
-            "namespace": "hami-system",
-            "labels": {"app.kubernetes.io/component": "hami-scheduler", "hami.io/webhook": "ignore"},
-        },
-        "spec": {"containers": [{"name": "vgpu-scheduler-extender", "image": "x"}]},
-    }
+    labels = {"app.kubernetes.io/component": "hami-scheduler", "hami.io/webhook": "ignore"}
+    return api_pod(name, namespace="hami-system", labels=labels,
+                   containers=[container("vgpu-scheduler-extender", image="x")])
 
 
 async def test_leadership_follows_the_lease(
@@ -298,12 +291,7 @@ async def test_resource_quota_from_the_api_limits_webhook_and_filter(
     """§5.8 end to end: a ResourceQuota seen through the informer caps namespace GPU memory at
     admission and at filter time, and raising it through the API lifts the cap."""
     cluster.create("nodes", gpu_node("gpu-a"))
-    quota = {
-        "apiVersion": "v1",
-        "kind": "ResourceQuota",
-        "metadata": {"name": "gpu", "namespace": "default"},
-        "spec": {"hard": {"limits.nvidia.com/gpumem": "4000"}},
-    }
+    quota = gpu_quota(mem=4000, name="gpu", namespace="default")
     cluster.create("resourcequotas", quota, namespace="default")
     stack = await launch()
     first = gpu_pod("first", mem=3000)
