@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import socket
-from typing import Any
 
 import pytest
 from aiohttp import web
 
+from tests.builders import api_pod
 from vgpu_scheduler.cluster.client import KubeClient
 from vgpu_scheduler.cluster.errors import ApiConnectionError, ApiError
 from vgpu_scheduler.cluster.fakeapi import FakeApiServer, serve
@@ -106,13 +106,13 @@ async def test_non_json_error_bodies_become_status() -> None:
 
 
 async def test_watch_lines_longer_than_the_stream_buffer(
-    server: FakeApiServer, cluster: MemoryCluster, fx: Any
+    server: FakeApiServer, cluster: MemoryCluster
 ) -> None:
     big = "x" * 200_000
     client = KubeClient(HttpTransport(server.url, qps=0))
     try:
         rv = str(cluster.resource_version)
-        cluster.create("pods", fx.pod("big", annotations={"blob": big}))
+        cluster.create("pods", api_pod("big", annotations={"blob": big}))
         async for type_, obj in client.watch("pods", resource_version=rv, timeout_seconds=5):
             assert type_ == "ADDED" and obj["metadata"]["annotations"]["blob"] == big
             break
@@ -154,9 +154,9 @@ async def _noop() -> None:
     return None
 
 
-async def test_memory_transport_hands_out_copies(cluster: MemoryCluster, fx: Any) -> None:
+async def test_memory_transport_hands_out_copies(cluster: MemoryCluster) -> None:
     client = KubeClient(MemoryTransport(cluster))
-    pod = await client.create("pods", fx.pod("a"))
+    pod = await client.create("pods", api_pod("a"))
     pod["metadata"]["labels"] = {"mutated": "yes"}
     again = await client.get_pod("default", "a")
     assert "labels" not in again["metadata"]
