@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from tests.builders import pod
 from vgpu_scheduler.cluster import api
 
 
@@ -113,11 +114,7 @@ def test_label_selector_errors(selector: str) -> None:
         api.parse_label_selector(selector)
 
 
-POD = {
-    "metadata": {"name": "p", "namespace": "ns"},
-    "spec": {"nodeName": "n1", "hostNetwork": True},
-    "status": {"phase": "Running"},
-}
+POD = pod("p", namespace="ns", spec={"nodeName": "n1", "hostNetwork": True}, phase="Running")
 
 
 @pytest.mark.parametrize(

@@ -13,6 +13,7 @@ import pytest
 import trustme
 import yaml
 
+from tests.builders import node
 from vgpu_scheduler.cluster.errors import ApiConnectionError, ApiError
 from vgpu_scheduler.cluster.fakeapi import FakeApiServer, serve
 from vgpu_scheduler.cluster.kubeconfig import (
@@ -37,7 +38,7 @@ async def https(ca: trustme.CA, cluster: MemoryCluster) -> AsyncIterator[FakeApi
     ca.issue_cert("127.0.0.1", "localhost").configure_cert(ctx)
     ca.configure_trust(ctx)
     ctx.verify_mode = ssl.CERT_OPTIONAL  # a client certificate authenticates, a token does too
-    cluster.create("nodes", {"metadata": {"name": "gpu-node-1"}})
+    cluster.create("nodes", node("gpu-node-1"))
     srv = await serve(cluster, ssl=ctx, token=TOKEN)
     try:
         yield srv

@@ -11,6 +11,7 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests import builders
 from tests.builders import api_pod
 from tests.builders import node as node_object
 from vgpu_scheduler.cluster.errors import ApiConnectionError, ApiError
@@ -235,10 +236,7 @@ def test_pages_always_form_the_first_page_snapshot(
     c = MemoryCluster(seed=1)
 
     def pod(i: int) -> dict[str, Any]:
-        return {
-            "metadata": {"name": f"p{i:02d}", "namespace": f"ns{i % 3}"},
-            "spec": {"containers": [{"name": "c"}]},
-        }
+        return builders.pod(f"p{i:02d}", namespace=f"ns{i % 3}", containers=[builders.container("c")])
 
     for i in sorted(initial):
         c.create("pods", pod(i))

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from tests.builders import api_pod, node
 from vgpu_scheduler.cluster import nodelock
 from vgpu_scheduler.cluster.client import KubeClient
 from vgpu_scheduler.cluster.errors import ApiError, status_body
@@ -35,17 +36,11 @@ class Clock:
 
 
 def _node(name: str, lock: str | None = None) -> dict[str, Any]:
-    annotations = {} if lock is None else {NODE_LOCK: lock}
-    return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "annotations": annotations}}
+    return node(name, typed=True, annotations={} if lock is None else {NODE_LOCK: lock})
 
 
 def _pod(name: str, namespace: str = "default") -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {"containers": [{"name": "c", "image": "busybox"}]},
-    }
+    return api_pod(name, namespace=namespace)
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.builders import api_pod
+from tests.builders import api_pod, container, pod
 from tests.builders import node as node_object
 from vgpu_scheduler.cluster.api import key_of
 from vgpu_scheduler.cluster.client import KubeClient
@@ -310,13 +310,7 @@ async def _converge(steps: list[tuple[str, int]], history: int) -> None:
             name = f"p{i}"
             exists = any(p["metadata"]["name"] == name for p in cluster.objects("pods"))
             if op == "create" and not exists:
-                cluster.create(
-                    "pods",
-                    {
-                        "metadata": {"name": name, "namespace": "default"},
-                        "spec": {"containers": [{"name": "c"}]},
-                    },
-                )
+                cluster.create("pods", pod(name, containers=[container("c")]))
             elif op == "delete" and exists:
                 cluster.delete("pods", name, "default", grace_period_seconds=0)
             elif op == "label" and exists:

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from tests.builders import assigned_annotations, container, node, pod
 from vgpu_scheduler.cluster.client import KubeClient
 from vgpu_scheduler.cluster.handshake import NodeCounters, format_requesting
 from vgpu_scheduler.cluster.memory import MemoryCluster
@@ -56,12 +57,9 @@ class Clock:
 
 
 def make_node(name: str, annotations: dict[str, str] | None = None, gpus: str | None = "2") -> Obj:
-    node: Obj = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}}
-    if annotations:
-        node["metadata"]["annotations"] = dict(annotations)
-    if gpus is not None:
-        node["status"] = {"allocatable": {"cpu": "16", "nvidia.com/gpu": gpus}}
-    return node
+    """A node with `gpus` allocatable nvidia.com/gpu (None: no status)."""
+    allocatable = None if gpus is None else {"cpu": "16", "nvidia.com/gpu": gpus}
+    return node(name, typed=True, annotations=annotations or None, allocatable=allocatable)
 
 
 @dataclass
@@ -325,20 +323,14 @@ async def test_no_update_refreshes_cordon_but_keeps_devices_and_usage(env: Env) 
     env.add(make_node("gpu-1", {keys.NODE_NVIDIA_REGISTER: INV_2, keys.NODE_NVIDIA_SCORE: SCORES}))
     await env.run()
     env.state.on_pod(
-        {
-            "metadata": {
-                "name": "p",
-                "namespace": "ns",
-                "uid": "u1",
-                "annotations": {
-                    keys.VGPU_NODE: "gpu-1",
-                    keys.VGPU_TIME: "1",
-                    keys.VGPU_ALLOCATED: "GPU-1,NVIDIA,1000,30:;",
-                },
-            },
-            "spec": {"containers": [{"name": "c"}]},
-            "status": {"phase": "Pending"},
-        }
+        pod(
+            "p",
+            namespace="ns",
+            uid="u1",
+            annotations=assigned_annotations("gpu-1", "GPU-1,NVIDIA,1000,30:;"),
+            containers=[container("c")],
+            phase="Pending",
+        )
     )
     env.patch(
         "gpu-1",

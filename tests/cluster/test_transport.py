@@ -9,6 +9,7 @@ import pytest
 from aiohttp import web
 
 from tests.builders import api_pod
+from tests.builders import node as node_object
 from vgpu_scheduler.cluster.client import KubeClient
 from vgpu_scheduler.cluster.errors import ApiConnectionError, ApiError
 from vgpu_scheduler.cluster.fakeapi import FakeApiServer, serve
@@ -72,7 +73,7 @@ async def test_connection_refused() -> None:
 
 async def test_request_timeout(server: FakeApiServer, cluster: MemoryCluster) -> None:
     cluster.delay_next("get", 1, seconds=30.0)  # cancelled when the client gives up
-    cluster.create("nodes", {"metadata": {"name": "n1"}})
+    cluster.create("nodes", node_object("n1"))
     client = KubeClient(HttpTransport(server.url, qps=0, timeout=0.3))
     try:
         with pytest.raises(ApiConnectionError, match="Timeout"):
@@ -133,7 +134,7 @@ async def test_401_refreshes_credentials_once(cluster: MemoryCluster) -> None:
             self.invalidations += 1
             self.token = "new"
 
-    cluster.create("nodes", {"metadata": {"name": "n1"}})
+    cluster.create("nodes", node_object("n1"))
     srv = await serve(cluster, token="new")
     auth = Rotating()
     client = KubeClient(HttpTransport(srv.url, qps=0, auth=auth))
@@ -165,7 +166,7 @@ async def test_memory_transport_hands_out_copies(cluster: MemoryCluster) -> None
 
 
 async def test_rate_limited_requests_still_complete(server: FakeApiServer, cluster: MemoryCluster) -> None:
-    cluster.create("nodes", {"metadata": {"name": "n1"}})
+    cluster.create("nodes", node_object("n1"))
     client = KubeClient(HttpTransport(server.url, qps=200.0, burst=2))
     try:
         results = await asyncio.gather(*(client.get_node("n1") for _ in range(6)))

@@ -4,6 +4,7 @@ from typing import Any
 
 import pytest
 
+from tests.builders import container, node, pod
 from vgpu_scheduler.cluster.client import KubeClient
 from vgpu_scheduler.cluster.embedded.deviceplugin import (
     AllocateError,
@@ -66,19 +67,10 @@ def test_requested_counts_init_first() -> None:
 
 def _bound_pod(cluster: MemoryCluster, to_allocate: str, gpus: int) -> dict[str, Any]:
     lock = {keys.NODE_LOCK: "2026-01-01T00:00:00Z,default,p"}
-    cluster.create("nodes", {"metadata": {"name": "n1", "annotations": lock}})
-    limits = {"nvidia.com/gpu": gpus}
-    cluster.create(
-        "pods",
-        {
-            "metadata": {
-                "name": "p",
-                "namespace": "default",
-                "annotations": {keys.VGPU_TO_ALLOCATE: to_allocate, keys.BIND_PHASE: "allocating"},
-            },
-            "spec": {"containers": [{"name": "c", "image": "x", "resources": {"limits": limits}}]},
-        },
-    )
+    cluster.create("nodes", node("n1", annotations=lock))
+    annotations = {keys.VGPU_TO_ALLOCATE: to_allocate, keys.BIND_PHASE: "allocating"}
+    ctr = container("c", image="x", limits={"nvidia.com/gpu": gpus})
+    cluster.create("pods", pod("p", annotations=annotations, containers=[ctr]))
     cluster.bind("default", "p", "n1")
     return cluster.get("pods", "p", "default")
 
