@@ -282,7 +282,6 @@ def test_parse_reason() -> None:
         # pre-check: more devices than the node has (not a MIG request)
         pytest.param([gpu(0), gpu(1)], {}, creq(3), {}, (), "NodeInsufficientDevice",
                      id="more devices than the node has"),
-        # some collected, not enough
         pytest.param(
             [gpu(0), gpu(1, health=False), gpu(2)],
             {},
@@ -378,7 +377,6 @@ def test_fit_reasons(
         ),
         pytest.param([gpu(0), gpu(1)], {}, creq(), {"nvidia.com/use-gpuuuid": " "}, (), [["GPU-1"]],
                      id="blank use-gpuuuid is no constraint"),
-        # mutex picks the idle device
         pytest.param(
             [gpu(0), gpu(1)], {1: use(1)}, creq(), {"hami.io/gpu-scheduler-policy": "mutex"}, (), [["GPU-0"]],
             id="mutex picks the idle device",

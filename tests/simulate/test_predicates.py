@@ -361,7 +361,6 @@ DEDICATED = taint("dedicated", "gpu", "NoSchedule")
             None,
             id="Equal toleration",
         ),
-        # operator defaults to Equal
         pytest.param([DEDICATED], [{"key": "dedicated", "value": "gpu"}], None,
                      id="operator defaults to Equal"),
         pytest.param(

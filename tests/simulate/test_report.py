@@ -60,18 +60,15 @@ def dev(
         pytest.param(DeviceDemand(mem_percentage=50), dev(usedmem=16500), False,
                      id="percentage over what is free"),
         pytest.param(DeviceDemand(mem_percentage=50), dev(usedmem=16384), True, id="percentage exactly free"),
-        # split count exhausted
         pytest.param(DeviceDemand(memreq=1), dev(used=10), False, id="split count exhausted"),
         pytest.param(DeviceDemand(memreq=1, coresreq=30), dev(usedcores=80), False,
                      id="cores over what is free"),
-        # exclusive wants an idle GPU
         pytest.param(
             DeviceDemand(memreq=1, coresreq=100),
             dev(used=1, usedcores=0),
             False,
             id="exclusive wants an idle GPU",
         ),
-        # compute units exhausted
         pytest.param(DeviceDemand(memreq=1, coresreq=0), dev(used=1, usedcores=100), False,
                      id="compute units exhausted"),
         # clamped to 100
@@ -110,18 +107,13 @@ def test_device_demand_from_engine_request() -> None:
             [dev(usedmem=10000), dev(index=1, usedmem=30000)], [DeviceDemand(memreq=20000)], (2768, 25536),
             id="blocked on one device of two",
         ),
-        # no free slot
         pytest.param([dev(used=10, usedmem=1000)], [DeviceDemand(memreq=1)], (31768, 31768),
                      id="no free slot"),
-        # nothing free
         pytest.param([dev(usedmem=32768)], [DeviceDemand(memreq=1)], (0, 0), id="nothing free"),
-        # over-committed counts as 0 free
         pytest.param([dev(usedmem=40000)], [DeviceDemand(memreq=1)], (0, 0),
                      id="over-committed counts as 0 free"),
-        # unhealthy memory is not free
         pytest.param([dev(health=False)], [DeviceDemand(memreq=1)], (0, 0),
                      id="unhealthy memory is not free"),
-        # any one demand fitting is enough
         pytest.param([dev()], [DeviceDemand(memreq=40000), DeviceDemand(memreq=100)], (0, 32768),
                      id="any one demand fitting is enough"),
         # type filters: an A100-only demand cannot use a V100
