@@ -168,15 +168,15 @@ async def test_exact_resource_version_list(client: KubeClient, cluster: MemoryCl
 @pytest.mark.parametrize(
     ("labels", "fields", "names"),
     [
-        ("app=web", None, ["a", "c"]),
-        ("app!=web", None, ["b", "d"]),
-        ("app in (db)", None, ["b"]),
-        ("!app", None, ["d"]),
-        (None, "spec.nodeName=n1", ["a", "b"]),
-        (None, "spec.nodeName=", ["c", "d"]),
-        ("app=web", "spec.nodeName!=n1", ["c"]),
-        (None, "metadata.name=d", ["d"]),
-        (None, "status.phase!=Pending", []),
+        pytest.param("app=web", None, ["a", "c"], id="label equals"),
+        pytest.param("app!=web", None, ["b", "d"], id="label not equals"),
+        pytest.param("app in (db)", None, ["b"], id="label in set"),
+        pytest.param("!app", None, ["d"], id="label absent"),
+        pytest.param(None, "spec.nodeName=n1", ["a", "b"], id="field nodeName"),
+        pytest.param(None, "spec.nodeName=", ["c", "d"], id="field nodeName empty"),
+        pytest.param("app=web", "spec.nodeName!=n1", ["c"], id="label and field"),
+        pytest.param(None, "metadata.name=d", ["d"], id="field metadata.name"),
+        pytest.param(None, "status.phase!=Pending", [], id="field status.phase matches none"),
     ],
 )
 async def test_list_selectors(

@@ -189,12 +189,12 @@ async def test_in_cluster(https: FakeApiServer, ca: trustme.CA, tmp_path: Path) 
 @pytest.mark.parametrize(
     ("flag", "env", "home_has_config", "want"),
     [
-        ("/flag", {"KUBECONFIG": "/env"}, True, "/flag"),
-        (None, {"KUBECONFIG": "/env"}, True, "/env"),
-        ("", {"KUBECONFIG": "/a:/b"}, True, "/a:/b"),
-        (None, {"KUBECONFIG": ""}, True, "HOME"),
-        (None, {}, True, "HOME"),
-        (None, {}, False, None),
+        pytest.param("/flag", {"KUBECONFIG": "/env"}, True, "/flag", id="flag wins"),
+        pytest.param(None, {"KUBECONFIG": "/env"}, True, "/env", id="KUBECONFIG"),
+        pytest.param("", {"KUBECONFIG": "/a:/b"}, True, "/a:/b", id="empty flag: KUBECONFIG list"),
+        pytest.param(None, {"KUBECONFIG": ""}, True, "HOME", id="empty KUBECONFIG: home"),
+        pytest.param(None, {}, True, "HOME", id="no KUBECONFIG: home"),
+        pytest.param(None, {}, False, None, id="nothing anywhere"),
     ],
 )
 def test_resolution_order(

@@ -186,10 +186,10 @@ async def test_other_leases_in_the_namespace_are_ignored(env: Env) -> None:
 @pytest.mark.parametrize(
     "spec",
     [
-        {"holderIdentity": "vm_1"},  # no duration
-        {"holderIdentity": "vm_1", "leaseDurationSeconds": "15"},
-        {"holderIdentity": None, "leaseDurationSeconds": 15},
-        {"holderIdentity": 7, "leaseDurationSeconds": 15},
+        pytest.param({"holderIdentity": "vm_1"}, id="no duration"),
+        pytest.param({"holderIdentity": "vm_1", "leaseDurationSeconds": "15"}, id="duration a string"),
+        pytest.param({"holderIdentity": None, "leaseDurationSeconds": 15}, id="holder null"),
+        pytest.param({"holderIdentity": 7, "leaseDurationSeconds": 15}, id="holder a number"),
     ],
 )
 async def test_malformed_lease_never_makes_a_leader(env: Env, spec: Obj) -> None:

@@ -84,12 +84,15 @@ def test_same_seed_same_uids() -> None:
 @pytest.mark.parametrize(
     ("resources", "qos"),
     [
-        ([{"limits": {"nvidia.com/gpu": "1"}}], "BestEffort"),
-        ([{}], "BestEffort"),
-        ([{"requests": {"cpu": "100m"}}], "Burstable"),
-        ([{"limits": {"cpu": "1", "memory": "1Gi"}}], "Guaranteed"),
-        ([{"limits": {"cpu": "1", "memory": "1Gi"}, "requests": {"cpu": "500m"}}], "Burstable"),
-        ([{"limits": {"cpu": "1", "memory": "1Gi"}}, {"limits": {"cpu": "1"}}], "Burstable"),
+        pytest.param([{"limits": {"nvidia.com/gpu": "1"}}], "BestEffort", id="gpu limit only: BestEffort"),
+        pytest.param([{}], "BestEffort", id="no resources: BestEffort"),
+        pytest.param([{"requests": {"cpu": "100m"}}], "Burstable", id="cpu request: Burstable"),
+        pytest.param([{"limits": {"cpu": "1", "memory": "1Gi"}}], "Guaranteed",
+                     id="cpu and memory limits: Guaranteed"),
+        pytest.param([{"limits": {"cpu": "1", "memory": "1Gi"}, "requests": {"cpu": "500m"}}], "Burstable",
+                     id="request below limit: Burstable"),
+        pytest.param([{"limits": {"cpu": "1", "memory": "1Gi"}}, {"limits": {"cpu": "1"}}], "Burstable",
+                     id="second container without memory: Burstable"),
     ],
 )
 def test_pod_defaulting(cluster: MemoryCluster, resources: list[dict[str, Any]], qos: str) -> None:
@@ -170,11 +173,11 @@ def test_namespaces_do_not_bleed(cluster: MemoryCluster) -> None:
 @pytest.mark.parametrize(
     ("meta", "status"),
     [
-        ({"labels": {"a": 1}}, 400),
-        ({"annotations": "x"}, 400),
-        ({"name": 5}, 400),
-        ({"labels": {"bad key!": "v"}}, 422),
-        ({"annotations": {"k": "v" * 300_000}}, 422),
+        pytest.param({"labels": {"a": 1}}, 400, id="label value not a string"),
+        pytest.param({"annotations": "x"}, 400, id="annotations not a map"),
+        pytest.param({"name": 5}, 400, id="name not a string"),
+        pytest.param({"labels": {"bad key!": "v"}}, 422, id="invalid label key"),
+        pytest.param({"annotations": {"k": "v" * 300_000}}, 422, id="annotations too large"),
     ],
 )
 def test_metadata_checks(cluster: MemoryCluster, meta: dict[str, Any], status: int) -> None:

@@ -129,15 +129,15 @@ async def env() -> AsyncIterator[Env]:
 @pytest.mark.parametrize(
     ("allocatable", "expected"),
     [
-        ({"nvidia.com/gpu": "4"}, 4),
-        ({"nvidia.com/gpu": "2k"}, 2000),
-        ({"nvidia.com/gpu": "0"}, 0),
-        ({"nvidia.com/gpu": "500m"}, 0),
-        ({"nvidia.com/gpu": "junk"}, 0),
-        ({}, 0),
-        (None, 0),
-        ({"nvidia.com/gpu": 3}, 3),
-        ({"nvidia.com/gpu": None}, 0),
+        pytest.param({"nvidia.com/gpu": "4"}, 4, id="4"),
+        pytest.param({"nvidia.com/gpu": "2k"}, 2000, id="2k"),
+        pytest.param({"nvidia.com/gpu": "0"}, 0, id="0"),
+        pytest.param({"nvidia.com/gpu": "500m"}, 0, id="500m rounds down"),
+        pytest.param({"nvidia.com/gpu": "junk"}, 0, id="junk"),
+        pytest.param({}, 0, id="absent"),
+        pytest.param(None, 0, id="no allocatable"),
+        pytest.param({"nvidia.com/gpu": 3}, 3, id="JSON number"),
+        pytest.param({"nvidia.com/gpu": None}, 0, id="null"),
     ],
 )
 def test_allocatable_count(allocatable: Any, expected: int) -> None:
@@ -254,9 +254,14 @@ async def test_decode_error_keeps_registered_devices(env: Env, caplog: pytest.Lo
 @pytest.mark.parametrize(
     ("annotations", "error"),
     [
-        ({keys.NODE_NVIDIA_REGISTER: "[]"}, "no gpu found on node"),
-        ({keys.NODE_NVIDIA_REGISTER: "GPU-0,10"}, "node annotation missing device separator"),
-        ({keys.NODE_NVIDIA_REGISTER: INV_2, keys.NODE_NVIDIA_SCORE: "[1]"}, "pair score 0 must be an object"),
+        pytest.param({keys.NODE_NVIDIA_REGISTER: "[]"}, "no gpu found on node", id="empty inventory"),
+        pytest.param({keys.NODE_NVIDIA_REGISTER: "GPU-0,10"}, "node annotation missing device separator",
+                     id="legacy without separator"),
+        pytest.param(
+            {keys.NODE_NVIDIA_REGISTER: INV_2, keys.NODE_NVIDIA_SCORE: "[1]"},
+            "pair score 0 must be an object",
+            id="bad pair score",
+        ),
     ],
 )
 async def test_decode_errors_never_register(env: Env, annotations: dict[str, str], error: str) -> None:

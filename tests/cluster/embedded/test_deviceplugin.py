@@ -26,12 +26,15 @@ B = "GPU-b,NVIDIA,1000,30:"
 @pytest.mark.parametrize(
     ("value", "counts", "expected"),
     [
-        (f"{A};", [1], ";"),  # one container, one GPU
-        (f"{A}{B};", [2], ";"),  # one container, two GPUs
-        (f"{A};{B};", [1, 1], ";;"),  # two containers
-        (f";{A};", [0, 1], ";;"),  # first container without GPU: first NON-EMPTY entry is popped
-        (f"{A};;", [1, 0], ";;"),  # vendor-key padding after the last GPU container
-        (f"{A};{B};", [1], f";{B};"),  # only the first call so far
+        pytest.param(f"{A};", [1], ";", id="one container one GPU"),
+        pytest.param(f"{A}{B};", [2], ";", id="one container two GPUs"),
+        pytest.param(f"{A};{B};", [1, 1], ";;", id="two containers"),
+        # first container without GPU: first NON-EMPTY entry is popped
+        pytest.param(f";{A};", [0, 1], ";;", id="first container without GPU"),
+        # vendor-key padding after the last GPU container
+        pytest.param(f"{A};;", [1, 0], ";;", id="vendor padding after the last"),
+        # only the first call so far
+        pytest.param(f"{A};{B};", [1], f";{B};", id="first call only"),
     ],
 )
 def test_consume_pops_first_non_empty_entry(value: str, counts: list[int], expected: str) -> None:
@@ -40,7 +43,11 @@ def test_consume_pops_first_non_empty_entry(value: str, counts: list[int], expec
 
 @pytest.mark.parametrize(
     ("value", "counts"),
-    [(f"{A};", [2]), (f"{A}{B};", [1, 1]), (";", [1])],
+    [
+        pytest.param(f"{A};", [2], id="asks more than the entry"),
+        pytest.param(f"{A}{B};", [1, 1], id="entry holds two"),
+        pytest.param(";", [1], id="no entry"),
+    ],
 )
 def test_consume_device_number_not_matched(value: str, counts: list[int]) -> None:
     with pytest.raises(AllocateError, match="device number not matched"):
