@@ -18,7 +18,6 @@ V = "2025-10-20T03:07:02"
         pytest.param("2025-10-20T03:07:02Z", datetime(2025, 10, 20, 3, 7, 2, tzinfo=UTC), id="UTC"),
         pytest.param("2025-10-20T03:07:02+08:00", datetime(2025, 10, 19, 19, 7, 2, tzinfo=UTC), id="+08:00"),
         pytest.param("2025-10-20T03:07:02-01:30", datetime(2025, 10, 20, 4, 37, 2, tzinfo=UTC), id="-01:30"),
-        # one-digit hour
         pytest.param("2025-10-20T3:07:02Z", datetime(2025, 10, 20, 3, 7, 2, tzinfo=UTC), id="one-digit hour"),
         pytest.param("2025-10-20T03:07:02.5Z", datetime(2025, 10, 20, 3, 7, 2, 500000, tzinfo=UTC),
                      id="fraction after a dot"),
