@@ -211,10 +211,12 @@ def node(
     labels: Mapping[str, str] | None = None,
     meta: Mapping[str, Any] | None = None,
     spec: Mapping[str, Any] | None = None,
+    capacity: Mapping[str, str] | None = None,
     allocatable: Mapping[str, str] | None = None,
     typed: bool = False,
 ) -> Obj:
-    """A Node dict; fields left as None are absent, `meta` adds further metadata fields."""
+    """A Node dict; fields left as None are absent, `meta` adds further metadata fields,
+    `capacity` and `allocatable` go into `status`."""
     metadata: Obj = {"name": name}
     if labels is not None:
         metadata["labels"] = dict(labels)
@@ -225,8 +227,13 @@ def node(
     out["metadata"] = metadata
     if spec is not None:
         out["spec"] = dict(spec)
+    status: Obj = {}
+    if capacity is not None:
+        status["capacity"] = dict(capacity)
     if allocatable is not None:
-        out["status"] = {"allocatable": dict(allocatable)}
+        status["allocatable"] = dict(allocatable)
+    if status:
+        out["status"] = status
     return out
 
 
