@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.builders import container, pod
 from vgpu_scheduler.wire.jsonpatch import (
     JsonPatchError,
     apply_patch,
@@ -56,13 +57,14 @@ def test_list_edits_stay_small(head: list[Any], tail: list[Any]) -> None:
     assert ops == [{"op": "add", "path": "/l/-", "value": v} for v in tail]
 
 
-POD = {
-    "metadata": {"name": "p"},
-    "spec": {
+POD = pod(
+    "p",
+    namespace=None,
+    spec={
         "schedulerName": "default-scheduler",
-        "containers": [{"name": "c", "env": [{"name": "FOO", "value": "bar"}], "resources": {"limits": {}}}],
+        "containers": [container("c", env=[{"name": "FOO", "value": "bar"}], limits={})],
     },
-}
+)
 
 
 @pytest.mark.parametrize(
