@@ -364,7 +364,7 @@ def allocation(*containers: Sequence[ContainerDevice]) -> str:
 
 def allocation_annotations(*containers: Sequence[ContainerDevice], vendor: str = NVIDIA) -> dict[str, str]:
     """Both `-to-allocate` and `-allocated` annotations for `containers` of one vendor."""
-    return encode_pod_devices({vendor: [list(c) for c in containers]})
+    return encode_pod_devices(pod_devices(*containers, vendor=vendor))
 
 
 # --- quotas --------------------------------------------------------------------------------------
