@@ -37,6 +37,7 @@ from typing import Any
 BENCH_DIR = Path(__file__).resolve().parent
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != BENCH_DIR]
 sys.path.insert(0, str(BENCH_DIR.parent / "tests" / "e2e"))
+sys.path.insert(0, str(BENCH_DIR.parent))  # the repository root: standin imports tests.builders
 from controlplane import ControlPlane, ControlPlaneUnavailable, find_binaries_or_raise  # noqa: E402
 from standin import DevicePluginStandIn, cpu_pod, create_node, gpu_node, gpu_pod  # noqa: E402
 

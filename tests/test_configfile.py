@@ -186,26 +186,30 @@ def test_every_nvidia_key_is_mapped() -> None:
 @pytest.mark.parametrize(
     ("line", "field", "value"),
     [
-        ("gpuCorePolicy: disable", "gpu_core_policy", "disable"),
-        ("gpuCorePolicy: default", "gpu_core_policy", "default"),
-        ('gpuCorePolicy: ""', "gpu_core_policy", "default"),
-        ("gpuCorePolicy:", "gpu_core_policy", "default"),
-        ('libCudaLogLevel: "3"', "lib_cuda_log_level", 3),
-        ("libCudaLogLevel: 0", "lib_cuda_log_level", 0),
-        ("libCudaLogLevel:", "lib_cuda_log_level", None),  # chart with the value unset renders an empty key
-        ("migProfileAllowlist: []", "mig_profile_allowlist", ()),
-        ("migProfileAllowlist:", "mig_profile_allowlist", CHART_MIG_PROFILE_ALLOWLIST),
-        ("runtimeClassName:", "runtime_class_name", ""),
-        ("overwriteEnv: yes", "overwrite_env", True),  # YAML 1.1 booleans, as Go's yaml.v2
-        ("defaultMemory: -1", "default_memory", -1),
-        ("memoryFactor: 2147483647", "memory_factor", 2**31 - 1),
-        ("deviceMemoryScaling: 3", "device_memory_scaling", 3.0),
-        (
+        pytest.param("gpuCorePolicy: disable", "gpu_core_policy", "disable", id="gpuCorePolicy: disable"),
+        pytest.param("gpuCorePolicy: default", "gpu_core_policy", "default", id="gpuCorePolicy: default"),
+        pytest.param('gpuCorePolicy: ""', "gpu_core_policy", "default", id="gpuCorePolicy: \"\""),
+        pytest.param("gpuCorePolicy:", "gpu_core_policy", "default", id="gpuCorePolicy:"),
+        pytest.param('libCudaLogLevel: "3"', "lib_cuda_log_level", 3, id="libCudaLogLevel: \"3\""),
+        pytest.param("libCudaLogLevel: 0", "lib_cuda_log_level", 0, id="libCudaLogLevel: 0"),
+        # chart with the value unset renders an empty key
+        pytest.param("libCudaLogLevel:", "lib_cuda_log_level", None, id="libCudaLogLevel:"),
+        pytest.param("migProfileAllowlist: []", "mig_profile_allowlist", (), id="migProfileAllowlist: []"),
+        pytest.param("migProfileAllowlist:", "mig_profile_allowlist", CHART_MIG_PROFILE_ALLOWLIST,
+                     id="migProfileAllowlist:"),
+        pytest.param("runtimeClassName:", "runtime_class_name", "", id="runtimeClassName:"),
+        # YAML 1.1 booleans, as Go's yaml.v2
+        pytest.param("overwriteEnv: yes", "overwrite_env", True, id="overwriteEnv: yes"),
+        pytest.param("defaultMemory: -1", "default_memory", -1, id="defaultMemory: -1"),
+        pytest.param("memoryFactor: 2147483647", "memory_factor", 2**31 - 1, id="memoryFactor: 2147483647"),
+        pytest.param("deviceMemoryScaling: 3", "device_memory_scaling", 3.0, id="deviceMemoryScaling: 3"),
+        pytest.param(
             "knownMigGeometries: [{models: [A30], allowedGeometries: []}]",
             "resource_count_name",
             "nvidia.com/gpu",
+            id="knownMigGeometries: [{models: [A30], allowedGeometries: []}]",
         ),
-        ("someFutureKey: 1", "default_gpu_num", 1),
+        pytest.param("someFutureKey: 1", "default_gpu_num", 1, id="someFutureKey: 1"),
     ],
 )
 def test_nvidia_values(line: str, field: str, value: object) -> None:
@@ -239,118 +243,183 @@ def test_other_vendor_sections_are_kept_raw() -> None:
 @pytest.mark.parametrize(
     ("text", "message"),
     [
-        ("", "dc.yaml: the device config is empty"),
-        ("# only a comment\n", "dc.yaml: the device config is empty"),
-        ("- nvidia\n", "dc.yaml: expected a mapping of vendor sections, got list"),
-        ("just text\n", "dc.yaml: expected a mapping of vendor sections, got str"),
-        ("nvidia: [\n", "dc.yaml: invalid YAML"),
-        ("a: 1\n---\nb: 2\n", "dc.yaml: invalid YAML"),
-        (
+        pytest.param("", "dc.yaml: the device config is empty", id="empty"),
+        pytest.param("# only a comment\n", "dc.yaml: the device config is empty", id="only a comment"),
+        pytest.param("- nvidia\n", "dc.yaml: expected a mapping of vendor sections, got list", id="a list"),
+        pytest.param("just text\n", "dc.yaml: expected a mapping of vendor sections, got str", id="a string"),
+        pytest.param("nvidia: [\n", "dc.yaml: invalid YAML", id="broken YAML"),
+        pytest.param("a: 1\n---\nb: 2\n", "dc.yaml: invalid YAML", id="two documents"),
+        pytest.param(
             "nvidia: {}\nnvdia: {}\n",
             "dc.yaml: nvdia: unknown top-level key (expected one of nvidia, cambricon",
+            id="misspelt vendor",
         ),
-        ("1: x\n", "dc.yaml: 1: unknown top-level key"),
-        ("nvidia:\n", "dc.yaml: all configurations are empty"),
-        ("nvidia: {}\nhygon: {}\niluvatars: []\n", "dc.yaml: all configurations are empty"),
-        ("nvidia:\n  resourceCountName: ''\n  defaultGPUNum: 0\n", "dc.yaml: all configurations are empty"),
-        ("nvidia: [a]\n", "dc.yaml: nvidia: expected a mapping, got list"),
-        ("nvidia: {}\nhygon: [a]\n", "dc.yaml: hygon: expected a mapping, got list"),
-        ("nvidia: {}\niluvatars: {chipName: x}\n", "dc.yaml: iluvatars: expected a list, got dict"),
-        (
+        pytest.param("1: x\n", "dc.yaml: 1: unknown top-level key", id="numeric top-level key"),
+        pytest.param("nvidia:\n", "dc.yaml: all configurations are empty", id="nvidia null"),
+        pytest.param("nvidia: {}\nhygon: {}\niluvatars: []\n", "dc.yaml: all configurations are empty",
+                     id="every section empty"),
+        pytest.param(
+            "nvidia:\n  resourceCountName: ''\n  defaultGPUNum: 0\n", "dc.yaml: all configurations are empty",
+            id="nvidia without count name or GPUs",
+        ),
+        pytest.param("nvidia: [a]\n", "dc.yaml: nvidia: expected a mapping, got list", id="nvidia a list"),
+        pytest.param("nvidia: {}\nhygon: [a]\n", "dc.yaml: hygon: expected a mapping, got list",
+                     id="hygon a list"),
+        pytest.param(
+            "nvidia: {}\niluvatars: {chipName: x}\n", "dc.yaml: iluvatars: expected a list, got dict",
+            id="iluvatars a mapping",
+        ),
+        pytest.param(
             "nvidia:\n  resourceCountName: 5\n",
             "dc.yaml: nvidia.resourceCountName: expected a string, got int 5",
+            id="resourceCountName an int",
         ),
-        ("nvidia:\n  resourceMemoryName: [a]\n", "dc.yaml: nvidia.resourceMemoryName: expected a string"),
-        ("nvidia:\n  resourceMemoryPercentageName: {}\n", "dc.yaml: nvidia.resourceMemoryPercentageName:"),
-        (
+        pytest.param(
+            "nvidia:\n  resourceMemoryName: [a]\n", "dc.yaml: nvidia.resourceMemoryName: expected a string",
+            id="resourceMemoryName a list",
+        ),
+        pytest.param(
+            "nvidia:\n  resourceMemoryPercentageName: {}\n", "dc.yaml: nvidia.resourceMemoryPercentageName:",
+            id="resourceMemoryPercentageName a mapping",
+        ),
+        pytest.param(
             "nvidia:\n  resourceCoreName: true\n",
             "dc.yaml: nvidia.resourceCoreName: expected a string, got bool",
+            id="resourceCoreName a bool",
         ),
-        ("nvidia:\n  resourcePriorityName: 1.5\n", "dc.yaml: nvidia.resourcePriorityName: expected a string"),
-        (
+        pytest.param(
+            "nvidia:\n  resourcePriorityName: 1.5\n",
+            "dc.yaml: nvidia.resourcePriorityName: expected a string",
+            id="resourcePriorityName a float",
+        ),
+        pytest.param(
             "nvidia:\n  overwriteEnv: 'false'\n",
             "dc.yaml: nvidia.overwriteEnv: expected true or false, got str",
+            id="overwriteEnv a string",
         ),
-        ("nvidia:\n  overwriteEnv: 1\n", "dc.yaml: nvidia.overwriteEnv: expected true or false, got int 1"),
-        (
+        pytest.param(
+            "nvidia:\n  overwriteEnv: 1\n", "dc.yaml: nvidia.overwriteEnv: expected true or false, got int 1",
+            id="overwriteEnv an int",
+        ),
+        pytest.param(
             "nvidia:\n  defaultMemory: abc\n",
             "dc.yaml: nvidia.defaultMemory: expected an integer, got str 'abc'",
+            id="defaultMemory a string",
         ),
-        (
+        pytest.param(
             "nvidia:\n  defaultMemory: 1.5\n",
             "dc.yaml: nvidia.defaultMemory: expected an integer, got float 1.5",
+            id="defaultMemory a float",
         ),
-        (
+        pytest.param(
             "nvidia:\n  defaultCores: true\n",
             "dc.yaml: nvidia.defaultCores: expected an integer, got bool True",
+            id="defaultCores a bool",
         ),
-        (
+        pytest.param(
             "nvidia:\n  defaultGPUNum: 2147483648\n",
             "dc.yaml: nvidia.defaultGPUNum: 2147483648 is out of range",
+            id="defaultGPUNum over int32",
         ),
-        ("nvidia:\n  memoryFactor: '2'\n", "dc.yaml: nvidia.memoryFactor: expected an integer, got str '2'"),
-        ("nvidia:\n  disableCoreLimit: 0\n", "dc.yaml: nvidia.disableCoreLimit: expected true or false"),
-        (
+        pytest.param(
+            "nvidia:\n  memoryFactor: '2'\n",
+            "dc.yaml: nvidia.memoryFactor: expected an integer, got str '2'",
+            id="memoryFactor a string",
+        ),
+        pytest.param(
+            "nvidia:\n  disableCoreLimit: 0\n", "dc.yaml: nvidia.disableCoreLimit: expected true or false",
+            id="disableCoreLimit an int",
+        ),
+        pytest.param(
             "nvidia:\n  gpuCorePolicy: strict\n",
             "dc.yaml: nvidia.gpuCorePolicy: must be one of default, force",
+            id="gpuCorePolicy unknown",
         ),
-        ("nvidia:\n  gpuCorePolicy: 1\n", "dc.yaml: nvidia.gpuCorePolicy: expected a string, got int 1"),
-        (
+        pytest.param(
+            "nvidia:\n  gpuCorePolicy: 1\n", "dc.yaml: nvidia.gpuCorePolicy: expected a string, got int 1",
+            id="gpuCorePolicy an int",
+        ),
+        pytest.param(
             "nvidia:\n  runtimeClassName: [x]\n",
             "dc.yaml: nvidia.runtimeClassName: expected a string, got list",
+            id="runtimeClassName a list",
         ),
-        ("nvidia:\n  deviceSplitCount: -1\n", "dc.yaml: nvidia.deviceSplitCount: -1 is out of range"),
-        ("nvidia:\n  deviceMemoryScaling: x\n", "dc.yaml: nvidia.deviceMemoryScaling: expected a number"),
-        ("nvidia:\n  deviceCoreScaling: .nan\n", "dc.yaml: nvidia.deviceCoreScaling: expected a number"),
-        (
+        pytest.param(
+            "nvidia:\n  deviceSplitCount: -1\n", "dc.yaml: nvidia.deviceSplitCount: -1 is out of range",
+            id="deviceSplitCount negative",
+        ),
+        pytest.param(
+            "nvidia:\n  deviceMemoryScaling: x\n", "dc.yaml: nvidia.deviceMemoryScaling: expected a number",
+            id="deviceMemoryScaling a string",
+        ),
+        pytest.param(
+            "nvidia:\n  deviceCoreScaling: .nan\n", "dc.yaml: nvidia.deviceCoreScaling: expected a number",
+            id="deviceCoreScaling NaN",
+        ),
+        pytest.param(
             "nvidia:\n  preConfiguredDeviceMemory: 1e3\n",
             "dc.yaml: nvidia.preConfiguredDeviceMemory: expected an",
+            id="preConfiguredDeviceMemory a float",
         ),
-        (
+        pytest.param(
             "nvidia:\n  libCudaLogLevel: debug\n",
             "dc.yaml: nvidia.libCudaLogLevel: expected a non-negative integer",
+            id="libCudaLogLevel a word",
         ),
-        (
+        pytest.param(
             "nvidia:\n  libCudaLogLevel: -1\n",
             "dc.yaml: nvidia.libCudaLogLevel: expected a non-negative integer",
+            id="libCudaLogLevel negative",
         ),
-        (
+        pytest.param(
             "nvidia:\n  enableNumaTopology: on-ish\n",
             "dc.yaml: nvidia.enableNumaTopology: expected true or false",
+            id="enableNumaTopology not a bool",
         ),
-        ("nvidia:\n  migProfileAllowlist: A30\n", "dc.yaml: nvidia.migProfileAllowlist: expected a list"),
-        (
+        pytest.param(
+            "nvidia:\n  migProfileAllowlist: A30\n", "dc.yaml: nvidia.migProfileAllowlist: expected a list",
+            id="migProfileAllowlist a string",
+        ),
+        pytest.param(
             "nvidia:\n  migProfileAllowlist: [A30]\n",
             "dc.yaml: nvidia.migProfileAllowlist[0]: expected a mapping",
+            id="allowlist entry a string",
         ),
-        (
+        pytest.param(
             "nvidia:\n  migProfileAllowlist:\n  - profiles: [1g.5gb]\n",
             "dc.yaml: nvidia.migProfileAllowlist[0].models: " + MUST_DEFINE,
+            id="allowlist entry without models",
         ),
-        (
+        pytest.param(
             "nvidia:\n  migProfileAllowlist:\n  - {models: [A30], profiles: []}\n",
             "dc.yaml: nvidia.migProfileAllowlist[0].profiles: " + MUST_DEFINE,
+            id="allowlist entry without profiles",
         ),
-        (
+        pytest.param(
             "nvidia:\n  migProfileAllowlist:\n  - {models: A30, profiles: [1g.6gb]}\n",
             "dc.yaml: nvidia.migProfileAllowlist[0].models: expected a list of strings, got str",
+            id="allowlist models a string",
         ),
-        (
+        pytest.param(
             "nvidia:\n  migProfileAllowlist:\n  - {models: [A30, 7], profiles: [1g.6gb]}\n",
             "dc.yaml: nvidia.migProfileAllowlist[0].models[1]: expected a string, got int 7",
+            id="allowlist model an int",
         ),
-        (
+        pytest.param(
             "nvidia:\n  migProfileAllowlist:\n  - {models: [A30], profiles: [1g.6gb, 6gb]}\n",
             'dc.yaml: nvidia.migProfileAllowlist[0].profiles[1]: invalid MIG profile "6gb"',
+            id="allowlist profile invalid",
         ),
-        (
+        pytest.param(
             "nvidia:\n  migProfileAllowlist:\n  - {models: [A30], profiles: [g.6gb]}\n",
             'dc.yaml: nvidia.migProfileAllowlist[0].profiles[0]: invalid MIG profile "g.6gb"',
+            id="allowlist profile without slices",
         ),
-        (
+        pytest.param(
             "nvidia:\n  migProfileAllowlist:\n  - {models: [A], profiles: [1g.5gb]}\n"
             "  - {models: [B], profiles: [1c.2g]}\n",
             'dc.yaml: nvidia.migProfileAllowlist[1].profiles[0]: invalid MIG profile "1c.2g"',
+            id="second allowlist entry invalid",
         ),
     ],
 )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import shlex
 import struct
 from typing import Any
 
@@ -126,115 +127,124 @@ def test_typed_defaults() -> None:
     assert (o.v, o.stderrthreshold, o.log_file_max_size) == (0, 2, 1800)
 
 
+def argv_ids(cases: list[tuple[Any, ...]]) -> list[str]:
+    """Each case is named by its command line (the first element), as a shell would show it."""
+    return [shlex.join(case[0]) for case in cases]
+
+
 # Each syntax form a user may write, for each value type.
+SYNTAX_FORMS = [
+    # strings: =, separate argument, single dash, empty value
+    (["--http_bind=0.0.0.0:443"], "http_bind", "0.0.0.0:443"),
+    (["--http_bind", "0.0.0.0:443"], "http_bind", "0.0.0.0:443"),
+    (["-http_bind=0.0.0.0:443"], "http_bind", "0.0.0.0:443"),
+    (["-http_bind", "0.0.0.0:443"], "http_bind", "0.0.0.0:443"),
+    (["--scheduler-name="], "scheduler_name", ""),
+    (["--scheduler-name", "hami-scheduler"], "scheduler_name", "hami-scheduler"),
+    (["--scheduler-name=a=b"], "scheduler_name", "a=b"),
+    (["--device-config-file", "/device-config.yaml"], "device_config_file", "/device-config.yaml"),
+    (["-device-config-file=/d.yaml"], "device_config_file", "/d.yaml"),
+    (["--scheduler-name", "--leader-elect"], "scheduler_name", "--leader-elect"),  # pflag takes it
+    # bools: bare, =Go bool values, single dash
+    (["--profiling"], "profiling", True),
+    (["--profiling=true"], "profiling", True),
+    (["--profiling=false"], "profiling", False),
+    (["--profiling=1"], "profiling", True),
+    (["--profiling=t"], "profiling", True),
+    (["--profiling=T"], "profiling", True),
+    (["--profiling=TRUE"], "profiling", True),
+    (["--profiling=True"], "profiling", True),
+    (["--profiling=0"], "profiling", False),
+    (["--profiling=f"], "profiling", False),
+    (["--profiling=F"], "profiling", False),
+    (["--profiling=FALSE"], "profiling", False),
+    (["--profiling=False"], "profiling", False),
+    (["--force-overwrite-default-scheduler=false"], "force_overwrite_default_scheduler", False),
+    (["--leader-elect"], "leader_elect", True),
+    (["--legacy-metrics"], "legacy_metrics", True),
+    (["--debug"], "debug", True),
+    (["-debug"], "debug", True),
+    (["-debug=false"], "debug", False),
+    (["--enable-ascend"], "enable_ascend", True),
+    (["--enable-iluvatar=true"], "enable_iluvatar", True),
+    (["--sgpu-topology-aware"], "sgpu_topology_aware", True),
+    (["--logtostderr=false"], "logtostderr", False),
+    (["--alsologtostderr"], "alsologtostderr", True),
+    (["--one_output"], "one_output", True),
+    (["--skip_headers"], "skip_headers", True),
+    (["--skip_log_headers"], "skip_log_headers", True),
+    (["--add_dir_header"], "add_dir_header", True),
+    (["-h"], "help", True),
+    (["--help"], "help", True),
+    # ints: base prefixes as Go's ParseInt(s, 0, 64)
+    (["--kube-burst=50"], "kube_burst", 50),
+    (["--kube-burst", "50"], "kube_burst", 50),
+    (["--kube-burst=0x10"], "kube_burst", 16),
+    (["--kube-burst=010"], "kube_burst", 8),
+    (["--kube-burst=0o17"], "kube_burst", 15),
+    (["--kube-burst=0b101"], "kube_burst", 5),
+    (["--kube-burst=1_000"], "kube_burst", 1000),
+    (["--kube-burst=-1"], "kube_burst", -1),
+    (["--kube-burst=+7"], "kube_burst", 7),
+    (["--kube-timeout=30"], "kube_timeout", 30),
+    (["-kube-timeout", "30"], "kube_timeout", 30),
+    # float32
+    (["--kube-qps=5"], "kube_qps", 5.0),
+    (["--kube-qps", "50.5"], "kube_qps", 50.5),
+    (["--kube-qps=1e3"], "kube_qps", 1000.0),
+    (["--kube-qps=.5"], "kube_qps", 0.5),
+    (["--kube-qps=0x1p4"], "kube_qps", 16.0),
+    (["--kube-qps=0.1"], "kube_qps", struct.unpack("<f", struct.pack("<f", 0.1))[0]),
+    # durations
+    (["--node-lock-timeout=1m30s"], "node_lock_timeout", 90.0),
+    (["--node-lock-timeout", "300ms"], "node_lock_timeout", 0.3),
+    (["--node-lock-timeout=1.5h"], "node_lock_timeout", 5400.0),
+    (["--node-lock-timeout=0"], "node_lock_timeout", 0.0),
+    (["--node-lock-retry-timeout=-1s"], "node_lock_retry_timeout", -1.0),
+    (["--node-lock-retry-timeout=0s"], "node_lock_retry_timeout", 0.0),
+    # map
+    (["--node-label-selector=gpu=on,zone=a"], "node_label_selector", {"gpu": "on", "zone": "a"}),
+    (["--node-label-selector", "gpu=on"], "node_label_selector", {"gpu": "on"}),
+    (["--node-label-selector=a=b,c"], "node_label_selector", {"a": "b,c"}),  # one '=' => one pair
+    (['--node-label-selector="a=b"'], "node_label_selector", {"a": "b"}),
+    (['--node-label-selector=a=1,"b=x,y"'], "node_label_selector", {"a": "1", "b": "x,y"}),
+    (
+        ["--node-label-selector=a=", "--node-label-selector=b=2"],
+        "node_label_selector",
+        {"a": "", "b": "2"},
+    ),
+    (["--node-label-selector=a=1", "--node-label-selector=a=2"], "node_label_selector", {"a": "2"}),
+    # klog -v in every pflag/Go form
+    (["-v=4"], "v", 4),
+    (["-v", "4"], "v", 4),
+    (["-v4"], "v", 4),
+    (["--v=4"], "v", 4),
+    (["--v", "5"], "v", 5),
+    (["-v=-1"], "v", -1),
+    (["--stderrthreshold=INFO"], "stderrthreshold", 0),
+    (["--stderrthreshold=warning"], "stderrthreshold", 1),
+    (["--stderrthreshold=3"], "stderrthreshold", 3),
+    (["--vmodule=webhook=5,filter*=3,x=0"], "vmodule", "webhook=5,filter*=3"),
+    (["--vmodule="], "vmodule", ""),
+    (["--log_backtrace_at=webhook.py:12"], "log_backtrace_at", "webhook.py:12"),
+    (["--log_dir=/var/log"], "log_dir", "/var/log"),
+    (["-log_file", "/tmp/s.log"], "log_file", "/tmp/s.log"),
+    (["--log_file_max_size=0x10"], "log_file_max_size", 16),
+    # alias writes the same option
+    (["--enflame-vgcu-resource-name=x.com/v"], "enflame_drs_gcu_resource_name", "x.com/v"),
+    (["--enflame-drs-gcu-resource-name=y.com/d"], "enflame_drs_gcu_resource_name", "y.com/d"),
+    # ours
+    (["--kubeconfig=/root/.kube/config"], "kubeconfig", "/root/.kube/config"),
+    (["--cluster-snapshot", "snap.yaml"], "cluster_snapshot", "snap.yaml"),
+    # last occurrence wins
+    (["--scheduler-name=a", "--scheduler-name=b"], "scheduler_name", "b"),
+]
+
+
 @pytest.mark.parametrize(
     ("argv", "attr", "value"),
-    [
-        # strings: =, separate argument, single dash, empty value
-        (["--http_bind=0.0.0.0:443"], "http_bind", "0.0.0.0:443"),
-        (["--http_bind", "0.0.0.0:443"], "http_bind", "0.0.0.0:443"),
-        (["-http_bind=0.0.0.0:443"], "http_bind", "0.0.0.0:443"),
-        (["-http_bind", "0.0.0.0:443"], "http_bind", "0.0.0.0:443"),
-        (["--scheduler-name="], "scheduler_name", ""),
-        (["--scheduler-name", "hami-scheduler"], "scheduler_name", "hami-scheduler"),
-        (["--scheduler-name=a=b"], "scheduler_name", "a=b"),
-        (["--device-config-file", "/device-config.yaml"], "device_config_file", "/device-config.yaml"),
-        (["-device-config-file=/d.yaml"], "device_config_file", "/d.yaml"),
-        (["--scheduler-name", "--leader-elect"], "scheduler_name", "--leader-elect"),  # pflag takes it
-        # bools: bare, =Go bool values, single dash
-        (["--profiling"], "profiling", True),
-        (["--profiling=true"], "profiling", True),
-        (["--profiling=false"], "profiling", False),
-        (["--profiling=1"], "profiling", True),
-        (["--profiling=t"], "profiling", True),
-        (["--profiling=T"], "profiling", True),
-        (["--profiling=TRUE"], "profiling", True),
-        (["--profiling=True"], "profiling", True),
-        (["--profiling=0"], "profiling", False),
-        (["--profiling=f"], "profiling", False),
-        (["--profiling=F"], "profiling", False),
-        (["--profiling=FALSE"], "profiling", False),
-        (["--profiling=False"], "profiling", False),
-        (["--force-overwrite-default-scheduler=false"], "force_overwrite_default_scheduler", False),
-        (["--leader-elect"], "leader_elect", True),
-        (["--legacy-metrics"], "legacy_metrics", True),
-        (["--debug"], "debug", True),
-        (["-debug"], "debug", True),
-        (["-debug=false"], "debug", False),
-        (["--enable-ascend"], "enable_ascend", True),
-        (["--enable-iluvatar=true"], "enable_iluvatar", True),
-        (["--sgpu-topology-aware"], "sgpu_topology_aware", True),
-        (["--logtostderr=false"], "logtostderr", False),
-        (["--alsologtostderr"], "alsologtostderr", True),
-        (["--one_output"], "one_output", True),
-        (["--skip_headers"], "skip_headers", True),
-        (["--skip_log_headers"], "skip_log_headers", True),
-        (["--add_dir_header"], "add_dir_header", True),
-        (["-h"], "help", True),
-        (["--help"], "help", True),
-        # ints: base prefixes as Go's ParseInt(s, 0, 64)
-        (["--kube-burst=50"], "kube_burst", 50),
-        (["--kube-burst", "50"], "kube_burst", 50),
-        (["--kube-burst=0x10"], "kube_burst", 16),
-        (["--kube-burst=010"], "kube_burst", 8),
-        (["--kube-burst=0o17"], "kube_burst", 15),
-        (["--kube-burst=0b101"], "kube_burst", 5),
-        (["--kube-burst=1_000"], "kube_burst", 1000),
-        (["--kube-burst=-1"], "kube_burst", -1),
-        (["--kube-burst=+7"], "kube_burst", 7),
-        (["--kube-timeout=30"], "kube_timeout", 30),
-        (["-kube-timeout", "30"], "kube_timeout", 30),
-        # float32
-        (["--kube-qps=5"], "kube_qps", 5.0),
-        (["--kube-qps", "50.5"], "kube_qps", 50.5),
-        (["--kube-qps=1e3"], "kube_qps", 1000.0),
-        (["--kube-qps=.5"], "kube_qps", 0.5),
-        (["--kube-qps=0x1p4"], "kube_qps", 16.0),
-        (["--kube-qps=0.1"], "kube_qps", struct.unpack("<f", struct.pack("<f", 0.1))[0]),
-        # durations
-        (["--node-lock-timeout=1m30s"], "node_lock_timeout", 90.0),
-        (["--node-lock-timeout", "300ms"], "node_lock_timeout", 0.3),
-        (["--node-lock-timeout=1.5h"], "node_lock_timeout", 5400.0),
-        (["--node-lock-timeout=0"], "node_lock_timeout", 0.0),
-        (["--node-lock-retry-timeout=-1s"], "node_lock_retry_timeout", -1.0),
-        (["--node-lock-retry-timeout=0s"], "node_lock_retry_timeout", 0.0),
-        # map
-        (["--node-label-selector=gpu=on,zone=a"], "node_label_selector", {"gpu": "on", "zone": "a"}),
-        (["--node-label-selector", "gpu=on"], "node_label_selector", {"gpu": "on"}),
-        (["--node-label-selector=a=b,c"], "node_label_selector", {"a": "b,c"}),  # one '=' => one pair
-        (['--node-label-selector="a=b"'], "node_label_selector", {"a": "b"}),
-        (['--node-label-selector=a=1,"b=x,y"'], "node_label_selector", {"a": "1", "b": "x,y"}),
-        (
-            ["--node-label-selector=a=", "--node-label-selector=b=2"],
-            "node_label_selector",
-            {"a": "", "b": "2"},
-        ),
-        (["--node-label-selector=a=1", "--node-label-selector=a=2"], "node_label_selector", {"a": "2"}),
-        # klog -v in every pflag/Go form
-        (["-v=4"], "v", 4),
-        (["-v", "4"], "v", 4),
-        (["-v4"], "v", 4),
-        (["--v=4"], "v", 4),
-        (["--v", "5"], "v", 5),
-        (["-v=-1"], "v", -1),
-        (["--stderrthreshold=INFO"], "stderrthreshold", 0),
-        (["--stderrthreshold=warning"], "stderrthreshold", 1),
-        (["--stderrthreshold=3"], "stderrthreshold", 3),
-        (["--vmodule=webhook=5,filter*=3,x=0"], "vmodule", "webhook=5,filter*=3"),
-        (["--vmodule="], "vmodule", ""),
-        (["--log_backtrace_at=webhook.py:12"], "log_backtrace_at", "webhook.py:12"),
-        (["--log_dir=/var/log"], "log_dir", "/var/log"),
-        (["-log_file", "/tmp/s.log"], "log_file", "/tmp/s.log"),
-        (["--log_file_max_size=0x10"], "log_file_max_size", 16),
-        # alias writes the same option
-        (["--enflame-vgcu-resource-name=x.com/v"], "enflame_drs_gcu_resource_name", "x.com/v"),
-        (["--enflame-drs-gcu-resource-name=y.com/d"], "enflame_drs_gcu_resource_name", "y.com/d"),
-        # ours
-        (["--kubeconfig=/root/.kube/config"], "kubeconfig", "/root/.kube/config"),
-        (["--cluster-snapshot", "snap.yaml"], "cluster_snapshot", "snap.yaml"),
-        # last occurrence wins
-        (["--scheduler-name=a", "--scheduler-name=b"], "scheduler_name", "b"),
-    ],
+    SYNTAX_FORMS,
+    ids=argv_ids(SYNTAX_FORMS),
 )
 def test_syntax_forms(argv: list[str], attr: str, value: Any) -> None:
     assert getattr(opts_of(*argv), attr) == value
@@ -274,20 +284,24 @@ def test_chart_command_line() -> None:
     )
 
 
+POSITIONALS = [
+    # pflag never reads a separate word as a bool value: it stays positional.
+    (["--debug", "false"], ["false"], "debug", True),
+    (["--profiling", "false"], ["false"], "profiling", True),
+    (["version"], ["version"], "debug", False),
+    (["version", "-v=2"], ["version"], "v", 2),  # flags and positionals interleave
+    (["-", "--debug"], ["-"], "debug", True),
+    (["--", "--debug", "-v=3"], ["--debug", "-v=3"], "debug", False),
+    (["--debug", "--", "x"], ["x"], "debug", True),
+    (["-hv", "3"], [], "v", 3),  # shorthand cluster: -h then -v 3
+    (["", "--debug"], [""], "debug", True),
+]
+
+
 @pytest.mark.parametrize(
     ("argv", "positional", "attr", "value"),
-    [
-        # pflag never reads a separate word as a bool value: it stays positional.
-        (["--debug", "false"], ["false"], "debug", True),
-        (["--profiling", "false"], ["false"], "profiling", True),
-        (["version"], ["version"], "debug", False),
-        (["version", "-v=2"], ["version"], "v", 2),  # flags and positionals interleave
-        (["-", "--debug"], ["-"], "debug", True),
-        (["--", "--debug", "-v=3"], ["--debug", "-v=3"], "debug", False),
-        (["--debug", "--", "x"], ["x"], "debug", True),
-        (["-hv", "3"], [], "v", 3),  # shorthand cluster: -h then -v 3
-        (["", "--debug"], [""], "debug", True),
-    ],
+    POSITIONALS,
+    ids=argv_ids(POSITIONALS),
 )
 def test_positionals(argv: list[str], positional: list[str], attr: str, value: Any) -> None:
     opts, rest = parse_args(argv)
@@ -295,126 +309,130 @@ def test_positionals(argv: list[str], positional: list[str], attr: str, value: A
     assert getattr(opts, attr) == value
 
 
+ERRORS = [
+    (["--foo"], "unknown flag: --foo"),
+    (["--foo=bar"], "unknown flag: --foo"),
+    (["--h"], "unknown flag: --h"),
+    (["-x"], "unknown shorthand flag: 'x' in -x"),
+    (["-foo"], "unknown shorthand flag: 'f' in -foo"),
+    (["-hx"], "unknown shorthand flag: 'x' in -hx"),
+    (["---debug"], "bad flag syntax: ---debug"),
+    (["--=x"], "bad flag syntax: --=x"),
+    (["--http_bind"], "flag needs an argument: --http_bind"),
+    (["-log_dir"], "flag needs an argument: -log_dir"),
+    (["-v"], "flag needs an argument: 'v' in -v"),
+    (
+        ["--kube-qps=x"],
+        'invalid argument "x" for "--kube-qps" flag: strconv.ParseFloat: parsing "x": invalid syntax',
+    ),
+    (
+        ["--kube-qps="],
+        'invalid argument "" for "--kube-qps" flag: strconv.ParseFloat: parsing "": invalid syntax',
+    ),
+    (
+        ["--kube-qps=1e39"],
+        'invalid argument "1e39" for "--kube-qps" flag: '
+        'strconv.ParseFloat: parsing "1e39": value out of range',
+    ),
+    (
+        ["--kube-qps", "1_0"],
+        'invalid argument "1_0" for "--kube-qps" flag: strconv.ParseFloat: parsing "1_0": invalid syntax',
+    ),
+    (
+        ["--kube-burst=1.5"],
+        'invalid argument "1.5" for "--kube-burst" flag: strconv.ParseInt: parsing "1.5": invalid syntax',
+    ),
+    (
+        ["--kube-burst=9223372036854775808"],
+        'invalid argument "9223372036854775808" for "--kube-burst" flag: '
+        'strconv.ParseInt: parsing "9223372036854775808": value out of range',
+    ),
+    (
+        ["--kube-burst=_1"],
+        'invalid argument "_1" for "--kube-burst" flag: strconv.ParseInt: parsing "_1": invalid syntax',
+    ),
+    (
+        ["--kube-timeout", "0x"],
+        'invalid argument "0x" for "--kube-timeout" flag: strconv.ParseInt: parsing "0x": invalid syntax',
+    ),
+    (
+        ["--profiling=yes"],
+        'invalid argument "yes" for "--profiling" flag: strconv.ParseBool: parsing "yes": invalid syntax',
+    ),
+    (["--debug=yes"], 'invalid argument "yes" for "--debug" flag: parse error'),  # Go flag wrapped
+    (["-logtostderr=2"], 'invalid argument "2" for "--logtostderr" flag: parse error'),
+    (["--log_file_max_size=-1"], 'invalid argument "-1" for "--log_file_max_size" flag: parse error'),
+    (
+        ["--log_file_max_size=18446744073709551616"],
+        'invalid argument "18446744073709551616" for "--log_file_max_size" flag: value out of range',
+    ),
+    (
+        ["--node-lock-timeout=5"],
+        'invalid argument "5" for "--node-lock-timeout" flag: time: missing unit in duration "5"',
+    ),
+    (
+        ["--node-lock-timeout", "5d"],
+        'invalid argument "5d" for "--node-lock-timeout" flag: time: unknown unit "d" in duration "5d"',
+    ),
+    (
+        ["--node-lock-retry-timeout=x"],
+        'invalid argument "x" for "--node-lock-retry-timeout" flag: time: invalid duration "x"',
+    ),
+    (
+        ["--node-label-selector=gpu"],
+        'invalid argument "gpu" for "--node-label-selector" flag: gpu must be formatted as key=value',
+    ),
+    (
+        ["--node-label-selector=a=1,b=2,c"],
+        'invalid argument "a=1,b=2,c" for "--node-label-selector" flag: c must be formatted as key=value',
+    ),
+    (
+        ['--node-label-selector=a="1,b=2'],
+        'invalid argument "a=\\"1,b=2" for "--node-label-selector" flag: '
+        'parse error on line 1, column 3: bare " in non-quoted field',
+    ),
+    (
+        ["-v=x"],
+        'invalid argument "x" for "-v, --v" flag: strconv.ParseInt: parsing "x": invalid syntax',
+    ),
+    (
+        ["-v", "0x1"],
+        'invalid argument "0x1" for "-v, --v" flag: strconv.ParseInt: parsing "0x1": invalid syntax',
+    ),
+    (
+        ["--stderrthreshold=LOUD"],
+        'invalid argument "LOUD" for "--stderrthreshold" flag: '
+        'strconv.ParseInt: parsing "LOUD": invalid syntax',
+    ),
+    (
+        ["--vmodule=a"],
+        'invalid argument "a" for "--vmodule" flag: '
+        "syntax error: expect comma-separated list of filename=N",
+    ),
+    (
+        ["--vmodule=a=-1"],
+        'invalid argument "a=-1" for "--vmodule" flag: negative value for vmodule level',
+    ),
+    (
+        ["--log_backtrace_at=main:1"],
+        'invalid argument "main:1" for "--log_backtrace_at" flag: syntax error: expect file.go:234',
+    ),
+    (
+        ["--log_backtrace_at=a.go:0"],
+        'invalid argument "a.go:0" for "--log_backtrace_at" flag: negative or zero value for level',
+    ),
+    (
+        ["--help=maybe"],
+        'invalid argument "maybe" for "-h, --help" flag: strconv.ParseBool: parsing "maybe": '
+        "invalid syntax",
+    ),
+]
+
+
 @pytest.mark.parametrize(
     ("argv", "message"),
-    [
-        (["--foo"], "unknown flag: --foo"),
-        (["--foo=bar"], "unknown flag: --foo"),
-        (["--h"], "unknown flag: --h"),
-        (["-x"], "unknown shorthand flag: 'x' in -x"),
-        (["-foo"], "unknown shorthand flag: 'f' in -foo"),
-        (["-hx"], "unknown shorthand flag: 'x' in -hx"),
-        (["---debug"], "bad flag syntax: ---debug"),
-        (["--=x"], "bad flag syntax: --=x"),
-        (["--http_bind"], "flag needs an argument: --http_bind"),
-        (["-log_dir"], "flag needs an argument: -log_dir"),
-        (["-v"], "flag needs an argument: 'v' in -v"),
-        (
-            ["--kube-qps=x"],
-            'invalid argument "x" for "--kube-qps" flag: strconv.ParseFloat: parsing "x": invalid syntax',
-        ),
-        (
-            ["--kube-qps="],
-            'invalid argument "" for "--kube-qps" flag: strconv.ParseFloat: parsing "": invalid syntax',
-        ),
-        (
-            ["--kube-qps=1e39"],
-            'invalid argument "1e39" for "--kube-qps" flag: '
-            'strconv.ParseFloat: parsing "1e39": value out of range',
-        ),
-        (
-            ["--kube-qps", "1_0"],
-            'invalid argument "1_0" for "--kube-qps" flag: strconv.ParseFloat: parsing "1_0": invalid syntax',
-        ),
-        (
-            ["--kube-burst=1.5"],
-            'invalid argument "1.5" for "--kube-burst" flag: strconv.ParseInt: parsing "1.5": invalid syntax',
-        ),
-        (
-            ["--kube-burst=9223372036854775808"],
-            'invalid argument "9223372036854775808" for "--kube-burst" flag: '
-            'strconv.ParseInt: parsing "9223372036854775808": value out of range',
-        ),
-        (
-            ["--kube-burst=_1"],
-            'invalid argument "_1" for "--kube-burst" flag: strconv.ParseInt: parsing "_1": invalid syntax',
-        ),
-        (
-            ["--kube-timeout", "0x"],
-            'invalid argument "0x" for "--kube-timeout" flag: strconv.ParseInt: parsing "0x": invalid syntax',
-        ),
-        (
-            ["--profiling=yes"],
-            'invalid argument "yes" for "--profiling" flag: strconv.ParseBool: parsing "yes": invalid syntax',
-        ),
-        (["--debug=yes"], 'invalid argument "yes" for "--debug" flag: parse error'),  # Go flag wrapped
-        (["-logtostderr=2"], 'invalid argument "2" for "--logtostderr" flag: parse error'),
-        (["--log_file_max_size=-1"], 'invalid argument "-1" for "--log_file_max_size" flag: parse error'),
-        (
-            ["--log_file_max_size=18446744073709551616"],
-            'invalid argument "18446744073709551616" for "--log_file_max_size" flag: value out of range',
-        ),
-        (
-            ["--node-lock-timeout=5"],
-            'invalid argument "5" for "--node-lock-timeout" flag: time: missing unit in duration "5"',
-        ),
-        (
-            ["--node-lock-timeout", "5d"],
-            'invalid argument "5d" for "--node-lock-timeout" flag: time: unknown unit "d" in duration "5d"',
-        ),
-        (
-            ["--node-lock-retry-timeout=x"],
-            'invalid argument "x" for "--node-lock-retry-timeout" flag: time: invalid duration "x"',
-        ),
-        (
-            ["--node-label-selector=gpu"],
-            'invalid argument "gpu" for "--node-label-selector" flag: gpu must be formatted as key=value',
-        ),
-        (
-            ["--node-label-selector=a=1,b=2,c"],
-            'invalid argument "a=1,b=2,c" for "--node-label-selector" flag: c must be formatted as key=value',
-        ),
-        (
-            ['--node-label-selector=a="1,b=2'],
-            'invalid argument "a=\\"1,b=2" for "--node-label-selector" flag: '
-            'parse error on line 1, column 3: bare " in non-quoted field',
-        ),
-        (
-            ["-v=x"],
-            'invalid argument "x" for "-v, --v" flag: strconv.ParseInt: parsing "x": invalid syntax',
-        ),
-        (
-            ["-v", "0x1"],
-            'invalid argument "0x1" for "-v, --v" flag: strconv.ParseInt: parsing "0x1": invalid syntax',
-        ),
-        (
-            ["--stderrthreshold=LOUD"],
-            'invalid argument "LOUD" for "--stderrthreshold" flag: '
-            'strconv.ParseInt: parsing "LOUD": invalid syntax',
-        ),
-        (
-            ["--vmodule=a"],
-            'invalid argument "a" for "--vmodule" flag: '
-            "syntax error: expect comma-separated list of filename=N",
-        ),
-        (
-            ["--vmodule=a=-1"],
-            'invalid argument "a=-1" for "--vmodule" flag: negative value for vmodule level',
-        ),
-        (
-            ["--log_backtrace_at=main:1"],
-            'invalid argument "main:1" for "--log_backtrace_at" flag: syntax error: expect file.go:234',
-        ),
-        (
-            ["--log_backtrace_at=a.go:0"],
-            'invalid argument "a.go:0" for "--log_backtrace_at" flag: negative or zero value for level',
-        ),
-        (
-            ["--help=maybe"],
-            'invalid argument "maybe" for "-h, --help" flag: strconv.ParseBool: parsing "maybe": '
-            "invalid syntax",
-        ),
-    ],
+    ERRORS,
+    ids=argv_ids(ERRORS),
 )
 def test_errors(argv: list[str], message: str) -> None:
     with pytest.raises(FlagError) as info:

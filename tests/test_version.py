@@ -89,13 +89,16 @@ def test_build_info_labels() -> None:
 @pytest.mark.parametrize(
     ("argv", "code", "first_line"),
     [
-        (["version"], 0, "version:"),
-        (["version", "extra"], 0, "version:"),
-        (["--debug", "version"], 0, "version:"),
-        (["version", "--device-config-file=/x.yaml"], 0, "version:"),
-        (["--device-config-file", "/x.yaml", "version"], 0, "version:"),
-        (["--http_bind=:1", "version"], 2, "Error: unknown flag: --http_bind"),
-        (["version", "--bogus"], 2, "Error: unknown flag: --bogus"),
+        pytest.param(["version"], 0, "version:", id="version"),
+        pytest.param(["version", "extra"], 0, "version:", id="version extra"),
+        pytest.param(["--debug", "version"], 0, "version:", id="--debug version"),
+        pytest.param(["version", "--device-config-file=/x.yaml"], 0, "version:",
+                     id="version --device-config-file=/x.yaml"),
+        pytest.param(["--device-config-file", "/x.yaml", "version"], 0, "version:",
+                     id="--device-config-file /x.yaml version"),
+        pytest.param(["--http_bind=:1", "version"], 2, "Error: unknown flag: --http_bind",
+                     id="--http_bind=:1 version"),
+        pytest.param(["version", "--bogus"], 2, "Error: unknown flag: --bogus", id="version --bogus"),
     ],
 )
 def test_version_subcommand(

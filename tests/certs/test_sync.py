@@ -127,9 +127,13 @@ async def test_a_just_issued_certificate_is_not_rotated_again(
 @pytest.mark.parametrize(
     "mutate, reason",
     [
-        (lambda d: d.pop("tls.key"), "missing keys"),
-        (lambda d: d.update({"tls.crt": base64.b64encode(b"junk").decode()}), "unreadable certificate"),
-        (lambda d: d.update({"ca.crt": d["tls.crt"]}), "certificate not signed by ca.crt"),
+        pytest.param(lambda d: d.pop("tls.key"), "missing keys", id="missing keys"),
+        pytest.param(
+            lambda d: d.update({"tls.crt": base64.b64encode(b"junk").decode()}), "unreadable certificate",
+            id="unreadable certificate",
+        ),
+        pytest.param(lambda d: d.update({"ca.crt": d["tls.crt"]}), "certificate not signed by ca.crt",
+                     id="certificate not signed by ca.crt"),
     ],
 )
 async def test_a_broken_secret_is_replaced(

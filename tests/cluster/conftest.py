@@ -18,7 +18,8 @@ FIXTURES = KUBE_1_36
 
 
 class Fx:
-    """Helpers for tests (conftest modules cannot be imported under --import-mode=importlib)."""
+    """The captured fixtures, for tests (conftest modules cannot be imported under
+    --import-mode=importlib); pods and nodes come from tests/builders.py."""
 
     root = FIXTURES
 
@@ -37,19 +38,6 @@ class Fx:
         for page in (1, 2, 3):
             items.extend(Fx.json(f"api/list-pods.limit2.page{page}.json")["items"])
         return {"kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": items}
-
-    @staticmethod
-    def pod(name: str, namespace: str = "default", **meta: Any) -> dict[str, Any]:
-        return {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {"name": name, "namespace": namespace, **meta},
-            "spec": {"containers": [{"name": "c", "image": "busybox"}]},
-        }
-
-    @staticmethod
-    def node(name: str, **meta: Any) -> dict[str, Any]:
-        return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, **meta}}
 
 
 @pytest.fixture

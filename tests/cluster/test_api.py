@@ -10,27 +10,35 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from tests.builders import pod
 from vgpu_scheduler.cluster import api
 
 
 @pytest.mark.parametrize(
     ("rt", "ns", "name", "sub", "path"),
     [
-        (api.PODS, None, None, None, "/api/v1/pods"),
-        (api.PODS, "default", None, None, "/api/v1/namespaces/default/pods"),
-        (api.PODS, "default", "p", "binding", "/api/v1/namespaces/default/pods/p/binding"),
-        (api.NODES, "ignored", "n1", None, "/api/v1/nodes/n1"),
-        (api.NODES, None, "n1", "status", "/api/v1/nodes/n1/status"),
-        (
+        pytest.param(api.PODS, None, None, None, "/api/v1/pods", id="/api/v1/pods"),
+        pytest.param(api.PODS, "default", None, None, "/api/v1/namespaces/default/pods",
+                     id="/api/v1/namespaces/default/pods"),
+        pytest.param(api.PODS, "default", "p", "binding", "/api/v1/namespaces/default/pods/p/binding",
+                     id="/api/v1/namespaces/default/pods/p/binding"),
+        pytest.param(api.NODES, "ignored", "n1", None, "/api/v1/nodes/n1", id="/api/v1/nodes/n1"),
+        pytest.param(api.NODES, None, "n1", "status", "/api/v1/nodes/n1/status",
+                     id="/api/v1/nodes/n1/status"),
+        pytest.param(
             api.LEASES,
             "hami-system",
             "hami-scheduler",
             None,
             "/apis/coordination.k8s.io/v1/namespaces/hami-system/leases/hami-scheduler",
+            id="/apis/coordination.k8s.io/v1/namespaces/hami-system/leases/hami-scheduler",
         ),
-        (api.EVENTS_V1, "default", None, None, "/apis/events.k8s.io/v1/namespaces/default/events"),
-        (api.RESOURCEQUOTAS, "team", "q", None, "/api/v1/namespaces/team/resourcequotas/q"),
-        (api.NAMESPACES, None, "default", "status", "/api/v1/namespaces/default/status"),
+        pytest.param(api.EVENTS_V1, "default", None, None, "/apis/events.k8s.io/v1/namespaces/default/events",
+                     id="/apis/events.k8s.io/v1/namespaces/default/events"),
+        pytest.param(api.RESOURCEQUOTAS, "team", "q", None, "/api/v1/namespaces/team/resourcequotas/q",
+                     id="/api/v1/namespaces/team/resourcequotas/q"),
+        pytest.param(api.NAMESPACES, None, "default", "status", "/api/v1/namespaces/default/status",
+                     id="/api/v1/namespaces/default/status"),
     ],
 )
 def test_paths_round_trip(
@@ -113,11 +121,7 @@ def test_label_selector_errors(selector: str) -> None:
         api.parse_label_selector(selector)
 
 
-POD = {
-    "metadata": {"name": "p", "namespace": "ns"},
-    "spec": {"nodeName": "n1", "hostNetwork": True},
-    "status": {"phase": "Running"},
-}
+POD = pod("p", namespace="ns", spec={"nodeName": "n1", "hostNetwork": True}, phase="Running")
 
 
 @pytest.mark.parametrize(
@@ -162,21 +166,23 @@ def test_continue_token_errors(token: str) -> None:
 @pytest.mark.parametrize(
     ("target", "patch", "result"),
     [  # RFC 7386 appendix A
-        ({"a": "b"}, {"a": "c"}, {"a": "c"}),
-        ({"a": "b"}, {"b": "c"}, {"a": "b", "b": "c"}),
-        ({"a": "b"}, {"a": None}, {}),
-        ({"a": "b", "b": "c"}, {"a": None}, {"b": "c"}),
-        ({"a": ["b"]}, {"a": "c"}, {"a": "c"}),
-        ({"a": "c"}, {"a": ["b"]}, {"a": ["b"]}),
-        ({"a": {"b": "c"}}, {"a": {"b": "d", "c": None}}, {"a": {"b": "d"}}),
-        ({"a": [{"b": "c"}]}, {"a": [1]}, {"a": [1]}),
-        (["a", "b"], ["c", "d"], ["c", "d"]),
-        ({"a": "b"}, ["c"], ["c"]),
-        ({"a": "foo"}, None, None),
-        ({"a": "foo"}, "bar", "bar"),
-        ({"e": None}, {"a": 1}, {"e": None, "a": 1}),
-        ([1, 2], {"a": "b", "c": None}, {"a": "b"}),
-        ({}, {"a": {"bb": {"ccc": None}}}, {"a": {"bb": {}}}),
+        pytest.param({"a": "b"}, {"a": "c"}, {"a": "c"}, id="replace a value"),
+        pytest.param({"a": "b"}, {"b": "c"}, {"a": "b", "b": "c"}, id="add a member"),
+        pytest.param({"a": "b"}, {"a": None}, {}, id="null removes a member"),
+        pytest.param({"a": "b", "b": "c"}, {"a": None}, {"b": "c"}, id="remove one of two"),
+        pytest.param({"a": ["b"]}, {"a": "c"}, {"a": "c"}, id="array replaced by a value"),
+        pytest.param({"a": "c"}, {"a": ["b"]}, {"a": ["b"]}, id="value replaced by an array"),
+        pytest.param({"a": {"b": "c"}}, {"a": {"b": "d", "c": None}}, {"a": {"b": "d"}},
+                     id="nested replace and remove"),
+        pytest.param({"a": [{"b": "c"}]}, {"a": [1]}, {"a": [1]}, id="array replaced not merged"),
+        pytest.param(["a", "b"], ["c", "d"], ["c", "d"], id="array by array"),
+        pytest.param({"a": "b"}, ["c"], ["c"], id="object replaced by an array"),
+        pytest.param({"a": "foo"}, None, None, id="null patch"),
+        pytest.param({"a": "foo"}, "bar", "bar", id="string patch"),
+        pytest.param({"e": None}, {"a": 1}, {"e": None, "a": 1}, id="existing null kept"),
+        pytest.param([1, 2], {"a": "b", "c": None}, {"a": "b"}, id="array target replaced by an object"),
+        pytest.param({}, {"a": {"bb": {"ccc": None}}}, {"a": {"bb": {}}},
+                     id="null inside a new object dropped"),
     ],
 )
 def test_merge_patch_rfc7386_examples(target: Any, patch: Any, result: Any) -> None:

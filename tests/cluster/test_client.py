@@ -8,6 +8,8 @@ from typing import Any
 
 import pytest
 
+from tests.builders import api_pod
+from tests.builders import node as node_object
 from vgpu_scheduler.cluster import api
 from vgpu_scheduler.cluster.client import KubeClient
 from vgpu_scheduler.cluster.errors import (
@@ -28,8 +30,8 @@ def _no_managed(obj: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-async def test_create_get_and_identity_fields(client: KubeClient, fx: Any) -> None:
-    created = await client.create("pods", fx.pod("a", labels={"app": "x"}))
+async def test_create_get_and_identity_fields(client: KubeClient) -> None:
+    created = await client.create("pods", api_pod("a", labels={"app": "x"}))
     meta = created["metadata"]
     assert created["kind"] == "Pod" and created["apiVersion"] == "v1"
     assert meta["uid"] and meta["creationTimestamp"].endswith("Z") and int(meta["resourceVersion"]) > 0
@@ -47,8 +49,8 @@ async def test_create_get_and_identity_fields(client: KubeClient, fx: Any) -> No
     assert await client.get_pod("default", "a") == created
 
 
-async def test_generate_name(client: KubeClient, fx: Any) -> None:
-    pod = fx.pod("")
+async def test_generate_name(client: KubeClient) -> None:
+    pod = api_pod("")
     pod["metadata"] = {"generateName": "web-", "namespace": "default"}
     created = await client.create("pods", pod)
     name = created["metadata"]["name"]
@@ -61,9 +63,9 @@ async def test_not_found_and_already_exists_bodies(client: KubeClient, fx: Any) 
     assert is_not_found(err.value)
     # Same body as kube-apiserver (pods-binding.pod-not-found.response.json is the GET body too).
     assert err.value.body == fx.json("api/pods-binding.pod-not-found.response.json")
-    await client.create("pods", fx.pod("a"))
+    await client.create("pods", api_pod("a"))
     with pytest.raises(ApiError) as err:
-        await client.create("pods", fx.pod("a"))
+        await client.create("pods", api_pod("a"))
     assert is_already_exists(err.value)
     assert err.value.body["message"] == 'pods "a" already exists'
     with pytest.raises(ApiError) as err:
@@ -72,12 +74,12 @@ async def test_not_found_and_already_exists_bodies(client: KubeClient, fx: Any) 
     assert err.value.message == 'leases.coordination.k8s.io "nope" not found'
 
 
-async def test_validation_errors_are_422(client: KubeClient, fx: Any) -> None:
+async def test_validation_errors_are_422(client: KubeClient) -> None:
     with pytest.raises(ApiError) as err:
-        await client.create("pods", fx.pod("Bad_Name"))
+        await client.create("pods", api_pod("Bad_Name"))
     assert is_invalid(err.value) and err.value.reason == "Invalid"
     assert err.value.message.startswith('Pod "Bad_Name" is invalid: metadata.name: Invalid value: "Bad_Name"')
-    await client.create("pods", fx.pod("ok"))
+    await client.create("pods", api_pod("ok"))
     with pytest.raises(ApiError) as err:
         await client.patch_pod_labels("default", "ok", {"hami.io/vgpu-node": "not valid!"})
     assert err.value.status == 422
@@ -107,13 +109,13 @@ async def test_pagination_matches_the_fixture_pages(
     assert _no_managed(got_pod) == _no_managed({"kind": "Pod", "apiVersion": "v1", **want_pod})
 
 
-async def test_pages_are_a_consistent_snapshot(client: KubeClient, cluster: MemoryCluster, fx: Any) -> None:
+async def test_pages_are_a_consistent_snapshot(client: KubeClient, cluster: MemoryCluster) -> None:
     for i in range(7):
-        cluster.create("pods", fx.pod(f"p{i}"))
+        cluster.create("pods", api_pod(f"p{i}"))
     first = await client.list("pods", limit=3)
     rv = first["metadata"]["resourceVersion"]
     cluster.delete("pods", "p4", "default")  # unbound: deleted at once
-    cluster.create("pods", fx.pod("p35"))
+    cluster.create("pods", api_pod("p35"))
     cluster.patch("pods", "p5", {"metadata": {"labels": {"late": "yes"}}}, "default")
     rest = []
     token = first["metadata"]["continue"]
@@ -145,15 +147,15 @@ async def test_expired_continue_is_410_like_the_fixture(
     rest = await client.list("pods", "default", limit=10, continue_=want["metadata"]["continue"])
     assert [i["metadata"]["name"] for i in rest["items"]] == ["gpu-single", "gpu-two-containers", "no-gpu"]
     # list_all falls back to one full list.
-    cluster.create("pods", fx.pod("zz"))
+    cluster.create("pods", api_pod("zz"))
     items, _ = await client.list_all("pods", "default", page_size=2)
     assert len(items) == 6
 
 
 async def test_exact_resource_version_list(client: KubeClient, cluster: MemoryCluster, fx: Any) -> None:
-    cluster.create("pods", fx.pod("a"))
+    cluster.create("pods", api_pod("a"))
     rv = str(cluster.resource_version)
-    cluster.create("pods", fx.pod("b"))
+    cluster.create("pods", api_pod("b"))
     old = await client.list("pods", resource_version=rv, resource_version_match="Exact")
     assert [i["metadata"]["name"] for i in old["items"]] == ["a"]
     cluster.compact()
@@ -166,27 +168,26 @@ async def test_exact_resource_version_list(client: KubeClient, cluster: MemoryCl
 @pytest.mark.parametrize(
     ("labels", "fields", "names"),
     [
-        ("app=web", None, ["a", "c"]),
-        ("app!=web", None, ["b", "d"]),
-        ("app in (db)", None, ["b"]),
-        ("!app", None, ["d"]),
-        (None, "spec.nodeName=n1", ["a", "b"]),
-        (None, "spec.nodeName=", ["c", "d"]),
-        ("app=web", "spec.nodeName!=n1", ["c"]),
-        (None, "metadata.name=d", ["d"]),
-        (None, "status.phase!=Pending", []),
+        pytest.param("app=web", None, ["a", "c"], id="label equals"),
+        pytest.param("app!=web", None, ["b", "d"], id="label not equals"),
+        pytest.param("app in (db)", None, ["b"], id="label in set"),
+        pytest.param("!app", None, ["d"], id="label absent"),
+        pytest.param(None, "spec.nodeName=n1", ["a", "b"], id="field nodeName"),
+        pytest.param(None, "spec.nodeName=", ["c", "d"], id="field nodeName empty"),
+        pytest.param("app=web", "spec.nodeName!=n1", ["c"], id="label and field"),
+        pytest.param(None, "metadata.name=d", ["d"], id="field metadata.name"),
+        pytest.param(None, "status.phase!=Pending", [], id="field status.phase matches none"),
     ],
 )
 async def test_list_selectors(
     client: KubeClient,
     cluster: MemoryCluster,
-    fx: Any,
     labels: str | None,
     fields: str | None,
     names: list[str],
 ) -> None:
     for name, app, node in (("a", "web", "n1"), ("b", "db", "n1"), ("c", "web", None), ("d", None, None)):
-        pod = fx.pod(name, labels={"app": app} if app else {})
+        pod = api_pod(name, labels={"app": app} if app else {})
         if node:
             pod["spec"]["nodeName"] = node
         cluster.create("pods", pod)
@@ -254,17 +255,17 @@ async def test_node_merge_patch_response_matches_fixture(
     assert json.dumps(_no_managed(got)) == json.dumps(_no_managed(want))
 
 
-async def test_noop_patch_keeps_resource_version(client: KubeClient, cluster: MemoryCluster, fx: Any) -> None:
-    cluster.create("nodes", fx.node("n1", labels={"a": "b"}))
+async def test_noop_patch_keeps_resource_version(client: KubeClient, cluster: MemoryCluster) -> None:
+    cluster.create("nodes", node_object("n1", labels={"a": "b"}, typed=True))
     before = cluster.resource_version
     same = await client.patch_node("n1", {"metadata": {"labels": {"a": "b"}}})
     assert cluster.resource_version == before and same["metadata"]["resourceVersion"] == str(before)
 
 
 async def test_main_resource_ignores_status_and_status_subresource_ignores_the_rest(
-    client: KubeClient, cluster: MemoryCluster, fx: Any
+    client: KubeClient, cluster: MemoryCluster
 ) -> None:
-    cluster.create("nodes", fx.node("n1"))
+    cluster.create("nodes", node_object("n1", typed=True))
     node = await client.patch_node("n1", {"status": {"capacity": {"nvidia.com/gpu": "4"}}})
     assert "capacity" not in node.get("status", {})
     node = await client.patch(
@@ -277,9 +278,9 @@ async def test_main_resource_ignores_status_and_status_subresource_ignores_the_r
 
 
 async def test_pod_spec_is_immutable_except_through_binding(
-    client: KubeClient, cluster: MemoryCluster, fx: Any
+    client: KubeClient, cluster: MemoryCluster
 ) -> None:
-    cluster.create("pods", fx.pod("a"))
+    cluster.create("pods", api_pod("a"))
     with pytest.raises(ApiError) as err:
         await client.patch_pod("default", "a", {"spec": {"nodeName": "n1"}})
     assert err.value.status == 422 and "pod updates may not change fields" in err.value.message
@@ -290,7 +291,7 @@ async def test_binding_success_and_errors_match_fixtures(
     client: KubeClient, cluster: MemoryCluster, fx: Any
 ) -> None:
     request = fx.json("api/pods-binding.request.json")
-    pod = fx.pod("manual-bind", uid=request["metadata"]["uid"])
+    pod = api_pod("manual-bind", uid=request["metadata"]["uid"])
     cluster.seed_from_list([pod])
     ok = await client.bind_pod("default", "manual-bind", request["metadata"]["uid"], "gpu-node-2")
     assert ok == fx.json("api/pods-binding.response.json")
@@ -303,7 +304,7 @@ async def test_binding_success_and_errors_match_fixtures(
         await client.bind_pod("default", "manual-bind", request["metadata"]["uid"], "gpu-node-2")
     assert err.value.body == fx.json("api/pods-binding.already-bound.response.json")
 
-    cluster.seed_from_list([fx.pod("manual-bind-uid", uid="0a040c22-2812-417f-8e4f-91e7fe6f228d")])
+    cluster.seed_from_list([api_pod("manual-bind-uid", uid="0a040c22-2812-417f-8e4f-91e7fe6f228d")])
     with pytest.raises(ApiError) as err:
         await client.bind_pod(
             "default", "manual-bind-uid", "00000000-0000-0000-0000-000000000000", "gpu-node-2"
@@ -339,8 +340,8 @@ async def test_bind_body_is_the_scheduler_binding(cluster: MemoryCluster, fx: An
     assert sent == [("POST", "/api/v1/namespaces/default/pods/gpu-single/binding", want)]
 
 
-async def test_delete_graceful_then_force(client: KubeClient, cluster: MemoryCluster, fx: Any) -> None:
-    cluster.create("pods", fx.pod("a"))
+async def test_delete_graceful_then_force(client: KubeClient, cluster: MemoryCluster) -> None:
+    cluster.create("pods", api_pod("a"))
     cluster.bind("default", "a", "n1")
     pending = await client.delete("pods", "a", "default")
     assert pending["metadata"]["deletionGracePeriodSeconds"] == 30 and pending["metadata"]["generation"] == 2
@@ -350,13 +351,13 @@ async def test_delete_graceful_then_force(client: KubeClient, cluster: MemoryClu
     with pytest.raises(ApiError) as err:
         await client.get_pod("default", "a")
     assert is_not_found(err.value)
-    cluster.create("nodes", fx.node("n1"))
+    cluster.create("nodes", node_object("n1", typed=True))
     await client.delete("nodes", "n1")
     assert cluster.count("nodes") == 0
 
 
-async def test_delete_preconditions(client: KubeClient, cluster: MemoryCluster, fx: Any) -> None:
-    cluster.create("nodes", fx.node("n1"))
+async def test_delete_preconditions(client: KubeClient, cluster: MemoryCluster) -> None:
+    cluster.create("nodes", node_object("n1", typed=True))
     with pytest.raises(ApiError) as err:
         await client.delete("nodes", "n1", uid="other")
     assert is_conflict(err.value)
@@ -413,8 +414,8 @@ async def test_leases(client: KubeClient, cluster: MemoryCluster, fx: Any) -> No
     }
 
 
-async def test_patch_pod_labels(client: KubeClient, cluster: MemoryCluster, fx: Any) -> None:
-    cluster.create("pods", fx.pod("a", labels={"keep": "1", "drop": "1"}))
+async def test_patch_pod_labels(client: KubeClient, cluster: MemoryCluster) -> None:
+    cluster.create("pods", api_pod("a", labels={"keep": "1", "drop": "1"}))
     pod = await client.patch_pod_labels("default", "a", {"hami.io/scheduler-role": "leader", "drop": None})
     assert pod["metadata"]["labels"] == {"keep": "1", "hami.io/scheduler-role": "leader"}
     with pytest.raises(ApiError) as err:
@@ -427,8 +428,8 @@ async def test_unknown_resource_path(client: KubeClient) -> None:
     assert status == 404 and body["reason"] == "NotFound"
 
 
-async def test_injected_failures(client: KubeClient, cluster: MemoryCluster, fx: Any) -> None:
-    cluster.create("pods", fx.pod("a"))
+async def test_injected_failures(client: KubeClient, cluster: MemoryCluster) -> None:
+    cluster.create("pods", api_pod("a"))
     cluster.fail_next("get", 2, 503, resource="pods")
     for _ in range(2):
         with pytest.raises(ApiError) as err:

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from tests import builders
 from vgpu_scheduler.cluster.client import KubeClient
 from vgpu_scheduler.cluster.errors import ApiConnectionError
 from vgpu_scheduler.cluster.events import (
@@ -41,10 +42,9 @@ class Clock:
 
 
 def pod(name: str = "gpu-single", namespace: str | None = "default") -> Obj:
-    meta: Obj = {"name": name, "uid": "5748c399-a333-4761-a85d-302a5e301e11", "resourceVersion": "255"}
-    if namespace is not None:
-        meta["namespace"] = namespace
-    return {"metadata": meta, "spec": {"containers": [{"name": "c"}]}}
+    """The captured pod's identity (uid, resourceVersion), which the events refer to."""
+    return builders.pod(name, namespace=namespace, uid="5748c399-a333-4761-a85d-302a5e301e11",
+                        resource_version="255", containers=[builders.container("c")])
 
 
 def events(cluster: MemoryCluster, namespace: str = "default") -> list[Obj]:

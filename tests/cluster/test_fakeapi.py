@@ -9,6 +9,8 @@ from typing import Any
 import aiohttp
 import pytest
 
+from tests.builders import api_pod
+from tests.builders import node as node_object
 from vgpu_scheduler.cluster.fakeapi import FakeApiServer, serve
 from vgpu_scheduler.cluster.memory import MemoryCluster
 
@@ -54,8 +56,8 @@ async def test_binding_answers_byte_for_byte(server: FakeApiServer, cluster: Mem
     cluster.seed_from_list(
         [
             {
-                **fx.pod("manual-bind"),
-                "metadata": {**fx.pod("manual-bind")["metadata"], "uid": request["metadata"]["uid"]},
+                **api_pod("manual-bind"),
+                "metadata": {**api_pod("manual-bind")["metadata"], "uid": request["metadata"]["uid"]},
             }
         ]
     )
@@ -72,7 +74,7 @@ async def test_binding_answers_byte_for_byte(server: FakeApiServer, cluster: Mem
 
 async def test_watch_is_chunked_json_lines(server: FakeApiServer, cluster: MemoryCluster, fx: Any) -> None:
     want_headers = fixture_headers(fx, "api/watch-pods.response-headers.txt")
-    cluster.create("pods", fx.pod("a"))
+    cluster.create("pods", api_pod("a"))
     url = server.url + "/api/v1/pods?watch=1&allowWatchBookmarks=true&resourceVersion=1&timeoutSeconds=0.3"
     async with aiohttp.ClientSession() as s, s.get(url) as resp:
         got = {k.lower(): v for k, v in resp.headers.items()}
@@ -90,7 +92,7 @@ async def test_watch_is_chunked_json_lines(server: FakeApiServer, cluster: Memor
 async def test_watch_410_is_http_200_with_an_error_event(
     server: FakeApiServer, cluster: MemoryCluster, fx: Any
 ) -> None:
-    cluster.create("pods", fx.pod("a"))
+    cluster.create("pods", api_pod("a"))
     cluster.compact()
     want_status = fx.text("api/watch-410.txt").splitlines()[0]
     async with (
@@ -145,8 +147,8 @@ async def test_token_required_when_configured(cluster: MemoryCluster) -> None:
         await srv.close()
 
 
-async def test_bad_requests(server: FakeApiServer, cluster: MemoryCluster, fx: Any) -> None:
-    cluster.create("nodes", fx.node("n1"))
+async def test_bad_requests(server: FakeApiServer, cluster: MemoryCluster) -> None:
+    cluster.create("nodes", node_object("n1", typed=True))
     async with aiohttp.ClientSession() as s:
         async with s.post(
             server.url + "/api/v1/nodes", data=b"{not json", headers={"Content-Type": "application/json"}

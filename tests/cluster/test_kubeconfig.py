@@ -13,6 +13,7 @@ import pytest
 import trustme
 import yaml
 
+from tests.builders import node
 from vgpu_scheduler.cluster.errors import ApiConnectionError, ApiError
 from vgpu_scheduler.cluster.fakeapi import FakeApiServer, serve
 from vgpu_scheduler.cluster.kubeconfig import (
@@ -37,7 +38,7 @@ async def https(ca: trustme.CA, cluster: MemoryCluster) -> AsyncIterator[FakeApi
     ca.issue_cert("127.0.0.1", "localhost").configure_cert(ctx)
     ca.configure_trust(ctx)
     ctx.verify_mode = ssl.CERT_OPTIONAL  # a client certificate authenticates, a token does too
-    cluster.create("nodes", {"metadata": {"name": "gpu-node-1"}})
+    cluster.create("nodes", node("gpu-node-1"))
     srv = await serve(cluster, ssl=ctx, token=TOKEN)
     try:
         yield srv
@@ -188,12 +189,12 @@ async def test_in_cluster(https: FakeApiServer, ca: trustme.CA, tmp_path: Path) 
 @pytest.mark.parametrize(
     ("flag", "env", "home_has_config", "want"),
     [
-        ("/flag", {"KUBECONFIG": "/env"}, True, "/flag"),
-        (None, {"KUBECONFIG": "/env"}, True, "/env"),
-        ("", {"KUBECONFIG": "/a:/b"}, True, "/a:/b"),
-        (None, {"KUBECONFIG": ""}, True, "HOME"),
-        (None, {}, True, "HOME"),
-        (None, {}, False, None),
+        pytest.param("/flag", {"KUBECONFIG": "/env"}, True, "/flag", id="flag wins"),
+        pytest.param(None, {"KUBECONFIG": "/env"}, True, "/env", id="KUBECONFIG"),
+        pytest.param("", {"KUBECONFIG": "/a:/b"}, True, "/a:/b", id="empty flag: KUBECONFIG list"),
+        pytest.param(None, {"KUBECONFIG": ""}, True, "HOME", id="empty KUBECONFIG: home"),
+        pytest.param(None, {}, True, "HOME", id="no KUBECONFIG: home"),
+        pytest.param(None, {}, False, None, id="nothing anywhere"),
     ],
 )
 def test_resolution_order(

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from tests.builders import api_pod, container
 from vgpu_scheduler.cluster.client import KubeClient
 from vgpu_scheduler.cluster.leader import LeaderTracker, holder_is
 from vgpu_scheduler.cluster.memory import MemoryCluster
@@ -185,10 +186,10 @@ async def test_other_leases_in_the_namespace_are_ignored(env: Env) -> None:
 @pytest.mark.parametrize(
     "spec",
     [
-        {"holderIdentity": "vm_1"},  # no duration
-        {"holderIdentity": "vm_1", "leaseDurationSeconds": "15"},
-        {"holderIdentity": None, "leaseDurationSeconds": 15},
-        {"holderIdentity": 7, "leaseDurationSeconds": 15},
+        pytest.param({"holderIdentity": "vm_1"}, id="no duration"),
+        pytest.param({"holderIdentity": "vm_1", "leaseDurationSeconds": "15"}, id="duration a string"),
+        pytest.param({"holderIdentity": None, "leaseDurationSeconds": 15}, id="holder null"),
+        pytest.param({"holderIdentity": 7, "leaseDurationSeconds": 15}, id="holder a number"),
     ],
 )
 async def test_malformed_lease_never_makes_a_leader(env: Env, spec: Obj) -> None:
@@ -201,12 +202,7 @@ def pod(name: str, role: str | None = None, component: str = "hami-scheduler") -
     labels = {"app.kubernetes.io/component": component}
     if role is not None:
         labels[keys.SCHEDULER_ROLE_LABEL] = role
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "namespace": NS, "labels": labels},
-        "spec": {"containers": [{"name": "c", "image": "x"}]},
-    }
+    return api_pod(name, namespace=NS, labels=labels, containers=[container("c", image="x")])
 
 
 def roles(cluster: MemoryCluster) -> dict[str, str | None]:

@@ -11,6 +11,9 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests import builders
+from tests.builders import api_pod
+from tests.builders import node as node_object
 from vgpu_scheduler.cluster.errors import ApiConnectionError, ApiError
 from vgpu_scheduler.cluster.memory import MemoryCluster, MemoryWatch
 
@@ -54,7 +57,10 @@ def test_load_snapshot_json_and_yaml(tmp_path: Path, fx: Any) -> None:
     as_yaml = tmp_path / "nodes.yaml"
     as_yaml.write_text(
         yaml.safe_dump_all(
-            [fx.node("n1"), {"apiVersion": "v1", "kind": "NodeList", "items": [{"metadata": {"name": "n2"}}]}]
+            [
+                node_object("n1", typed=True),
+                {"apiVersion": "v1", "kind": "NodeList", "items": [node_object("n2")]},
+            ]
         )
     )
     c = MemoryCluster()
@@ -63,10 +69,10 @@ def test_load_snapshot_json_and_yaml(tmp_path: Path, fx: Any) -> None:
     assert [n["metadata"]["name"] for n in c.objects("nodes")] == ["n1", "n2"]
 
 
-def test_same_seed_same_uids(fx: Any) -> None:
+def test_same_seed_same_uids() -> None:
     a, b = MemoryCluster(seed=3), MemoryCluster(seed=3)
     for c in (a, b):
-        c.create("pods", {**fx.pod(""), "metadata": {"generateName": "x-", "namespace": "default"}})
+        c.create("pods", {**api_pod(""), "metadata": {"generateName": "x-", "namespace": "default"}})
     assert [p["metadata"]["uid"] for p in a.objects("pods")] == [
         p["metadata"]["uid"] for p in b.objects("pods")
     ]
@@ -78,16 +84,19 @@ def test_same_seed_same_uids(fx: Any) -> None:
 @pytest.mark.parametrize(
     ("resources", "qos"),
     [
-        ([{"limits": {"nvidia.com/gpu": "1"}}], "BestEffort"),
-        ([{}], "BestEffort"),
-        ([{"requests": {"cpu": "100m"}}], "Burstable"),
-        ([{"limits": {"cpu": "1", "memory": "1Gi"}}], "Guaranteed"),
-        ([{"limits": {"cpu": "1", "memory": "1Gi"}, "requests": {"cpu": "500m"}}], "Burstable"),
-        ([{"limits": {"cpu": "1", "memory": "1Gi"}}, {"limits": {"cpu": "1"}}], "Burstable"),
+        pytest.param([{"limits": {"nvidia.com/gpu": "1"}}], "BestEffort", id="gpu limit only: BestEffort"),
+        pytest.param([{}], "BestEffort", id="no resources: BestEffort"),
+        pytest.param([{"requests": {"cpu": "100m"}}], "Burstable", id="cpu request: Burstable"),
+        pytest.param([{"limits": {"cpu": "1", "memory": "1Gi"}}], "Guaranteed",
+                     id="cpu and memory limits: Guaranteed"),
+        pytest.param([{"limits": {"cpu": "1", "memory": "1Gi"}, "requests": {"cpu": "500m"}}], "Burstable",
+                     id="request below limit: Burstable"),
+        pytest.param([{"limits": {"cpu": "1", "memory": "1Gi"}}, {"limits": {"cpu": "1"}}], "Burstable",
+                     id="second container without memory: Burstable"),
     ],
 )
-def test_pod_defaulting(cluster: MemoryCluster, fx: Any, resources: list[dict[str, Any]], qos: str) -> None:
-    pod = fx.pod("p")
+def test_pod_defaulting(cluster: MemoryCluster, resources: list[dict[str, Any]], qos: str) -> None:
+    pod = api_pod("p")
     pod["spec"]["containers"] = [
         {"name": f"c{i}", "image": "x", "resources": r} for i, r in enumerate(resources)
     ]
@@ -100,8 +109,8 @@ def test_pod_defaulting(cluster: MemoryCluster, fx: Any, resources: list[dict[st
             assert c["resources"]["requests"][k] == r.get("requests", {}).get(k, v)
 
 
-async def test_unbound_pod_is_deleted_at_once(cluster: MemoryCluster, fx: Any) -> None:
-    cluster.create("pods", fx.pod("a"))
+async def test_unbound_pod_is_deleted_at_once(cluster: MemoryCluster) -> None:
+    cluster.create("pods", api_pod("a"))
     w = cluster.watch("pods", resource_version=str(cluster.resource_version))
     last = cluster.delete("pods", "a", "default")
     assert last["metadata"]["deletionGracePeriodSeconds"] == 0
@@ -109,8 +118,8 @@ async def test_unbound_pod_is_deleted_at_once(cluster: MemoryCluster, fx: Any) -
     assert cluster.count("pods") == 0
 
 
-async def test_graceful_delete_only_shortens(cluster: MemoryCluster, fx: Any) -> None:
-    cluster.create("pods", fx.pod("a"))
+async def test_graceful_delete_only_shortens(cluster: MemoryCluster) -> None:
+    cluster.create("pods", api_pod("a"))
     cluster.bind("default", "a", "n1")
     first = cluster.delete("pods", "a", "default", grace_period_seconds=60)
     again = cluster.delete("pods", "a", "default", grace_period_seconds=90)
@@ -122,8 +131,8 @@ async def test_graceful_delete_only_shortens(cluster: MemoryCluster, fx: Any) ->
     assert err.value.status == 409
 
 
-async def test_finalizers_hold_deletion(cluster: MemoryCluster, fx: Any) -> None:
-    cluster.create("nodes", fx.node("n1", finalizers=["example.com/keep"]))
+async def test_finalizers_hold_deletion(cluster: MemoryCluster) -> None:
+    cluster.create("nodes", node_object("n1", typed=True, meta={"finalizers": ["example.com/keep"]}))
     w = cluster.watch("nodes", resource_version=str(cluster.resource_version))
     held = cluster.delete("nodes", "n1")
     assert held["metadata"]["deletionTimestamp"] and cluster.count("nodes") == 1
@@ -132,11 +141,11 @@ async def test_finalizers_hold_deletion(cluster: MemoryCluster, fx: Any) -> None
     assert [t for t, _ in await drain(w)] == ["MODIFIED", "MODIFIED", "DELETED"]
 
 
-def test_list_at_exact_rv_and_history_window(fx: Any) -> None:
+def test_list_at_exact_rv_and_history_window() -> None:
     c = MemoryCluster(history_size=4)
-    c.create("pods", fx.pod("a"))
+    c.create("pods", api_pod("a"))
     rv = str(c.resource_version)
-    c.create("pods", fx.pod("b"))
+    c.create("pods", api_pod("b"))
     assert [
         p["metadata"]["name"]
         for p in c.list("pods", resource_version=rv, resource_version_match="Exact")["items"]
@@ -151,9 +160,9 @@ def test_list_at_exact_rv_and_history_window(fx: Any) -> None:
     assert err.value.status == 504 and err.value.reason == "Timeout"
 
 
-def test_namespaces_do_not_bleed(cluster: MemoryCluster, fx: Any) -> None:
+def test_namespaces_do_not_bleed(cluster: MemoryCluster) -> None:
     for ns in ("a", "a-b", "ab", "b"):
-        cluster.create("pods", fx.pod("p", namespace=ns))
+        cluster.create("pods", api_pod("p", namespace=ns))
     assert [p["metadata"]["namespace"] for p in cluster.list("pods", "a")["items"]] == ["a"]
     # etcd key order: "a-b/p" < "a/p" because '-' sorts before '/'.
     assert [p["metadata"]["namespace"] for p in cluster.list("pods")["items"]] == ["a-b", "a", "ab", "b"]
@@ -164,33 +173,33 @@ def test_namespaces_do_not_bleed(cluster: MemoryCluster, fx: Any) -> None:
 @pytest.mark.parametrize(
     ("meta", "status"),
     [
-        ({"labels": {"a": 1}}, 400),
-        ({"annotations": "x"}, 400),
-        ({"name": 5}, 400),
-        ({"labels": {"bad key!": "v"}}, 422),
-        ({"annotations": {"k": "v" * 300_000}}, 422),
+        pytest.param({"labels": {"a": 1}}, 400, id="label value not a string"),
+        pytest.param({"annotations": "x"}, 400, id="annotations not a map"),
+        pytest.param({"name": 5}, 400, id="name not a string"),
+        pytest.param({"labels": {"bad key!": "v"}}, 422, id="invalid label key"),
+        pytest.param({"annotations": {"k": "v" * 300_000}}, 422, id="annotations too large"),
     ],
 )
-def test_metadata_checks(cluster: MemoryCluster, fx: Any, meta: dict[str, Any], status: int) -> None:
-    pod = fx.pod("p")
+def test_metadata_checks(cluster: MemoryCluster, meta: dict[str, Any], status: int) -> None:
+    pod = api_pod("p")
     pod["metadata"].update(meta)
     with pytest.raises(ApiError) as err:
         cluster.create("pods", pod)
     assert err.value.status == status
 
 
-async def test_slow_consumer_is_dropped(fx: Any) -> None:
+async def test_slow_consumer_is_dropped() -> None:
     c = MemoryCluster(watch_queue_limit=3)
     w = c.watch("pods", resource_version=str(c.resource_version))
     for i in range(5):
-        c.create("pods", fx.pod(f"p{i}"))
+        c.create("pods", api_pod(f"p{i}"))
     assert c.watch_count() == 0
     with pytest.raises(ApiConnectionError):
         await w.__anext__()
 
 
-def test_status_subresource_update(cluster: MemoryCluster, fx: Any) -> None:
-    cluster.create("pods", fx.pod("a"))
+def test_status_subresource_update(cluster: MemoryCluster) -> None:
+    cluster.create("pods", api_pod("a"))
     pod = cluster.get("pods", "a", "default")
     pod["status"] = {"phase": "Running"}
     pod["metadata"]["labels"] = {"ignored": "yes"}
@@ -230,10 +239,7 @@ def test_pages_always_form_the_first_page_snapshot(
     c = MemoryCluster(seed=1)
 
     def pod(i: int) -> dict[str, Any]:
-        return {
-            "metadata": {"name": f"p{i:02d}", "namespace": f"ns{i % 3}"},
-            "spec": {"containers": [{"name": "c"}]},
-        }
+        return builders.pod(f"p{i:02d}", namespace=f"ns{i % 3}", containers=[builders.container("c")])
 
     for i in sorted(initial):
         c.create("pods", pod(i))

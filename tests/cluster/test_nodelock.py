@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from tests.builders import api_pod, node
 from vgpu_scheduler.cluster import nodelock
 from vgpu_scheduler.cluster.client import KubeClient
 from vgpu_scheduler.cluster.errors import ApiError, status_body
@@ -35,17 +36,11 @@ class Clock:
 
 
 def _node(name: str, lock: str | None = None) -> dict[str, Any]:
-    annotations = {} if lock is None else {NODE_LOCK: lock}
-    return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "annotations": annotations}}
+    return node(name, typed=True, annotations={} if lock is None else {NODE_LOCK: lock})
 
 
 def _pod(name: str, namespace: str = "default") -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {"containers": [{"name": "c", "image": "busybox"}]},
-    }
+    return api_pod(name, namespace=namespace)
 
 
 @pytest.fixture
@@ -67,10 +62,11 @@ def _lock_of(cluster: MemoryCluster, node: str) -> str | None:
 @pytest.mark.parametrize(
     ("moment", "text"),
     [
-        (T0, "2026-11-29T21:00:00Z"),
-        (
+        pytest.param(T0, "2026-11-29T21:00:00Z", id="UTC"),
+        pytest.param(
             datetime(2025, 10, 20, 3, 7, 2, 999, tzinfo=timezone(timedelta(hours=8))),
             "2025-10-20T03:07:02+08:00",
+            id="+08:00, fraction dropped",
         ),
     ],
 )
@@ -93,20 +89,27 @@ RFC = '"2006-01-02T15:04:05Z07:00"'
 @pytest.mark.parametrize(
     ("value", "message"),
     [
-        (
+        pytest.param(
             "2025-10-20T03:07:02Z,ns",
             "malformed lock annotation: expected 3 parts, got 2 from 2025-10-20T03:07:02Z,ns",
+            id="two parts",
         ),
-        ("a,b,c,d", "malformed lock annotation: expected 3 parts, got 4 from a,b,c,d"),
-        ("lock", f'parsing time "lock" as {RFC}: cannot parse "lock" as "2006"'),
-        ("garbage,default,p1", f'parsing time "garbage" as {RFC}: cannot parse "garbage" as "2006"'),
-        (
+        pytest.param("a,b,c,d", "malformed lock annotation: expected 3 parts, got 4 from a,b,c,d",
+                     id="four parts"),
+        pytest.param("lock", f'parsing time "lock" as {RFC}: cannot parse "lock" as "2006"', id="no commas"),
+        pytest.param(
+            "garbage,default,p1", f'parsing time "garbage" as {RFC}: cannot parse "garbage" as "2006"',
+            id="time garbage",
+        ),
+        pytest.param(
             " 2025-10-20T03:07:02Z",
             f'parsing time " 2025-10-20T03:07:02Z" as {RFC}: cannot parse " 2025-10-20T03:07:02Z" as "2006"',
+            id="leading space",
         ),
-        (
+        pytest.param(
             "2025-10-20T03:07:02,ns,p",
             f'parsing time "2025-10-20T03:07:02" as {RFC}: cannot parse "" as "Z07:00"',
+            id="no zone",
         ),
     ],
 )
@@ -334,15 +337,19 @@ class ScriptedNodes:
     ("values", "skip", "deleted"),
     [
         # A legacy lock replaced by another legacy lock after a conflict is not ours to delete.
-        (["2026-11-29T21:00:00Z", "2026-11-29T21:00:05Z"], False, []),
-        (["2026-11-29T21:00:00Z", "2026-11-29T21:00:00Z"], False, ["2026-11-29T21:00:00Z"]),
+        pytest.param(["2026-11-29T21:00:00Z", "2026-11-29T21:00:05Z"], False, [],
+                     id="legacy lock replaced: kept"),
+        pytest.param(["2026-11-29T21:00:00Z", "2026-11-29T21:00:00Z"], False, ["2026-11-29T21:00:00Z"],
+                     id="legacy lock unchanged: deleted"),
         # Forced release (expired / dangling takeover) deletes only the value it judged.
-        ([format_lock(T0, "default", "old"), format_lock(T0, "default", "new")], True, []),
+        pytest.param([format_lock(T0, "default", "old"), format_lock(T0, "default", "new")], True, [],
+                     id="forced release of a changed lock: kept"),
         # Our own owner-format lock is deleted whatever its time.
-        (
+        pytest.param(
             [format_lock(T0, "default", "p"), format_lock(T0, "default", "p")],
             False,
             [format_lock(T0, "default", "p")],
+            id="own lock: deleted",
         ),
     ],
 )

@@ -11,6 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.builders import api_pod, container, pod
+from tests.builders import node as node_object
 from vgpu_scheduler.cluster.api import key_of
 from vgpu_scheduler.cluster.client import KubeClient
 from vgpu_scheduler.cluster.fakeapi import serve
@@ -90,10 +92,10 @@ def recorder(r: Reflector) -> Recorder:
 
 
 async def test_initial_paginated_list(
-    reflector: Callable[..., Reflector], cluster: MemoryCluster, fx: Any
+    reflector: Callable[..., Reflector], cluster: MemoryCluster
 ) -> None:
     for i in range(1203):
-        cluster.create("pods", fx.pod(f"p{i:04d}", namespace=f"ns{i % 3}"))
+        cluster.create("pods", api_pod(f"p{i:04d}", namespace=f"ns{i % 3}"))
     r = reflector(page_size=500)
     assert await r.wait_synced(10)
     assert r.has_synced and r.stats.lists == 1
@@ -104,16 +106,16 @@ async def test_initial_paginated_list(
 
 
 async def test_dropped_watch_loses_nothing(
-    reflector: Callable[..., Reflector], cluster: MemoryCluster, fx: Any
+    reflector: Callable[..., Reflector], cluster: MemoryCluster
 ) -> None:
-    cluster.create("pods", fx.pod("a"))
+    cluster.create("pods", api_pod("a"))
     r = reflector()
     assert await r.wait_synced(10)
     await eventually(lambda: cluster.watch_count("pods") == 1, "watch")
-    cluster.create("pods", fx.pod("b"))
+    cluster.create("pods", api_pod("b"))
     cluster.drop_watches()
     # While the reflector is reconnecting:
-    cluster.create("pods", fx.pod("c"))
+    cluster.create("pods", api_pod("c"))
     cluster.delete("pods", "a", "default")
     cluster.patch("pods", "b", {"metadata": {"labels": {"x": "y"}}}, "default")
     await eventually(lambda: recorder(r).state == truth(cluster), "store to catch up")
@@ -123,10 +125,10 @@ async def test_dropped_watch_loses_nothing(
 
 
 async def test_forced_410_relists_and_emits_missed_deletes(
-    reflector: Callable[..., Reflector], cluster: MemoryCluster, fx: Any
+    reflector: Callable[..., Reflector], cluster: MemoryCluster
 ) -> None:
     for name in "abcd":
-        cluster.create("pods", fx.pod(name))
+        cluster.create("pods", api_pod(name))
     r = reflector()
     assert await r.wait_synced(10)
     await eventually(lambda: cluster.watch_count("pods") == 1, "watch")
@@ -135,7 +137,7 @@ async def test_forced_410_relists_and_emits_missed_deletes(
     cluster.delete("pods", "a", "default")
     cluster.delete("pods", "b", "default")
     cluster.patch("pods", "c", {"metadata": {"annotations": {"k": "v"}}}, "default")
-    cluster.create("pods", fx.pod("e"))
+    cluster.create("pods", api_pod("e"))
     cluster.compact()  # the events above are gone from history: the watch must answer 410
     rec = recorder(r)
     rec.calls.clear()
@@ -152,9 +154,9 @@ async def test_forced_410_relists_and_emits_missed_deletes(
 
 
 async def test_http_410_on_watch_start_relists(
-    reflector: Callable[..., Reflector], cluster: MemoryCluster, fx: Any
+    reflector: Callable[..., Reflector], cluster: MemoryCluster
 ) -> None:
-    cluster.create("pods", fx.pod("a"))
+    cluster.create("pods", api_pod("a"))
     r = reflector()
     assert await r.wait_synced(10)
     await eventually(lambda: cluster.watch_count("pods") == 1, "watch")
@@ -166,14 +168,14 @@ async def test_http_410_on_watch_start_relists(
 
 
 async def test_bookmarks_advance_the_resource_version(
-    reflector: Callable[..., Reflector], cluster: MemoryCluster, fx: Any
+    reflector: Callable[..., Reflector], cluster: MemoryCluster
 ) -> None:
-    cluster.create("pods", fx.pod("a"))
+    cluster.create("pods", api_pod("a"))
     r = reflector()
     assert await r.wait_synced(10)
     await eventually(lambda: cluster.watch_count("pods") == 1, "watch")
     for i in range(5):
-        cluster.create("nodes", fx.node(f"n{i}"))  # the global revision moves, no pod event
+        cluster.create("nodes", node_object(f"n{i}", typed=True))  # the global revision moves, no pod event
     assert int(r.resource_version) < cluster.resource_version
     cluster.trigger_bookmarks()
     await eventually(lambda: r.resource_version == str(cluster.resource_version), "bookmark")
@@ -185,7 +187,7 @@ async def test_bookmarks_advance_the_resource_version(
 
 
 async def test_api_errors_back_off_and_recover(
-    reflector: Callable[..., Reflector], cluster: MemoryCluster, fx: Any
+    reflector: Callable[..., Reflector], cluster: MemoryCluster
 ) -> None:
     delays: list[float] = []
 
@@ -195,7 +197,7 @@ async def test_api_errors_back_off_and_recover(
             delays.append(delay)
             return delay
 
-    cluster.create("pods", fx.pod("a"))
+    cluster.create("pods", api_pod("a"))
     cluster.fail_next("list", 3, 500)
     r = reflector(backoff=Recording(initial=0.001, maximum=0.004, jitter=0.0))
     assert await r.wait_synced(10)
@@ -203,21 +205,21 @@ async def test_api_errors_back_off_and_recover(
     assert delays == [0.001, 0.002, 0.004]
     cluster.fail_next("watch", 2, 503)
     cluster.drop_watches()
-    cluster.create("pods", fx.pod("b"))
+    cluster.create("pods", api_pod("b"))
     await eventually(lambda: recorder(r).state == truth(cluster), "recovery")
     assert r.stats.lists == 1  # watch errors resume from the resourceVersion, no relist
 
 
 async def test_handler_errors_do_not_stop_the_stream(
-    reflector: Callable[..., Reflector], cluster: MemoryCluster, fx: Any
+    reflector: Callable[..., Reflector], cluster: MemoryCluster
 ) -> None:
     rec = Recorder()
     rec.fail_on = "bad"
     r = reflector(handler=rec)
     assert await r.wait_synced(10)
     await eventually(lambda: cluster.watch_count("pods") == 1, "watch")
-    cluster.create("pods", fx.pod("bad"))
-    cluster.create("pods", fx.pod("good"))
+    cluster.create("pods", api_pod("bad"))
+    cluster.create("pods", api_pod("good"))
     await eventually(lambda: rec.state == truth(cluster), "both pods")
     assert r.stats.errors == 0
 
@@ -230,10 +232,10 @@ async def test_stop_closes_the_watch(reflector: Callable[..., Reflector], cluste
     await eventually(lambda: cluster.watch_count("pods") == 0, "watch closed")
 
 
-async def test_selectors_and_shared_store(client: KubeClient, cluster: MemoryCluster, fx: Any) -> None:
+async def test_selectors_and_shared_store(client: KubeClient, cluster: MemoryCluster) -> None:
     store = Store()
-    cluster.create("pods", fx.pod("a", labels={"app": "hami"}))
-    cluster.create("pods", fx.pod("b"))
+    cluster.create("pods", api_pod("a", labels={"app": "hami"}))
+    cluster.create("pods", api_pod("b"))
     r = Reflector(client, "pods", label_selector="app=hami", store=store, backoff=fast_backoff())
     r.start()
     try:
@@ -246,8 +248,8 @@ async def test_selectors_and_shared_store(client: KubeClient, cluster: MemoryClu
         await r.stop()
 
 
-async def test_slow_responses_time_out_and_retry(cluster: MemoryCluster, fx: Any) -> None:
-    cluster.create("pods", fx.pod("a"))
+async def test_slow_responses_time_out_and_retry(cluster: MemoryCluster) -> None:
+    cluster.create("pods", api_pod("a"))
     srv = await serve(cluster)
     client = KubeClient(HttpTransport(srv.url, qps=0, timeout=0.5))
     cluster.delay_next("list", 2, seconds=30.0)  # cancelled when the client gives up
@@ -258,7 +260,7 @@ async def test_slow_responses_time_out_and_retry(cluster: MemoryCluster, fx: Any
         assert r.stats.errors == 2 and r.stats.lists == 1
         # A slow answer within the timeout is just slow.
         cluster.latency = 0.03
-        cluster.create("pods", fx.pod("b"))
+        cluster.create("pods", api_pod("b"))
         await eventually(lambda: recorder(r).state == truth(cluster), "slow but fine")
     finally:
         await r.stop()
@@ -308,13 +310,7 @@ async def _converge(steps: list[tuple[str, int]], history: int) -> None:
             name = f"p{i}"
             exists = any(p["metadata"]["name"] == name for p in cluster.objects("pods"))
             if op == "create" and not exists:
-                cluster.create(
-                    "pods",
-                    {
-                        "metadata": {"name": name, "namespace": "default"},
-                        "spec": {"containers": [{"name": "c"}]},
-                    },
-                )
+                cluster.create("pods", pod(name, containers=[container("c")]))
             elif op == "delete" and exists:
                 cluster.delete("pods", name, "default", grace_period_seconds=0)
             elif op == "label" and exists:

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from tests.builders import assigned_annotations, container, node, pod
 from vgpu_scheduler.cluster.client import KubeClient
 from vgpu_scheduler.cluster.handshake import NodeCounters, format_requesting
 from vgpu_scheduler.cluster.memory import MemoryCluster
@@ -56,12 +57,9 @@ class Clock:
 
 
 def make_node(name: str, annotations: dict[str, str] | None = None, gpus: str | None = "2") -> Obj:
-    node: Obj = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}}
-    if annotations:
-        node["metadata"]["annotations"] = dict(annotations)
-    if gpus is not None:
-        node["status"] = {"allocatable": {"cpu": "16", "nvidia.com/gpu": gpus}}
-    return node
+    """A node with `gpus` allocatable nvidia.com/gpu (None: no status)."""
+    allocatable = None if gpus is None else {"cpu": "16", "nvidia.com/gpu": gpus}
+    return node(name, typed=True, annotations=annotations or None, allocatable=allocatable)
 
 
 @dataclass
@@ -131,15 +129,15 @@ async def env() -> AsyncIterator[Env]:
 @pytest.mark.parametrize(
     ("allocatable", "expected"),
     [
-        ({"nvidia.com/gpu": "4"}, 4),
-        ({"nvidia.com/gpu": "2k"}, 2000),
-        ({"nvidia.com/gpu": "0"}, 0),
-        ({"nvidia.com/gpu": "500m"}, 0),
-        ({"nvidia.com/gpu": "junk"}, 0),
-        ({}, 0),
-        (None, 0),
-        ({"nvidia.com/gpu": 3}, 3),
-        ({"nvidia.com/gpu": None}, 0),
+        pytest.param({"nvidia.com/gpu": "4"}, 4, id="4"),
+        pytest.param({"nvidia.com/gpu": "2k"}, 2000, id="2k"),
+        pytest.param({"nvidia.com/gpu": "0"}, 0, id="0"),
+        pytest.param({"nvidia.com/gpu": "500m"}, 0, id="500m rounds down"),
+        pytest.param({"nvidia.com/gpu": "junk"}, 0, id="junk"),
+        pytest.param({}, 0, id="absent"),
+        pytest.param(None, 0, id="no allocatable"),
+        pytest.param({"nvidia.com/gpu": 3}, 3, id="JSON number"),
+        pytest.param({"nvidia.com/gpu": None}, 0, id="null"),
     ],
 )
 def test_allocatable_count(allocatable: Any, expected: int) -> None:
@@ -256,9 +254,14 @@ async def test_decode_error_keeps_registered_devices(env: Env, caplog: pytest.Lo
 @pytest.mark.parametrize(
     ("annotations", "error"),
     [
-        ({keys.NODE_NVIDIA_REGISTER: "[]"}, "no gpu found on node"),
-        ({keys.NODE_NVIDIA_REGISTER: "GPU-0,10"}, "node annotation missing device separator"),
-        ({keys.NODE_NVIDIA_REGISTER: INV_2, keys.NODE_NVIDIA_SCORE: "[1]"}, "pair score 0 must be an object"),
+        pytest.param({keys.NODE_NVIDIA_REGISTER: "[]"}, "no gpu found on node", id="empty inventory"),
+        pytest.param({keys.NODE_NVIDIA_REGISTER: "GPU-0,10"}, "node annotation missing device separator",
+                     id="legacy without separator"),
+        pytest.param(
+            {keys.NODE_NVIDIA_REGISTER: INV_2, keys.NODE_NVIDIA_SCORE: "[1]"},
+            "pair score 0 must be an object",
+            id="bad pair score",
+        ),
     ],
 )
 async def test_decode_errors_never_register(env: Env, annotations: dict[str, str], error: str) -> None:
@@ -325,20 +328,14 @@ async def test_no_update_refreshes_cordon_but_keeps_devices_and_usage(env: Env) 
     env.add(make_node("gpu-1", {keys.NODE_NVIDIA_REGISTER: INV_2, keys.NODE_NVIDIA_SCORE: SCORES}))
     await env.run()
     env.state.on_pod(
-        {
-            "metadata": {
-                "name": "p",
-                "namespace": "ns",
-                "uid": "u1",
-                "annotations": {
-                    keys.VGPU_NODE: "gpu-1",
-                    keys.VGPU_TIME: "1",
-                    keys.VGPU_ALLOCATED: "GPU-1,NVIDIA,1000,30:;",
-                },
-            },
-            "spec": {"containers": [{"name": "c"}]},
-            "status": {"phase": "Pending"},
-        }
+        pod(
+            "p",
+            namespace="ns",
+            uid="u1",
+            annotations=assigned_annotations("gpu-1", "GPU-1,NVIDIA,1000,30:;"),
+            containers=[container("c")],
+            phase="Pending",
+        )
     )
     env.patch(
         "gpu-1",

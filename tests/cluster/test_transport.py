@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import socket
-from typing import Any
 
 import pytest
 from aiohttp import web
 
+from tests.builders import api_pod
+from tests.builders import node as node_object
 from vgpu_scheduler.cluster.client import KubeClient
 from vgpu_scheduler.cluster.errors import ApiConnectionError, ApiError
 from vgpu_scheduler.cluster.fakeapi import FakeApiServer, serve
@@ -72,7 +73,7 @@ async def test_connection_refused() -> None:
 
 async def test_request_timeout(server: FakeApiServer, cluster: MemoryCluster) -> None:
     cluster.delay_next("get", 1, seconds=30.0)  # cancelled when the client gives up
-    cluster.create("nodes", {"metadata": {"name": "n1"}})
+    cluster.create("nodes", node_object("n1"))
     client = KubeClient(HttpTransport(server.url, qps=0, timeout=0.3))
     try:
         with pytest.raises(ApiConnectionError, match="Timeout"):
@@ -106,13 +107,13 @@ async def test_non_json_error_bodies_become_status() -> None:
 
 
 async def test_watch_lines_longer_than_the_stream_buffer(
-    server: FakeApiServer, cluster: MemoryCluster, fx: Any
+    server: FakeApiServer, cluster: MemoryCluster
 ) -> None:
     big = "x" * 200_000
     client = KubeClient(HttpTransport(server.url, qps=0))
     try:
         rv = str(cluster.resource_version)
-        cluster.create("pods", fx.pod("big", annotations={"blob": big}))
+        cluster.create("pods", api_pod("big", annotations={"blob": big}))
         async for type_, obj in client.watch("pods", resource_version=rv, timeout_seconds=5):
             assert type_ == "ADDED" and obj["metadata"]["annotations"]["blob"] == big
             break
@@ -133,7 +134,7 @@ async def test_401_refreshes_credentials_once(cluster: MemoryCluster) -> None:
             self.invalidations += 1
             self.token = "new"
 
-    cluster.create("nodes", {"metadata": {"name": "n1"}})
+    cluster.create("nodes", node_object("n1"))
     srv = await serve(cluster, token="new")
     auth = Rotating()
     client = KubeClient(HttpTransport(srv.url, qps=0, auth=auth))
@@ -154,9 +155,9 @@ async def _noop() -> None:
     return None
 
 
-async def test_memory_transport_hands_out_copies(cluster: MemoryCluster, fx: Any) -> None:
+async def test_memory_transport_hands_out_copies(cluster: MemoryCluster) -> None:
     client = KubeClient(MemoryTransport(cluster))
-    pod = await client.create("pods", fx.pod("a"))
+    pod = await client.create("pods", api_pod("a"))
     pod["metadata"]["labels"] = {"mutated": "yes"}
     again = await client.get_pod("default", "a")
     assert "labels" not in again["metadata"]
@@ -165,7 +166,7 @@ async def test_memory_transport_hands_out_copies(cluster: MemoryCluster, fx: Any
 
 
 async def test_rate_limited_requests_still_complete(server: FakeApiServer, cluster: MemoryCluster) -> None:
-    cluster.create("nodes", {"metadata": {"name": "n1"}})
+    cluster.create("nodes", node_object("n1"))
     client = KubeClient(HttpTransport(server.url, qps=200.0, burst=2))
     try:
         results = await asyncio.gather(*(client.get_node("n1") for _ in range(6)))

@@ -11,6 +11,8 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.builders import api_pod
+from tests.builders import node as node_object
 from vgpu_scheduler.cluster.client import KubeClient
 from vgpu_scheduler.cluster.errors import ApiConnectionError, ApiError, is_gone
 from vgpu_scheduler.cluster.memory import MemoryCluster
@@ -80,7 +82,7 @@ async def test_watch_from_too_old_resource_version(
     client: KubeClient, cluster: MemoryCluster, fx: Any
 ) -> None:
     want = json.loads(fx.text("api/watch-410.stream.jsonl"))
-    cluster.create("pods", fx.pod("a"))
+    cluster.create("pods", api_pod("a"))
     old = str(cluster.resource_version)
     cluster.compact()
     with pytest.raises(ApiError) as err:
@@ -92,7 +94,7 @@ async def test_watch_from_too_old_resource_version(
     assert body == want["object"]
 
 
-async def test_watch_history_window(fx: Any) -> None:
+async def test_watch_history_window() -> None:
     from vgpu_scheduler.cluster.client import KubeClient
     from vgpu_scheduler.cluster.transport import MemoryTransport
 
@@ -100,33 +102,33 @@ async def test_watch_history_window(fx: Any) -> None:
     client = KubeClient(MemoryTransport(cluster))
     start = str(cluster.resource_version)
     for i in range(6):
-        cluster.create("pods", fx.pod(f"p{i}"))
+        cluster.create("pods", api_pod(f"p{i}"))
     got = await _collect(client.watch("pods", resource_version=start), 6)
     assert [o["metadata"]["name"] for _, o in got] == [f"p{i}" for i in range(6)]
     for i in range(20):
-        cluster.create("nodes", fx.node(f"n{i}"))  # other resources do not evict pod history
+        cluster.create("nodes", node_object(f"n{i}", typed=True))  # other resources do not evict pod history
     got = await _collect(client.watch("pods", resource_version=start), 6)
     assert len(got) == 6
     for i in range(6, 20):
-        cluster.create("pods", fx.pod(f"p{i}"))
+        cluster.create("pods", api_pod(f"p{i}"))
     with pytest.raises(ApiError) as err:
         await _collect(client.watch("pods", resource_version=start), 1)
     assert err.value.status == 410
 
 
 async def test_watch_without_resource_version_sends_current_state(
-    client: KubeClient, cluster: MemoryCluster, fx: Any
+    client: KubeClient, cluster: MemoryCluster
 ) -> None:
-    cluster.create("pods", fx.pod("b"))
-    cluster.create("pods", fx.pod("a", namespace="other"))
+    cluster.create("pods", api_pod("b"))
+    cluster.create("pods", api_pod("a", namespace="other"))
     got = await _collect(client.watch("pods"), 2)
     assert [(t, o["metadata"]["name"]) for t, o in got] == [("ADDED", "b"), ("ADDED", "a")]  # key order
 
 
 async def test_send_initial_events_ends_with_annotated_bookmark(
-    client: KubeClient, cluster: MemoryCluster, fx: Any
+    client: KubeClient, cluster: MemoryCluster
 ) -> None:
-    cluster.create("pods", fx.pod("a"))
+    cluster.create("pods", api_pod("a"))
     got = await _collect(client.watch("pods", send_initial_events=True), 2)
     assert got[0][0] == "ADDED"
     assert got[1][0] == "BOOKMARK"
@@ -141,9 +143,9 @@ async def test_watch_timeout_ends_the_stream(client: KubeClient, cluster: Memory
     assert cluster.watch_count() == 0
 
 
-async def test_periodic_bookmarks(client: KubeClient, cluster: MemoryCluster, fx: Any) -> None:
+async def test_periodic_bookmarks(client: KubeClient, cluster: MemoryCluster) -> None:
     cluster.bookmark_interval = 0.05
-    cluster.create("pods", fx.pod("a"))
+    cluster.create("pods", api_pod("a"))
     got = await asyncio.wait_for(
         _collect(client.watch("pods", resource_version=str(cluster.resource_version)), 2), 10
     )
@@ -156,24 +158,24 @@ async def test_periodic_bookmarks(client: KubeClient, cluster: MemoryCluster, fx
 
 
 async def test_dropped_watch_raises_connection_error(
-    client: KubeClient, cluster: MemoryCluster, fx: Any
+    client: KubeClient, cluster: MemoryCluster
 ) -> None:
     events = client.watch("pods", resource_version=str(cluster.resource_version))
     collector = asyncio.create_task(_collect(events, 5))
     await _started(cluster)
-    cluster.create("pods", fx.pod("a"))
+    cluster.create("pods", api_pod("a"))
     await asyncio.sleep(0.05)
     assert cluster.drop_watches() == 1
     with pytest.raises(ApiConnectionError):
         await asyncio.wait_for(collector, 10)
 
 
-async def test_selector_transitions(client: KubeClient, cluster: MemoryCluster, fx: Any) -> None:
-    cluster.create("pods", fx.pod("a", labels={"app": "gpu"}))
+async def test_selector_transitions(client: KubeClient, cluster: MemoryCluster) -> None:
+    cluster.create("pods", api_pod("a", labels={"app": "gpu"}))
     events = client.watch("pods", label_selector="app=gpu", resource_version=str(cluster.resource_version))
     collector = asyncio.create_task(_collect(events, 3))
     await _started(cluster)
-    cluster.create("pods", fx.pod("noise"))
+    cluster.create("pods", api_pod("noise"))
     cluster.patch("pods", "a", {"metadata": {"labels": {"app": "cpu"}}}, "default")  # leaves the selection
     cluster.patch("pods", "noise", {"metadata": {"labels": {"app": "gpu"}}}, "default")  # enters it
     cluster.patch("pods", "noise", {"metadata": {"annotations": {"x": "1"}}}, "default")

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
+from tests import builders
 from vgpu_scheduler.cluster import api
 from vgpu_scheduler.cluster.client import KubeClient
 from vgpu_scheduler.cluster.embedded.deviceplugin import SimDevicePlugin
@@ -30,31 +30,21 @@ GPU_MEM = 81920  # MiB per GPU
 GPU_COUNT = 10  # pods per GPU (the device plugin's --device-split-count)
 
 
-def gpu_uuid(node: str, i: int) -> str:
-    return f"GPU-{node}-{i}"
-
-
 def gpu_node(name: str, gpus: int = 8, count: int = GPU_COUNT, devmem: int = GPU_MEM) -> tuple[Obj, Obj]:
     """The Node as the device plugin leaves it (register annotation, handshake) and the status
     patch a kubelet would report; kube-scheduler needs allocatable cpu/memory/pods to place pods."""
-    register = [
-        {"id": gpu_uuid(name, i), "count": count, "devmem": devmem, "devcore": 100, "type": "NVIDIA-A100",
-         "numa": 0, "mode": "hami-core", "health": True, "index": i}
-        for i in range(gpus)
-    ]
-    node = {
-        "apiVersion": "v1",
-        "kind": "Node",
-        "metadata": {
-            "name": name,
-            "labels": {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux", "gpu": "on"},
-            "annotations": {
-                keys.NODE_NVIDIA_REGISTER: json.dumps(register, separators=(",", ":")),
-                keys.NODE_HANDSHAKE: "Requesting_" + datetime.now().strftime("%Y-%m-%d %H:%M:%S"),
-            },
-        },
-        "spec": {},
-    }
+    handshake = "Requesting_" + datetime.now().strftime("%Y-%m-%d %H:%M:%S")
+    node = builders.gpu_node(
+        name,
+        gpus=gpus,
+        count=count,
+        devmem=devmem,
+        type="NVIDIA-A100",
+        labels={"kubernetes.io/os": "linux", "gpu": "on"},
+        annotations={keys.NODE_HANDSHAKE: handshake},
+    )
+    del node["status"]  # created without it: a kubelet reports it, as the patch below
+    node["spec"] = {}
     resources = {"cpu": "64", "memory": "512Gi", "pods": "250", "nvidia.com/gpu": str(gpus * count)}
     status = {"status": {"capacity": resources, "allocatable": resources}}
     return node, status
@@ -77,31 +67,19 @@ def gpu_pod(
     scheduler_name: str | None = None,
     labels: Mapping[str, str] | None = None,
 ) -> Obj:
-    limits: dict[str, Any] = {"nvidia.com/gpu": str(gpus)}
-    if gpumem is not None:
-        limits["nvidia.com/gpumem"] = str(gpumem)
-    if gpucores is not None:
-        limits["nvidia.com/gpucores"] = str(gpucores)
-    spec: Obj = {
-        "containers": [{"name": "main", "image": "registry.invalid/cuda:none",
-                        "resources": {"limits": limits, "requests": {"cpu": cpu}}}],
-        "terminationGracePeriodSeconds": 0,
-    }
+    ctr = builders.gpu_container("main", gpus=gpus, mem=gpumem, cores=gpucores,
+                                 image="registry.invalid/cuda:none", requests={"cpu": cpu})
+    spec: Obj = {"terminationGracePeriodSeconds": 0}
     if scheduler_name:
         spec["schedulerName"] = scheduler_name
-    meta: Obj = {"name": name, "namespace": namespace, "labels": dict(labels or {})}
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
+    return builders.pod(name, namespace=namespace, labels=labels or {}, typed=True, containers=[ctr],
+                        spec=spec)
 
 
 def cpu_pod(name: str, namespace: str, cpu: str = "100m", labels: Mapping[str, str] | None = None) -> Obj:
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "namespace": namespace, "labels": dict(labels or {})},
-        "spec": {"containers": [{"name": "main", "image": "registry.invalid/app:none",
-                                 "resources": {"requests": {"cpu": cpu}}}],
-                 "terminationGracePeriodSeconds": 0},
-    }
+    ctr = builders.container("main", image="registry.invalid/app:none", requests={"cpu": cpu})
+    return builders.pod(name, namespace=namespace, labels=labels or {}, typed=True, containers=[ctr],
+                        spec={"terminationGracePeriodSeconds": 0})
 
 
 def _wants_admission(pod: Mapping[str, Any]) -> bool:

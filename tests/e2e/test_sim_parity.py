@@ -39,11 +39,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from controlplane import HAMI_SCHEDULER, ControlPlane
 from standin import DevicePluginStandIn, create_node
 
+from tests import builders
 from vgpu_scheduler.cluster import api
 from vgpu_scheduler.cluster.client import KubeClient
 from vgpu_scheduler.cluster.handshake import format_requesting
 from vgpu_scheduler.cluster.nodelock import format_lock
 from vgpu_scheduler.engine.reasons import parse_reason
+from vgpu_scheduler.model import DeviceInfo, MigPlacement, MigProfile
 from vgpu_scheduler.simulate.loop import Simulation, SimulationOptions
 from vgpu_scheduler.wire import keys
 
@@ -63,84 +65,59 @@ POD_TIMEOUT = 90.0
 # -- building blocks -----------------------------------------------------------------------------
 
 
-def gpu(node: str, i: int, *, devmem: int = 81920, type_: str = "NVIDIA-A100", count: int = 10) -> Obj:
-    return {"id": f"GPU-{node}-{i}", "index": i, "count": count, "devmem": devmem, "devcore": 100,
-            "type": type_, "numa": 0, "mode": "hami-core", "health": True}
+def gpu(node: str, i: int, *, devmem: int = 81920, type_: str = "NVIDIA-A100", count: int = 10) -> DeviceInfo:
+    return builders.device(builders.gpu_uuid(node, i), index=i, count=count, devmem=devmem, type=type_)
 
 
-def _placements(*starts_sizes: tuple[int, int]) -> list[Obj]:
-    return [{"start": s, "size": z} for s, z in starts_sizes]
+def _placements(*starts_sizes: tuple[int, int]) -> tuple[MigPlacement, ...]:
+    return tuple(MigPlacement(s, z) for s, z in starts_sizes)
 
 
-def mig_gpu(node: str, i: int) -> Obj:
+def mig_gpu(node: str, i: int) -> DeviceInfo:
     """An A100-80GB in MIG mode with a (partial) A100 geometry."""
-    profiles = [
-        {"name": "1g.10gb", "memoryMB": 9984, "core": 14, "sliceCount": 1,
-         "placements": _placements(*((s, 1) for s in range(7)))},
-        {"name": "2g.20gb", "memoryMB": 20096, "core": 28, "sliceCount": 2,
-         "placements": _placements((0, 2), (2, 2), (4, 2))},
-        {"name": "3g.40gb", "memoryMB": 40192, "core": 42, "sliceCount": 3,
-         "placements": _placements((0, 4), (4, 4))},
-        {"name": "7g.80gb", "memoryMB": 80000, "core": 100, "sliceCount": 8,
-         "placements": _placements((0, 8))},
-    ]
-    return {**gpu(node, i, count=7), "mode": "mig", "migProfiles": profiles}
+    profiles = (
+        MigProfile("1g.10gb", 9984, 14, 1, _placements(*((s, 1) for s in range(7)))),
+        MigProfile("2g.20gb", 20096, 28, 2, _placements((0, 2), (2, 2), (4, 2))),
+        MigProfile("3g.40gb", 40192, 42, 3, _placements((0, 4), (4, 4))),
+        MigProfile("7g.80gb", 80000, 100, 8, _placements((0, 8))),
+    )
+    return builders.device(builders.gpu_uuid(node, i), index=i, count=7, devmem=81920, mode="mig",
+                           mig_profiles=profiles)
 
 
-def node(scenario: str, name: str, devices: list[Obj], now: datetime, lock: str = "") -> Obj:
+def node(scenario: str, name: str, devices: list[DeviceInfo], now: datetime, lock: str = "") -> Obj:
     """A Node as HAMi's device plugin and a kubelet leave it (status included)."""
     annotations = {
-        keys.NODE_NVIDIA_REGISTER: json.dumps(devices, separators=(",", ":")),
+        keys.NODE_NVIDIA_REGISTER: builders.inventory(devices),
         keys.NODE_HANDSHAKE: format_requesting(now),
     }
     if lock:
         annotations[keys.NODE_LOCK] = lock
-    slots = str(sum(int(d["count"]) for d in devices))
+    slots = str(sum(d.count for d in devices))
     resources = {"cpu": "64", "memory": "512Gi", "pods": "110", "nvidia.com/gpu": slots}
-    return {
-        "apiVersion": "v1",
-        "kind": "Node",
-        "metadata": {
-            "name": name,
-            "labels": {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux", SCENARIO_LABEL: scenario},
-            "annotations": annotations,
-        },
-        "spec": {},
-        "status": {"capacity": resources, "allocatable": resources},
-    }
+    labels = {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux", SCENARIO_LABEL: scenario}
+    return builders.node(name, typed=True, labels=labels, annotations=annotations, spec={},
+                         capacity=resources, allocatable=resources)
 
 
 def container(name: str, gpus: int = 1, mem: int | None = None, cores: int | None = None,
               pct: int | None = None) -> Obj:
-    limits: Obj = {"nvidia.com/gpu": str(gpus)}
-    if mem is not None:
-        limits["nvidia.com/gpumem"] = str(mem)
-    if cores is not None:
-        limits["nvidia.com/gpucores"] = str(cores)
-    if pct is not None:
-        limits["nvidia.com/gpumem-percentage"] = str(pct)
-    return {"name": name, "image": "registry.invalid/cuda:none",
-            "resources": {"limits": limits, "requests": {"cpu": "100m"}}}
+    return builders.gpu_container(name, gpus=gpus, mem=mem, cores=cores, pct=pct,
+                                  image="registry.invalid/cuda:none", requests={"cpu": "100m"})
 
 
 def cpu_container(name: str = "main") -> Obj:
-    return {"name": name, "image": "registry.invalid/app:none", "resources": {"requests": {"cpu": "100m"}}}
+    return builders.container(name, image="registry.invalid/app:none", requests={"cpu": "100m"})
 
 
 def pod(scenario: str, name: str, *containers: Obj, init: tuple[Obj, ...] = (),
         annotations: Mapping[str, str] | None = None, node_name: str = "") -> Obj:
-    spec: Obj = {
-        "schedulerName": HAMI_SCHEDULER,
-        "containers": list(containers),
-        "nodeSelector": {SCENARIO_LABEL: scenario},
-        "terminationGracePeriodSeconds": 0,
-    }
-    if init:
-        spec["initContainers"] = list(init)
-    if node_name:
-        spec["nodeName"] = node_name
-    meta: Obj = {"name": name, "namespace": namespace(scenario), "annotations": dict(annotations or {})}
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
+    """A pod of `scenario`: its namespace, on its nodes, for our scheduler."""
+    spec = {"schedulerName": HAMI_SCHEDULER, "nodeSelector": {SCENARIO_LABEL: scenario},
+            "terminationGracePeriodSeconds": 0}
+    return builders.pod(name, namespace=namespace(scenario), annotations=dict(annotations or {}), typed=True,
+                        containers=containers, init_containers=list(init) or None,
+                        node_name=node_name or None, spec=spec)
 
 
 def running_gpu_pod(scenario: str, name: str, node_name: str, uuid: str, mem: int) -> Obj:
@@ -151,8 +128,7 @@ def running_gpu_pod(scenario: str, name: str, node_name: str, uuid: str, mem: in
 
 
 def quota(scenario: str, name: str, hard: Mapping[str, str]) -> Obj:
-    return {"apiVersion": "v1", "kind": "ResourceQuota",
-            "metadata": {"name": name, "namespace": namespace(scenario)}, "spec": {"hard": dict(hard)}}
+    return builders.quota(hard, name=name, namespace=namespace(scenario))
 
 
 def namespace(scenario: str) -> str:

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import copy
 import json
+from functools import partial
 from typing import Any
 
 import pytest
 
+from tests.builders import assigned_annotations, device, gpu_quota, inventory, pod
+from tests.builders import gpu_container as ctr
 from tests.builders import node as node_object
 from vgpu_scheduler.config import NvidiaConfig
 from vgpu_scheduler.engine.decide import (
@@ -22,45 +25,23 @@ from vgpu_scheduler.engine.decide import (
 from vgpu_scheduler.engine.state import SchedulerState
 from vgpu_scheduler.model import DeviceInfo, MigPlacement, MigProfile
 from vgpu_scheduler.wire import keys
-from vgpu_scheduler.wire.inventory import encode_node_devices_json
 
 CFG = NvidiaConfig()
 NOW = 1764400000
 
 
-def gpu(uuid: str, devmem: int = 8000, count: int = 10, index: int = 0) -> DeviceInfo:
-    return DeviceInfo(id=uuid, index=index, count=count, devmem=devmem, devcore=100, type="NVIDIA-A100",
-                      health=True)
-
-
-def ctr(
-    gpus: int | None = 1, mem: int | None = None, cores: int | None = None, name: str = "c"
-) -> dict[str, Any]:
-    limits: dict[str, str] = {}
-    if gpus is not None:
-        limits["nvidia.com/gpu"] = str(gpus)
-    if mem is not None:
-        limits["nvidia.com/gpumem"] = str(mem)
-    if cores is not None:
-        limits["nvidia.com/gpucores"] = str(cores)
-    return {"name": name, "resources": {"limits": limits}}
+gpu = partial(device, devmem=8000)
 
 
 def make_pod(name: str = "p", *containers: dict[str, Any], init: list[dict[str, Any]] | None = None,
              annotations: dict[str, str] | None = None) -> dict[str, Any]:
-    meta = {"name": name, "namespace": "team", "uid": f"uid-{name}", "annotations": dict(annotations or {})}
-    return {
-        "metadata": meta,
-        "spec": {"containers": list(containers) or [ctr(mem=1000)], "initContainers": init or []},
-        "status": {"phase": "Pending"},
-    }
+    """A pending pod of namespace `team` (uid `uid-<name>`); one 1000 MiB GPU container by default."""
+    return pod(name, namespace="team", uid=f"uid-{name}", annotations=dict(annotations or {}),
+               containers=list(containers) or [ctr(mem=1000)], init_containers=init or [], phase="Pending")
 
 
 def scheduled(name: str, node: str, allocated: str) -> dict[str, Any]:
-    pod = make_pod(name)
-    pod["metadata"]["annotations"].update(
-        {keys.VGPU_NODE: node, keys.VGPU_TIME: "1", keys.VGPU_ALLOCATED: allocated})
-    return pod
+    return make_pod(name, annotations=assigned_annotations(node, allocated))
 
 
 def cluster(*nodes: tuple[str, list[DeviceInfo]]) -> SchedulerState:
@@ -195,8 +176,7 @@ def test_no_fit_reasons_are_exact(pod: dict[str, Any], existing: str | None, rea
 
 def test_quota_blocks_in_fit() -> None:
     s = cluster(("a", [gpu("GPU-a")]))
-    s.on_quota({"metadata": {"name": "q", "namespace": "team"},
-                "spec": {"hard": {"limits.nvidia.com/gpumem": "500"}}})
+    s.on_quota(gpu_quota(mem=500))
     assert run(make_pod("p", ctr(mem=1000)), s, ["a"]) == NoFit({"a": "1/1 ResourceQuotaNotFit"})
 
 
@@ -270,8 +250,7 @@ def mig_gpu(uuid: str) -> DeviceInfo:
         MigProfile("1g.10gb", 9856, 14, 1, tuple(MigPlacement(i, 1) for i in range(7))),
         MigProfile("7g.80gb", 80000, 100, 7, (MigPlacement(0, 8),)),
     )
-    return DeviceInfo(id=uuid, count=7, devmem=80000, devcore=100, type="NVIDIA-A100", mode="mig",
-                      health=True, mig_profiles=profiles)
+    return device(uuid, count=7, devmem=80000, mode="mig", mig_profiles=profiles)
 
 
 def test_mig_decision_writes_placements() -> None:
@@ -295,7 +274,7 @@ def test_mig_decision_writes_placements() -> None:
 
 
 def register(*devices: DeviceInfo) -> dict[str, str]:
-    return {keys.NODE_NVIDIA_REGISTER: encode_node_devices_json(devices)}
+    return {keys.NODE_NVIDIA_REGISTER: inventory(devices)}
 
 
 def test_simulation_path_reads_inventory_from_node_objects() -> None:

@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.builders import container_requests, device, device_request
 from tests.builders import pod as shared_pod
 from vgpu_scheduler.engine.fit import (
     DEVICE_TYPE_NOT_FOUND,
@@ -32,7 +33,6 @@ from vgpu_scheduler.model import (
     NVIDIA,
     PERCENTAGE_UNSET,
     ContainerDevice,
-    ContainerDeviceRequest,
     ContainerRequests,
     DeviceInfo,
 )
@@ -47,25 +47,13 @@ pod = partial(shared_pod, namespace="team-a", annotations={})
 def gpu(
     i: int,
     *,
-    numa: int = 0,
     type_: str = "NVIDIA-A100",
-    count: int = 10,
     devmem: int = 16000,
-    devcore: int = 100,
-    health: bool = True,
     pairs: dict[str, int] | None = None,
+    **fields: Any,
 ) -> DeviceInfo:
-    return DeviceInfo(
-        id=f"GPU-{i}",
-        index=i,
-        count=count,
-        devmem=devmem,
-        devcore=devcore,
-        type=type_,
-        numa=numa,
-        health=health,
-        pair_scores=pairs or {},
-    )
+    """Device `GPU-<i>` at index i (16000 MiB); other keywords as for the shared `device`."""
+    return device(f"GPU-{i}", index=i, type=type_, devmem=devmem, pair_scores=pairs, **fields)
 
 
 def use(used: int = 0, mem: int = 0, cores: int = 0) -> DeviceUsage:
@@ -81,8 +69,8 @@ def make_node(
     )
 
 
-def creq(nums: int = 1, mem: int = 1000, pct: int = PERCENTAGE_UNSET, cores: int = 0) -> ContainerRequests:
-    return {NVIDIA: ContainerDeviceRequest(nums, NVIDIA, mem, pct, cores)}
+# One container's requests, 1000 MiB unless told otherwise.
+creq = partial(container_requests, mem=1000)
 
 
 @dataclass
@@ -114,15 +102,20 @@ def four(numa: tuple[int, ...] = (0, 0, 1, 1), **kw: Any) -> list[DeviceInfo]:
 @pytest.mark.parametrize(
     ("counts", "total", "expected"),
     [
-        ({"CardNotHealth": 1}, 1, "1/1 CardNotHealth"),
-        (
+        pytest.param({"CardNotHealth": 1}, 1, "1/1 CardNotHealth", id="one reason"),
+        pytest.param(
             {"ResourceQuotaNotFit": 3, "AllocatedCardsInsufficientRequest": 1},
             4,
             "1/4 AllocatedCardsInsufficientRequest, 3/4 ResourceQuotaNotFit",
+            id="two reasons sorted by name",
         ),
-        ({"CardTypeMismatch": 2, "CardNotHealth": 10}, 12, "10/12 CardNotHealth, 2/12 CardTypeMismatch"),
-        ({"CardUuidMismatch": 1, "CardCordoned": 1}, 2, "1/2 CardCordoned, 1/2 CardUuidMismatch"),
-        ({}, 3, ""),
+        pytest.param(
+            {"CardTypeMismatch": 2, "CardNotHealth": 10}, 12, "10/12 CardNotHealth, 2/12 CardTypeMismatch",
+            id="sorted by name not by count",
+        ),
+        pytest.param({"CardUuidMismatch": 1, "CardCordoned": 1}, 2, "1/2 CardCordoned, 1/2 CardUuidMismatch",
+                     id="equal counts sorted by name"),
+        pytest.param({}, 3, "", id="no reasons"),
     ],
 )
 def test_gen_reason(counts: dict[str, int], total: int, expected: str) -> None:
@@ -146,126 +139,166 @@ def test_parse_reason() -> None:
     ("devs", "usage", "creqs", "annotations", "cordoned", "expected"),
     [
         # 1. health
-        ([gpu(0, health=False)], {}, creq(), {}, (), "1/1 CardNotHealth"),
-        (
+        pytest.param([gpu(0, health=False)], {}, creq(), {}, (), "1/1 CardNotHealth", id="unhealthy"),
+        pytest.param(
             [gpu(0, health=False), gpu(1)],
             {},
             creq(2),
             {},
             (),
             "1/2 AllocatedCardsInsufficientRequest, 1/2 CardNotHealth",
+            id="unhealthy, too few left",
         ),
         # 2. cordon (health is checked first)
-        ([gpu(0), gpu(1)], {}, creq(), {}, ("GPU-0", "GPU-1"), "2/2 CardCordoned"),
-        (
+        pytest.param([gpu(0), gpu(1)], {}, creq(), {}, ("GPU-0", "GPU-1"), "2/2 CardCordoned", id="cordoned"),
+        pytest.param(
             [gpu(0, health=False), gpu(1)],
             {},
             creq(),
             {},
             ("GPU-0", "GPU-1"),
             "1/2 CardCordoned, 1/2 CardNotHealth",
+            id="health checked before cordon",
         ),
         # 3. type filters and vgpu-mode
-        ([gpu(0), gpu(1)], {}, creq(), {"nvidia.com/use-gputype": "V100"}, (), "2/2 CardTypeMismatch"),
-        ([gpu(0), gpu(1)], {}, creq(), {"nvidia.com/use-gputype": "V100,"}, (), "2/2 CardTypeMismatch"),
-        ([gpu(0), gpu(1)], {}, creq(), {"nvidia.com/nouse-gputype": "a100"}, (), "2/2 CardTypeMismatch"),
-        ([gpu(0), gpu(1)], {}, creq(), {"nvidia.com/vgpu-mode": "mps"}, (), "2/2 CardTypeMismatch"),
+        pytest.param(
+            [gpu(0), gpu(1)], {}, creq(), {"nvidia.com/use-gputype": "V100"}, (), "2/2 CardTypeMismatch",
+            id="use-gputype mismatch",
+        ),
+        pytest.param(
+            [gpu(0), gpu(1)], {}, creq(), {"nvidia.com/use-gputype": "V100,"}, (), "2/2 CardTypeMismatch",
+            id="use-gputype with trailing comma",
+        ),
+        pytest.param(
+            [gpu(0), gpu(1)], {}, creq(), {"nvidia.com/nouse-gputype": "a100"}, (), "2/2 CardTypeMismatch",
+            id="nouse-gputype matches",
+        ),
+        pytest.param(
+            [gpu(0), gpu(1)], {}, creq(), {"nvidia.com/vgpu-mode": "mps"}, (), "2/2 CardTypeMismatch",
+            id="vgpu-mode mismatch",
+        ),
         # 5. uuid filters
-        ([gpu(0), gpu(1)], {}, creq(), {"nvidia.com/use-gpuuuid": "GPU-9"}, (), "2/2 CardUuidMismatch"),
-        (
+        pytest.param(
+            [gpu(0), gpu(1)], {}, creq(), {"nvidia.com/use-gpuuuid": "GPU-9"}, (), "2/2 CardUuidMismatch",
+            id="use-gpuuuid mismatch",
+        ),
+        pytest.param(
             [gpu(0), gpu(1)],
             {},
             creq(),
             {"nvidia.com/nouse-gpuuuid": "GPU-0, GPU-1"},
             (),
             "2/2 CardUuidMismatch",
+            id="nouse-gpuuuid excludes both",
         ),
-        (
+        pytest.param(
             [gpu(0)],
             {},
             creq(),
             {"nvidia.com/use-gpuuuid": "GPU-0", "nvidia.com/nouse-gpuuuid": "GPU-0"},
             (),
             "1/1 CardUuidMismatch",
+            id="nouse-gpuuuid wins over use-gpuuuid",
         ),
-        (
+        pytest.param(
             [gpu(0)],
             {},
             creq(),
             {"nvidia.com/use-gpuuuid": "gpu-0"},
             (),
             "1/1 CardUuidMismatch",
+            id="use-gpuuuid is case-sensitive",
         ),  # exact match
         # type is checked before uuid
-        (
+        pytest.param(
             [gpu(0)],
             {},
             creq(),
             {"nvidia.com/use-gputype": "V100", "nvidia.com/use-gpuuuid": "GPU-9"},
             (),
             "1/1 CardTypeMismatch",
+            id="type checked before uuid",
         ),
         # 6. split count
-        ([gpu(0, count=2)], {0: use(2)}, creq(), {}, (), "1/1 CardTimeSlicingExhausted"),
+        pytest.param([gpu(0, count=2)], {0: use(2)}, creq(), {}, (), "1/1 CardTimeSlicingExhausted",
+                     id="time slices exhausted"),
         # 7. mutex: any existing user blocks the device
-        (
+        pytest.param(
             [gpu(0), gpu(1)],
             {0: use(1), 1: use(1)},
             creq(),
             {"hami.io/gpu-scheduler-policy": "mutex"},
             (),
             "2/2 ExclusiveDeviceAllocateConflict",
+            id="mutex with every device in use",
         ),
-        (
+        pytest.param(
             [gpu(0), gpu(1)],
             {0: use(1), 1: use(1)},
             creq(),
             {"hami.io/gpu-scheduler-policy": "binpack,mutex"},
             (),
             "2/2 ExclusiveDeviceAllocateConflict",
+            id="binpack,mutex with every device in use",
         ),
         # mutex is checked after the split count
-        (
+        pytest.param(
             [gpu(0, count=1)],
             {0: use(1)},
             creq(),
             {"hami.io/gpu-scheduler-policy": "mutex"},
             (),
             "1/1 CardTimeSlicingExhausted",
+            id="split count checked before mutex",
         ),
         # 11. memory
-        ([gpu(0)], {}, creq(mem=20000), {}, (), "1/1 CardInsufficientMemory"),
-        ([gpu(0)], {0: use(1, 15500)}, creq(mem=1000), {}, (), "1/1 CardInsufficientMemory"),
+        pytest.param([gpu(0)], {}, creq(mem=20000), {}, (), "1/1 CardInsufficientMemory",
+                     id="memory over device size"),
+        pytest.param([gpu(0)], {0: use(1, 15500)}, creq(mem=1000), {}, (), "1/1 CardInsufficientMemory",
+                     id="memory over what is left"),
         # percentage memory: 16000*50/100 = 8000 > 16000-8001
-        ([gpu(0)], {0: use(1, 8001)}, creq(mem=0, pct=50), {}, (), "1/1 CardInsufficientMemory"),
+        pytest.param([gpu(0)], {0: use(1, 8001)}, creq(mem=0, pct=50), {}, (), "1/1 CardInsufficientMemory",
+                     id="percentage memory over what is left"),
         # 12. cores (memory is checked first)
-        ([gpu(0)], {0: use(1, 0, 60)}, creq(cores=50), {}, (), "1/1 CardInsufficientCore"),
-        ([gpu(0)], {0: use(1, 15500, 60)}, creq(cores=50), {}, (), "1/1 CardInsufficientMemory"),
+        pytest.param([gpu(0)], {0: use(1, 0, 60)}, creq(cores=50), {}, (), "1/1 CardInsufficientCore",
+                     id="cores over what is left"),
+        pytest.param([gpu(0)], {0: use(1, 15500, 60)}, creq(cores=50), {}, (), "1/1 CardInsufficientMemory",
+                     id="memory checked before cores"),
         # 13. a whole-card request (cores 100) cannot share
-        ([gpu(0)], {0: use(1, 0, 0)}, creq(cores=100), {}, (), "1/1 ExclusiveDeviceAllocateConflict"),
+        pytest.param(
+            [gpu(0)], {0: use(1, 0, 0)}, creq(cores=100), {}, (), "1/1 ExclusiveDeviceAllocateConflict",
+            id="whole card cannot share",
+        ),
         # 8. cores > 100 are clamped to 100 (no failure) -> then the whole-card rule applies
-        ([gpu(0)], {0: use(1, 0, 0)}, creq(cores=150), {}, (), "1/1 ExclusiveDeviceAllocateConflict"),
+        pytest.param(
+            [gpu(0)], {0: use(1, 0, 0)}, creq(cores=150), {}, (), "1/1 ExclusiveDeviceAllocateConflict",
+            id="cores over 100 clamped to a whole card",
+        ),
         # 14. a full card cannot take a cores=0 task
-        ([gpu(0)], {0: use(1, 0, 100)}, creq(cores=0), {}, (), "1/1 CardComputeUnitsExhausted"),
-        ([gpu(0)], {0: use(1, 0, 100)}, creq(cores=10), {}, (), "1/1 CardInsufficientCore"),
+        pytest.param([gpu(0)], {0: use(1, 0, 100)}, creq(cores=0), {}, (), "1/1 CardComputeUnitsExhausted",
+                     id="full card refuses a cores=0 task"),
+        pytest.param([gpu(0)], {0: use(1, 0, 100)}, creq(cores=10), {}, (), "1/1 CardInsufficientCore",
+                     id="some cores on a full card"),
         # pre-check: more devices than the node has (not a MIG request)
-        ([gpu(0), gpu(1)], {}, creq(3), {}, (), "NodeInsufficientDevice"),
-        # some collected, not enough
-        (
+        pytest.param([gpu(0), gpu(1)], {}, creq(3), {}, (), "NodeInsufficientDevice",
+                     id="more devices than the node has"),
+        pytest.param(
             [gpu(0), gpu(1, health=False), gpu(2)],
             {},
             creq(3),
             {},
             (),
             "1/3 CardNotHealth, 2/3 AllocatedCardsInsufficientRequest",
+            id="some collected, not enough",
         ),
-        (
+        pytest.param(
             four(),
             {3: use(1, 15500)},
             creq(4),
             {},
             (),
             "1/4 CardInsufficientMemory, 3/4 AllocatedCardsInsufficientRequest",
+            id="one device lacks memory, four asked",
         ),
     ],
 )
@@ -287,58 +320,76 @@ def test_fit_reasons(
     ("devs", "usage", "creqs", "annotations", "cordoned", "expected"),
     [
         # cordon one device: the other is used
-        ([gpu(0), gpu(1)], {}, creq(), {}, ("GPU-1",), [["GPU-0"]]),
+        pytest.param([gpu(0), gpu(1)], {}, creq(), {}, ("GPU-1",), [["GPU-0"]], id="cordoned device skipped"),
         # existing usage on a cordoned device does not matter
-        ([gpu(0), gpu(1)], {1: use(1, 64, 50)}, creq(), {}, ("GPU-1",), [["GPU-0"]]),
+        pytest.param([gpu(0), gpu(1)], {1: use(1, 64, 50)}, creq(), {}, ("GPU-1",), [["GPU-0"]],
+                     id="usage on a cordoned device ignored"),
         # type filters: case-insensitive substring, any member matches, blanks mean no constraint
-        (
+        pytest.param(
             [gpu(0, type_="NVIDIA-V100"), gpu(1)],
             {},
             creq(),
             {"nvidia.com/use-gputype": "v100"},
             (),
             [["GPU-0"]],
+            id="use-gputype case-insensitive substring",
         ),
-        (
+        pytest.param(
             [gpu(0, type_="NVIDIA-V100"), gpu(1)],
             {},
             creq(),
             {"nvidia.com/use-gputype": "T4, V100"},
             (),
             [["GPU-0"]],
+            id="use-gputype any member",
         ),
-        (
+        pytest.param(
             [gpu(0, type_="NVIDIA-V100"), gpu(1)],
             {},
             creq(),
             {"nvidia.com/nouse-gputype": "A100"},
             (),
             [["GPU-0"]],
+            id="nouse-gputype",
         ),
-        ([gpu(0), gpu(1)], {}, creq(), {"nvidia.com/use-gputype": "   "}, (), [["GPU-1"]]),
-        ([gpu(0), gpu(1)], {}, creq(), {"nvidia.com/nouse-gputype": ""}, (), [["GPU-1"]]),
+        pytest.param([gpu(0), gpu(1)], {}, creq(), {"nvidia.com/use-gputype": "   "}, (), [["GPU-1"]],
+                     id="blank use-gputype is no constraint"),
+        pytest.param([gpu(0), gpu(1)], {}, creq(), {"nvidia.com/nouse-gputype": ""}, (), [["GPU-1"]],
+                     id="empty nouse-gputype is no constraint"),
         # vgpu-mode must contain the device mode
-        ([gpu(0), gpu(1)], {}, creq(), {"nvidia.com/vgpu-mode": "hami-core,mps"}, (), [["GPU-1"]]),
+        pytest.param([gpu(0), gpu(1)], {}, creq(), {"nvidia.com/vgpu-mode": "hami-core,mps"}, (), [["GPU-1"]],
+                     id="vgpu-mode list has hami-core"),
         # uuid filters: exact after trimming; use and nouse both apply; blank = no constraint
-        ([gpu(0), gpu(1)], {}, creq(), {"nvidia.com/use-gpuuuid": " GPU-0 , GPU-9"}, (), [["GPU-0"]]),
-        ([gpu(0), gpu(1)], {}, creq(), {"nvidia.com/nouse-gpuuuid": "GPU-1"}, (), [["GPU-0"]]),
-        (
+        pytest.param(
+            [gpu(0), gpu(1)], {}, creq(), {"nvidia.com/use-gpuuuid": " GPU-0 , GPU-9"}, (), [["GPU-0"]],
+            id="use-gpuuuid trimmed",
+        ),
+        pytest.param([gpu(0), gpu(1)], {}, creq(), {"nvidia.com/nouse-gpuuuid": "GPU-1"}, (), [["GPU-0"]],
+                     id="nouse-gpuuuid"),
+        pytest.param(
             [gpu(0), gpu(1)],
             {},
             creq(),
             {"nvidia.com/use-gpuuuid": "GPU-0,GPU-1", "nvidia.com/nouse-gpuuuid": "GPU-1"},
             (),
             [["GPU-0"]],
+            id="use-gpuuuid and nouse-gpuuuid both apply",
         ),
-        ([gpu(0), gpu(1)], {}, creq(), {"nvidia.com/use-gpuuuid": " "}, (), [["GPU-1"]]),
-        # mutex picks the idle device
-        ([gpu(0), gpu(1)], {1: use(1)}, creq(), {"hami.io/gpu-scheduler-policy": "mutex"}, (), [["GPU-0"]]),
+        pytest.param([gpu(0), gpu(1)], {}, creq(), {"nvidia.com/use-gpuuuid": " "}, (), [["GPU-1"]],
+                     id="blank use-gpuuuid is no constraint"),
+        pytest.param(
+            [gpu(0), gpu(1)], {1: use(1)}, creq(), {"hami.io/gpu-scheduler-policy": "mutex"}, (), [["GPU-0"]],
+            id="mutex picks the idle device",
+        ),
         # the whole-card rule needs devcore == 100
-        ([gpu(0, devcore=200)], {0: use(1, 0, 0)}, creq(cores=100), {}, (), [["GPU-0"]]),
+        pytest.param([gpu(0, devcore=200)], {0: use(1, 0, 0)}, creq(cores=100), {}, (), [["GPU-0"]],
+                     id="whole-card rule needs devcore 100"),
         # devcore 0 never runs out of compute units
-        ([gpu(0, devcore=0)], {0: use(1)}, creq(cores=0), {}, (), [["GPU-0"]]),
+        pytest.param([gpu(0, devcore=0)], {0: use(1)}, creq(cores=0), {}, (), [["GPU-0"]],
+                     id="devcore 0 never runs out"),
         # devices of other vendors on the node are ignored
-        ([gpu(0, type_="MLU370"), gpu(1)], {}, creq(), {}, (), [["GPU-1"]]),
+        pytest.param([gpu(0, type_="MLU370"), gpu(1)], {}, creq(), {}, (), [["GPU-1"]],
+                     id="other vendors ignored"),
     ],
 )
 def test_fit_choices(
@@ -370,13 +421,13 @@ def test_other_vendor_devices_do_not_count_in_total() -> None:
 
 def test_fit_request_rejects_other_request_type() -> None:
     node = make_node([gpu(0)])
-    req = ContainerDeviceRequest(1, "OtherType", 100, PERCENTAGE_UNSET, 0)
+    req = device_request(mem=100, type="OtherType")
     result = fit_request(req, node.devices, node.usage, [0], ctx=PodFitContext())
     assert (result.ok, result.reason) == (False, "1/1 CardTypeMismatch")
 
 
 def test_unknown_vendor_in_request() -> None:
-    req = {"MLU": ContainerDeviceRequest(1, "MLU", 100, PERCENTAGE_UNSET, 0)}
+    req = container_requests(mem=100, type="MLU")
     assert evaluate_node([req], 0, make_node([gpu(0)]), pod()) == NodeFailure(DEVICE_TYPE_NOT_FOUND)
 
 
@@ -471,21 +522,21 @@ BUSY = {0: use(1, 4000, 30), 2: use(2, 8000, 60)}
 @pytest.mark.parametrize(
     ("policy", "numa_bind", "nums", "expected"),
     [
-        ("binpack", False, 1, ["GPU-2"]),
-        ("binpack", False, 2, ["GPU-2", "GPU-0"]),
-        ("binpack", False, 3, ["GPU-2", "GPU-0", "GPU-3"]),
-        ("spread", False, 1, ["GPU-3"]),
-        ("spread", False, 2, ["GPU-3", "GPU-1"]),
-        ("pack", False, 1, ["GPU-3"]),  # unknown -> spread
-        ("mutex", False, 1, ["GPU-3"]),
-        ("mutex", False, 2, ["GPU-3", "GPU-1"]),
-        ("binpack,numa", False, 1, ["GPU-2"]),
-        ("numa,binpack", False, 2, ["GPU-2", "GPU-3"]),
-        ("numa", False, 2, ["GPU-3", "GPU-2"]),
-        ("spread,numa", False, 1, ["GPU-3"]),
-        ("binpack", True, 2, ["GPU-0", "GPU-1"]),
-        ("spread", True, 2, ["GPU-3", "GPU-2"]),
-        ("binpack,numa", True, 2, ["GPU-2", "GPU-3"]),
+        pytest.param("binpack", False, 1, ["GPU-2"], id="binpack, 1 gpu"),
+        pytest.param("binpack", False, 2, ["GPU-2", "GPU-0"], id="binpack, 2 gpus"),
+        pytest.param("binpack", False, 3, ["GPU-2", "GPU-0", "GPU-3"], id="binpack, 3 gpus"),
+        pytest.param("spread", False, 1, ["GPU-3"], id="spread, 1 gpu"),
+        pytest.param("spread", False, 2, ["GPU-3", "GPU-1"], id="spread, 2 gpus"),
+        pytest.param("pack", False, 1, ["GPU-3"], id="pack (unknown is spread), 1 gpu"),  # unknown -> spread
+        pytest.param("mutex", False, 1, ["GPU-3"], id="mutex, 1 gpu"),
+        pytest.param("mutex", False, 2, ["GPU-3", "GPU-1"], id="mutex, 2 gpus"),
+        pytest.param("binpack,numa", False, 1, ["GPU-2"], id="binpack,numa, 1 gpu"),
+        pytest.param("numa,binpack", False, 2, ["GPU-2", "GPU-3"], id="numa,binpack, 2 gpus"),
+        pytest.param("numa", False, 2, ["GPU-3", "GPU-2"], id="numa, 2 gpus"),
+        pytest.param("spread,numa", False, 1, ["GPU-3"], id="spread,numa, 1 gpu"),
+        pytest.param("binpack", True, 2, ["GPU-0", "GPU-1"], id="binpack, 2 gpus, numa-bind"),
+        pytest.param("spread", True, 2, ["GPU-3", "GPU-2"], id="spread, 2 gpus, numa-bind"),
+        pytest.param("binpack,numa", True, 2, ["GPU-2", "GPU-3"], id="binpack,numa, 2 gpus, numa-bind"),
     ],
 )
 def test_policy_choice_with_usage(policy: str, numa_bind: bool, nums: int, expected: list[str]) -> None:
@@ -572,16 +623,22 @@ PAIRS = {frozenset((0, 1)), frozenset((2, 3))}
     ("pairs", "usage", "nums", "policy", "expected"),
     [
         # all collected [3,2,1,0]; first best pair in collection order is (GPU-3, GPU-2)
-        (PAIRS, {}, 2, "topology-aware", ["GPU-3", "GPU-2"]),
-        (PAIRS, {}, 2, "spread,topology-aware", ["GPU-3", "GPU-2"]),
+        pytest.param(PAIRS, {}, 2, "topology-aware", ["GPU-3", "GPU-2"], id="best pair in collection order"),
+        pytest.param(PAIRS, {}, 2, "spread,topology-aware", ["GPU-3", "GPU-2"],
+                     id="spread,topology-aware as topology-aware"),
         # GPU-3 lacks memory: collected [2,1,0] -> (GPU-1, GPU-0) is the linked pair
-        (PAIRS, {3: use(1, 15500)}, 2, "topology-aware", ["GPU-1", "GPU-0"]),
+        pytest.param(PAIRS, {3: use(1, 15500)}, 2, "topology-aware", ["GPU-1", "GPU-0"],
+                     id="full device: the other linked pair"),
         # Nums 1: the worst-connected card; GPU-2 links only at 10 to everyone
-        ({frozenset((0, 1)), frozenset((0, 3)), frozenset((1, 3))}, {}, 1, "topology-aware", ["GPU-2"]),
+        pytest.param(
+            {frozenset((0, 1)), frozenset((0, 3)), frozenset((1, 3))}, {}, 1, "topology-aware", ["GPU-2"],
+            id="one gpu: the worst-connected",
+        ),
         # all equal: the first collected (GPU-3) wins
-        (PAIRS, {}, 1, "topology-aware", ["GPU-3"]),
+        pytest.param(PAIRS, {}, 1, "topology-aware", ["GPU-3"], id="one gpu, all equal: first collected"),
         # exactly Nums collected: taken as collected
-        (PAIRS, {0: use(1, 15500), 1: use(1, 15500)}, 2, "topology-aware", ["GPU-3", "GPU-2"]),
+        pytest.param(PAIRS, {0: use(1, 15500), 1: use(1, 15500)}, 2, "topology-aware", ["GPU-3", "GPU-2"],
+                     id="exactly nums collected: as collected"),
     ],
 )
 def test_topology_aware_four_gpus(
@@ -609,9 +666,12 @@ def eight_gpus() -> list[DeviceInfo]:
     ("nums", "expected"),
     [
         # GPU-5 is full, so only the first quad is complete: 6 links x 100 beats any mix (360).
-        (4, ["GPU-3", "GPU-2", "GPU-1", "GPU-0"]),
-        (2, ["GPU-7", "GPU-6"]),
-        (1, ["GPU-7"]),  # totals: GPU-7/6/4 = 2*100 + 4*20 = 280 ties; GPU-0..3 = 300 + 3*20 = 360
+        pytest.param(4, ["GPU-3", "GPU-2", "GPU-1", "GPU-0"], id="4 gpus: the complete quad"),
+        pytest.param(2, ["GPU-7", "GPU-6"], id="2 gpus: a pair of the free quad"),
+        pytest.param(
+            1, ["GPU-7"],
+            id="1 gpu: ties take the first collected",
+        ),  # totals: GPU-7/6/4 = 2*100 + 4*20 = 280 ties; GPU-0..3 = 300 + 3*20 = 360
     ],
 )
 def test_topology_aware_eight_gpus_with_usage(nums: int, expected: list[str]) -> None:
@@ -658,8 +718,8 @@ def test_pod_without_requests() -> None:
 @pytest.mark.parametrize(
     ("policy", "expected"),
     [
-        ("spread", [["GPU-1"], ["GPU-0"]]),
-        ("binpack", [["GPU-1"], ["GPU-1"]]),
+        pytest.param("spread", [["GPU-1"], ["GPU-0"]], id="spread: second container on the other device"),
+        pytest.param("binpack", [["GPU-1"], ["GPU-1"]], id="binpack: both on one device"),
     ],
 )
 def test_usage_updated_between_app_containers(policy: str, expected: list[list[str]]) -> None:
@@ -705,11 +765,11 @@ def test_context_reuse_across_nodes() -> None:
 def test_fit_container_updates_the_given_copy() -> None:
     node = make_node([gpu(0), gpu(1)], {0: use(1, 1000, 10)})
     ctx = pod_fit_context(pod(annotations={"hami.io/gpu-scheduler-policy": "binpack"}))
-    result, migs = fit_container(ContainerDeviceRequest(1, NVIDIA, 2000, PERCENTAGE_UNSET, 20), node, ctx)
+    result, migs = fit_container(device_request(mem=2000, cores=20), node, ctx)
     assert result.ok and result.positions == [0] and migs == []
     assert result.devices == [ContainerDevice("GPU-0", NVIDIA, 2000, 20, 0)]
     assert node.usage[0] == DeviceUsage(2, 3000, 30)
-    failed, _ = fit_container(ContainerDeviceRequest(3, NVIDIA, 2000, PERCENTAGE_UNSET, 20), node, ctx)
+    failed, _ = fit_container(device_request(3, mem=2000, cores=20), node, ctx)
     assert (failed.ok, failed.reason) == (False, "NodeInsufficientDevice")
 
 
@@ -813,6 +873,6 @@ def test_node_verdict_matches_evaluate_node(
 def test_fit_container_other_request_type_is_a_type_mismatch() -> None:
     node = make_node([gpu(0), gpu(1)])
     result, _ = fit_container(
-        ContainerDeviceRequest(1, "OtherType", 100, PERCENTAGE_UNSET, 0), node, PodFitContext()
+        device_request(mem=100, type="OtherType"), node, PodFitContext()
     )
     assert (result.ok, result.reason) == (False, "2/2 CardTypeMismatch")

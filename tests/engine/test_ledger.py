@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import logging
+from functools import partial
 from typing import Any
 
 import pytest
 
+from tests.builders import container, device, grant, init_statuses, pod, pod_allocation, pod_devices
 from vgpu_scheduler.engine.ledger import DeviceLedger
 from vgpu_scheduler.engine.podinfo import (
     PodAllocation,
@@ -14,14 +16,11 @@ from vgpu_scheduler.engine.podinfo import (
     pod_allocation_from_pod,
 )
 from vgpu_scheduler.engine.scores import node_default_score
-from vgpu_scheduler.model import ContainerDevice, DeviceInfo, MigAllocation, MigPlacement, MigProfile
+from vgpu_scheduler.model import DeviceInfo, MigAllocation, MigPlacement, MigProfile
 from vgpu_scheduler.wire import keys
 
-
-def gpu(uuid: str, count: int = 10, devmem: int = 8000, devcore: int = 100, mode: str = "hami-core",
-        health: bool = True, index: int = 0) -> DeviceInfo:
-    return DeviceInfo(id=uuid, index=index, count=count, devmem=devmem, devcore=devcore,
-                      type="NVIDIA-A100", mode=mode, health=health)
+# A small card: 8000 MiB, so the score arithmetic below stays readable.
+gpu = partial(device, devmem=8000)
 
 
 def make_pod(
@@ -34,25 +33,24 @@ def make_pod(
     annotations: dict[str, str] | None = None,
     deleting: bool = False,
 ) -> dict[str, Any]:
+    """A pod of namespace `ns` with one app container `app`, `n_init` init containers and, when
+    given, the vgpu-node and `-allocated` annotations and the init containers' exit codes."""
     ann: dict[str, str] = dict(annotations or {})
     if node is not None:
         ann[keys.VGPU_NODE] = node
     if allocated is not None:
         ann[keys.VGPU_ALLOCATED] = allocated
-    meta: dict[str, Any] = {"name": name, "namespace": "ns", "uid": f"uid-{name}", "annotations": ann}
-    if deleting:
-        meta["deletionTimestamp"] = "2026-11-29T10:00:00Z"
-    status: dict[str, Any] = {"phase": phase}
-    if init_exit is not None:
-        status["initContainerStatuses"] = [
-            {"name": f"init{i}",
-             "state": {"running": {}} if code is None else {"terminated": {"exitCode": code}}}
-            for i, code in enumerate(init_exit)
-        ]
-    spec: dict[str, Any] = {"containers": [{"name": "app"}]}
-    if n_init:
-        spec["initContainers"] = [{"name": f"init{i}"} for i in range(n_init)]
-    return {"metadata": meta, "spec": spec, "status": status}
+    return pod(
+        name,
+        namespace="ns",
+        uid=f"uid-{name}",
+        annotations=ann,
+        meta={"deletionTimestamp": "2026-11-29T10:00:00Z"} if deleting else None,
+        containers=[container("app")],
+        init_containers=[container(f"init{i}") for i in range(n_init)] if n_init else None,
+        phase=phase,
+        status=None if init_exit is None else {"initContainerStatuses": init_statuses(*init_exit)},
+    )
 
 
 def entries(alloc: PodAllocation | None) -> list[tuple[str, int, int, int]]:
@@ -90,8 +88,7 @@ def test_collapse(allocated: str, n_init: int, expected: list[tuple[str, int, in
 
 
 def test_collapse_is_one_container_per_vendor() -> None:
-    devices = {"NVIDIA": [[ContainerDevice("GPU-1", "NVIDIA", 1, 1)],
-                          [ContainerDevice("GPU-0", "NVIDIA", 2, 2)]]}
+    devices = pod_devices([grant("GPU-1", usedmem=1, usedcores=1)], [grant("GPU-0", usedmem=2, usedcores=2)])
     out = collapse_pod_devices(devices, 0)
     assert len(out["NVIDIA"]) == 1
     assert [d.uuid for d in out["NVIDIA"][0]] == ["GPU-0", "GPU-1"]
@@ -182,8 +179,9 @@ def test_garbage_shapes_do_not_crash() -> None:
 
 def alloc(uid: str, node: str, *devs: tuple[str, int, int, int], mig: tuple[MigAllocation, ...] = (),
           ns: str = "ns") -> PodAllocation:
-    return PodAllocation(uid, ns, uid, node,
-                         {"NVIDIA": [[ContainerDevice(u, "NVIDIA", m, c, 0, s) for u, m, c, s in devs]]}, mig)
+    """One container's grants as (uuid, mem, cores, slots) tuples."""
+    grants = [grant(u, usedmem=m, usedcores=c, slots=s) for u, m, c, s in devs]
+    return pod_allocation(uid, node, grants, namespace=ns, mig=mig)
 
 
 def usage(ledger: DeviceLedger, node: str) -> list[tuple[int, int, int]]:
@@ -259,8 +257,7 @@ def test_negative_amounts_in_an_annotation_do_not_push_usage_below_zero() -> Non
 
 def mig_gpu(uuid: str) -> DeviceInfo:
     profile = MigProfile("1g.10gb", 9856, 14, 1, (MigPlacement(0, 1), MigPlacement(1, 1)))
-    return DeviceInfo(id=uuid, count=7, devmem=80000, devcore=100, type="NVIDIA-A100", mode="mig",
-                      health=True, mig_profiles=(profile,))
+    return device(uuid, count=7, devmem=80000, mode="mig", mig_profiles=(profile,))
 
 
 def mig_alloc(gpu_uuid: str, start: int) -> MigAllocation:

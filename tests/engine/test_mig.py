@@ -6,13 +6,13 @@ from functools import partial
 
 import pytest
 
+from tests.builders import container_requests, device
 from tests.builders import pod as shared_pod
 from vgpu_scheduler.engine.fit import NodeFailure, NodeFit, evaluate_node
 from vgpu_scheduler.engine.migfit import mig_feasible, select_mig
 from vgpu_scheduler.engine.nodeview import DeviceUsage, NodeView
 from vgpu_scheduler.model import (
     NVIDIA,
-    PERCENTAGE_UNSET,
     ContainerDevice,
     ContainerDeviceRequest,
     DeviceInfo,
@@ -42,22 +42,25 @@ PROFILES = (
 @pytest.mark.parametrize(
     ("occupied", "memory", "expected"),
     [
-        ((), 5000, ("1g.10gb", 6)),  # 1g.* from the highest start down
-        ((), 0, ("1g.10gb", 6)),
-        ((), 9984, ("1g.10gb", 6)),
-        ((), 15000, ("2g.20gb", 0)),  # others from the lowest start up
-        ((), 30000, ("3g.40gb", 4)),  # same memory as 4g: fewer slices first; 3g.* high first
-        ((), 70000, ("7g.80gb", 0)),
-        (((6, 1),), 5000, ("1g.10gb", 5)),
-        (((0, 4),), 15000, ("2g.20gb", 4)),
-        (((4, 4),), 30000, ("3g.40gb", 0)),
-        (((4, 4),), 35000, ("3g.40gb", 0)),
-        (((0, 4), (4, 4)), 30000, None),
+        # 1g.* from the highest start down
+        pytest.param((), 5000, ("1g.10gb", 6), id="5000 MiB: 1g from the highest start"),
+        pytest.param((), 0, ("1g.10gb", 6), id="0 MiB: 1g"),
+        pytest.param((), 9984, ("1g.10gb", 6), id="exactly the 1g memory"),
+        # others from the lowest start up
+        pytest.param((), 15000, ("2g.20gb", 0), id="15000 MiB: 2g from the lowest start"),
+        # same memory as 4g: fewer slices first; 3g.* high first
+        pytest.param((), 30000, ("3g.40gb", 4), id="30000 MiB: 3g before 4g, highest start first"),
+        pytest.param((), 70000, ("7g.80gb", 0), id="70000 MiB: 7g"),
+        pytest.param(((6, 1),), 5000, ("1g.10gb", 5), id="1g slot 6 taken: slot 5"),
+        pytest.param(((0, 4),), 15000, ("2g.20gb", 4), id="first half taken: 2g at 4"),
+        pytest.param(((4, 4),), 30000, ("3g.40gb", 0), id="second half taken: 3g at 0"),
+        pytest.param(((4, 4),), 35000, ("3g.40gb", 0), id="35000 MiB, second half taken: 3g at 0"),
+        pytest.param(((0, 4), (4, 4)), 30000, None, id="both halves taken: nothing"),
         # every 1g slot taken: 2g/3g/4g/7g all overlap something -> nothing
-        (tuple((s, 1) for s in range(7)), 5000, None),
+        pytest.param(tuple((s, 1) for s in range(7)), 5000, None, id="every 1g slot taken: nothing"),
         # 1g slots 4..6 taken: next free 1g slot is 3
-        (((4, 1), (5, 1), (6, 1)), 5000, ("1g.10gb", 3)),
-        ((), 90000, None),
+        pytest.param(((4, 1), (5, 1), (6, 1)), 5000, ("1g.10gb", 3), id="1g slots 4-6 taken: slot 3"),
+        pytest.param((), 90000, None, id="larger than any profile: nothing"),
     ],
 )
 def test_select_mig(
@@ -92,21 +95,12 @@ def test_mig_feasible_accounts_for_earlier_instances() -> None:
 
 
 def mig_gpu(uuid: str = "GPU-M", index: int = 0, profiles: tuple[MigProfile, ...] = PROFILES) -> DeviceInfo:
-    return DeviceInfo(
-        id=uuid,
-        index=index,
-        count=7,
-        devmem=81920,
-        devcore=100,
-        type="NVIDIA A100-SXM4-80GB",
-        mode="mig",
-        health=True,
-        mig_profiles=profiles,
-    )
+    return device(uuid, index=index, count=7, devmem=81920, type="NVIDIA A100-SXM4-80GB", mode="mig",
+                  mig_profiles=profiles)
 
 
 def creq(nums: int, mem: int, cores: int = 0) -> dict[str, ContainerDeviceRequest]:
-    return {NVIDIA: ContainerDeviceRequest(nums, NVIDIA, mem, PERCENTAGE_UNSET, cores)}
+    return container_requests(nums, mem=mem, cores=cores)
 
 
 def test_two_instances_on_one_gpu() -> None:
@@ -151,22 +145,32 @@ def test_app_containers_share_mig_gpu_sequentially() -> None:
     ("requests", "annotations", "usage", "reason"),
     [
         # Fits the device memory (81920) but no profile is that large.
-        ([creq(1, 81000)], {}, DeviceUsage(), "1/1 CardMigTopologyInfeasible"),
+        pytest.param([creq(1, 81000)], {}, DeviceUsage(), "1/1 CardMigTopologyInfeasible",
+                     id="no profile large enough"),
         # Larger than the device: the memory check comes first.
-        ([creq(1, 90000)], {}, DeviceUsage(), "1/1 CardInsufficientMemory"),
+        pytest.param([creq(1, 90000)], {}, DeviceUsage(), "1/1 CardInsufficientMemory",
+                     id="larger than the device"),
         # Third 30 GB instance of one container: two accepted, then infeasible. HAMi reports the
         # collected count over the number of devices, hence "2/1".
-        (
+        pytest.param(
             [creq(3, 30000)],
             {},
             DeviceUsage(),
             "1/1 CardMigTopologyInfeasible, 2/1 AllocatedCardsInsufficientRequest",
+            id="third instance infeasible",
         ),
         # Pods whose vgpu-mode lacks "mig" never match MIG devices (and are no MIG request).
-        ([creq(1, 5000)], {"nvidia.com/vgpu-mode": "hami-core"}, DeviceUsage(), "1/1 CardTypeMismatch"),
-        ([creq(2, 5000)], {"nvidia.com/vgpu-mode": "hami-core"}, DeviceUsage(), "NodeInsufficientDevice"),
+        pytest.param(
+            [creq(1, 5000)], {"nvidia.com/vgpu-mode": "hami-core"}, DeviceUsage(), "1/1 CardTypeMismatch",
+            id="hami-core pod: type mismatch",
+        ),
+        pytest.param(
+            [creq(2, 5000)], {"nvidia.com/vgpu-mode": "hami-core"}, DeviceUsage(), "NodeInsufficientDevice",
+            id="hami-core pod: too few devices",
+        ),
         # A conflicting MIG reservation makes the device unhealthy.
-        ([creq(1, 5000)], {}, DeviceUsage(mig_conflict=True), "1/1 CardNotHealth"),
+        pytest.param([creq(1, 5000)], {}, DeviceUsage(mig_conflict=True), "1/1 CardNotHealth",
+                     id="conflicting reservation: unhealthy"),
     ],
 )
 def test_mig_failures(
@@ -187,9 +191,7 @@ def test_vgpu_mode_mig_allows_mig_request_beyond_device_count() -> None:
 
 
 def test_mixed_node_mig_pod_skips_hami_core_gpu() -> None:
-    plain = DeviceInfo(
-        id="GPU-P", index=1, count=10, devmem=81920, devcore=100, type="NVIDIA A100", health=True
-    )
+    plain = device("GPU-P", index=1, devmem=81920, type="NVIDIA A100")
     node = NodeView("n", [mig_gpu(), plain], [DeviceUsage(), DeviceUsage()])
     result = evaluate_node([creq(1, 5000)], 0, node, pod(annotations={"nvidia.com/vgpu-mode": "mig"}))
     assert isinstance(result, NodeFit)

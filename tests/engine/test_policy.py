@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from tests.builders import device
 from vgpu_scheduler.engine.nodeview import DeviceUsage
 from vgpu_scheduler.engine.policy import parse_go_bool, policy_contains, sort_chain, sort_devices
-from vgpu_scheduler.model import DeviceInfo
 
 
 @pytest.mark.parametrize("value", ["1", "t", "T", "TRUE", "true", "True"])
@@ -38,20 +38,20 @@ def test_policy_contains(policy: str, name: str, expected: bool) -> None:
 @pytest.mark.parametrize(
     ("policy", "numa_bind", "expected"),
     [
-        ("binpack", False, None),
-        ("spread", False, None),
-        ("mutex", False, None),
-        ("topology-aware", False, None),
-        ("numa", False, ("numa",)),
-        ("binpack,numa", False, ("binpack", "numa")),
-        ("numa,binpack", False, ("numa", "binpack")),
-        (" spread , spread ,numa", False, ("spread", "numa")),
-        ("mutex,topology-aware", False, ("spread",)),
-        ("binpack,mutex", False, ("binpack",)),
-        ("binpack,spread", True, ("numa", "binpack", "spread")),
-        ("spread,numa", True, ("numa", "spread")),
-        ("numa,spread", True, ("numa", "spread")),
-        ("mutex,", True, ("numa", "spread")),
+        pytest.param("binpack", False, None, id="binpack: one key, no chain"),
+        pytest.param("spread", False, None, id="spread: no chain"),
+        pytest.param("mutex", False, None, id="mutex: no chain"),
+        pytest.param("topology-aware", False, None, id="topology-aware: no chain"),
+        pytest.param("numa", False, ("numa",), id="numa alone is a chain"),
+        pytest.param("binpack,numa", False, ("binpack", "numa"), id="binpack,numa"),
+        pytest.param("numa,binpack", False, ("numa", "binpack"), id="numa,binpack keeps its order"),
+        pytest.param(" spread , spread ,numa", False, ("spread", "numa"), id="spaces and duplicates dropped"),
+        pytest.param("mutex,topology-aware", False, ("spread",), id="mutex,topology-aware: spread"),
+        pytest.param("binpack,mutex", False, ("binpack",), id="binpack,mutex: mutex dropped"),
+        pytest.param("binpack,spread", True, ("numa", "binpack", "spread"), id="numa-bind puts numa first"),
+        pytest.param("spread,numa", True, ("numa", "spread"), id="numa-bind, numa not repeated"),
+        pytest.param("numa,spread", True, ("numa", "spread"), id="numa-bind, numa already first"),
+        pytest.param("mutex,", True, ("numa", "spread"), id="numa-bind, empty entry: spread"),
     ],
 )
 def test_sort_chain(policy: str, numa_bind: bool, expected: tuple[str, ...] | None) -> None:
@@ -62,7 +62,7 @@ def test_sort_chain(policy: str, numa_bind: bool, expected: tuple[str, ...] | No
 SCORES = [1.0, 3.0, 2.0, 3.0]
 NUMA = [0, 1, 0, 0]
 USED = [2, 0, 1, 0]
-DEVICES = [DeviceInfo(id=f"GPU-{i}", index=i, numa=NUMA[i]) for i in range(4)]
+DEVICES = [device(f"GPU-{i}", index=i, numa=NUMA[i]) for i in range(4)]
 USAGE = [DeviceUsage(used=u) for u in USED]
 
 
@@ -70,29 +70,35 @@ USAGE = [DeviceUsage(used=u) for u in USED]
     ("policy", "numa_bind", "expected"),
     [
         # binpack: (score, numa) ascending -> the most used device ends up last.
-        ("binpack", False, [0, 2, 3, 1]),
+        pytest.param("binpack", False, [0, 2, 3, 1], id="binpack"),
         # spread: (-score, numa): equal score 3.0 -> lower NUMA first; least used last.
-        ("spread", False, [3, 1, 2, 0]),
-        ("topology-aware", False, [3, 1, 2, 0]),
-        ("pack", False, [3, 1, 2, 0]),  # unknown names sort as spread
-        ("", False, [3, 1, 2, 0]),
+        pytest.param("spread", False, [3, 1, 2, 0], id="spread"),
+        pytest.param("topology-aware", False, [3, 1, 2, 0], id="topology-aware sorts as spread"),
+        # unknown names sort as spread
+        pytest.param("pack", False, [3, 1, 2, 0], id="unknown name sorts as spread"),
+        pytest.param("", False, [3, 1, 2, 0], id="empty sorts as spread"),
         # mutex: (-used, numa): idle devices last, the higher NUMA idle one at the very end.
-        ("mutex", False, [0, 2, 3, 1]),
-        ("mutex", True, [0, 2, 3, 1]),  # mutex is checked before numa-bind
+        pytest.param("mutex", False, [0, 2, 3, 1], id="mutex: idle last"),
+        # mutex is checked before numa-bind
+        pytest.param("mutex", True, [0, 2, 3, 1], id="mutex before numa-bind"),
         # numa-bind + binpack: higher NUMA first, then score ascending.
-        ("binpack", True, [1, 0, 2, 3]),
+        pytest.param("binpack", True, [1, 0, 2, 3], id="numa-bind + binpack"),
         # numa-bind + anything else: lower NUMA first, then score descending.
-        ("spread", True, [3, 2, 0, 1]),
-        ("topology-aware", True, [3, 2, 0, 1]),
+        pytest.param("spread", True, [3, 2, 0, 1], id="numa-bind + spread"),
+        pytest.param("topology-aware", True, [3, 2, 0, 1], id="numa-bind + topology-aware"),
         # chains compare key by key, then the device index.
-        ("binpack,numa", False, [0, 2, 3, 1]),
-        ("numa,binpack", False, [0, 2, 3, 1]),
-        ("spread,numa", False, [3, 1, 2, 0]),
-        ("numa", False, [0, 2, 3, 1]),
-        ("mutex,topology-aware", False, [1, 3, 2, 0]),  # no sort key: spread, ties by index
-        ("binpack,spread", False, [0, 2, 1, 3]),  # spread never reached: ties by index
-        ("binpack,numa", True, [0, 2, 3, 1]),  # numa forced first
-        ("spread,binpack", True, [3, 2, 0, 1]),
+        pytest.param("binpack,numa", False, [0, 2, 3, 1], id="chain binpack,numa"),
+        pytest.param("numa,binpack", False, [0, 2, 3, 1], id="chain numa,binpack"),
+        pytest.param("spread,numa", False, [3, 1, 2, 0], id="chain spread,numa"),
+        pytest.param("numa", False, [0, 2, 3, 1], id="chain numa"),
+        # no sort key: spread, ties by index
+        pytest.param("mutex,topology-aware", False, [1, 3, 2, 0],
+                     id="chain without sort key: spread, ties by index"),
+        # spread never reached: ties by index
+        pytest.param("binpack,spread", False, [0, 2, 1, 3], id="chain binpack,spread: ties by index"),
+        # numa forced first
+        pytest.param("binpack,numa", True, [0, 2, 3, 1], id="chain binpack,numa + numa-bind: numa first"),
+        pytest.param("spread,binpack", True, [3, 2, 0, 1], id="chain spread,binpack + numa-bind"),
     ],
 )
 def test_sort_devices(policy: str, numa_bind: bool, expected: list[int]) -> None:
@@ -101,7 +107,7 @@ def test_sort_devices(policy: str, numa_bind: bool, expected: list[int]) -> None
 
 @pytest.mark.parametrize("policy", ["spread", "binpack", "mutex", "topology-aware"])
 def test_single_policies_are_stable(policy: str) -> None:
-    devices = [DeviceInfo(id=f"GPU-{i}", index=i) for i in range(6)]
+    devices = [device(f"GPU-{i}", index=i) for i in range(6)]
     usage = [DeviceUsage() for _ in devices]
     scores = [0.5] * 6
     order = [4, 1, 5, 0, 3, 2]
@@ -110,7 +116,7 @@ def test_single_policies_are_stable(policy: str) -> None:
 
 
 def test_chain_ties_use_device_index_not_input_order() -> None:
-    devices = [DeviceInfo(id=f"GPU-{i}", index=9 - i) for i in range(3)]
+    devices = [device(f"GPU-{i}", index=9 - i) for i in range(3)]
     usage = [DeviceUsage() for _ in devices]
     assert sort_devices([0, 1, 2], [1.0, 1.0, 1.0], devices, usage, policy="binpack,numa",
         numa_bind=False) == [2, 1, 0]

@@ -20,7 +20,7 @@ from hypothesis import event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from tests.builders import device
+from tests.builders import container, device, gpu_limits, gpu_quota, pod
 from vgpu_scheduler.config import NvidiaConfig
 from vgpu_scheduler.engine.decide import Chosen, NoRequest, decide
 from vgpu_scheduler.engine.ledger import DeviceLedger
@@ -40,8 +40,7 @@ def _a100_mig(uuid: str) -> DeviceInfo:
         MigProfile("3g.40gb", 40192, 42, 3, (MigPlacement(0, 4), MigPlacement(4, 4))),
         MigProfile("7g.80gb", 80000, 100, 7, (MigPlacement(0, 8),)),
     )
-    return DeviceInfo(id=uuid, count=7, devmem=81920, devcore=100, type="NVIDIA-A100", mode="mig",
-                      health=True, mig_profiles=profiles)
+    return device(uuid, count=7, devmem=81920, mode="mig", mig_profiles=profiles)
 
 
 INVENTORY: dict[str, list[DeviceInfo]] = {
@@ -61,7 +60,7 @@ INVENTORY: dict[str, list[DeviceInfo]] = {
 NODES = sorted(INVENTORY)
 PODS = [f"p{i}" for i in range(6)]
 
-container = st.fixed_dictionaries(
+container_spec = st.fixed_dictionaries(
     {
         "gpus": st.sampled_from([0, 1, 1, 1, 1, 2]),
         "mem": st.one_of(st.none(), st.integers(100, 6000)),
@@ -71,8 +70,8 @@ container = st.fixed_dictionaries(
 )
 pod_spec = st.fixed_dictionaries(
     {
-        "init": st.lists(container, max_size=1),
-        "app": st.lists(container, min_size=1, max_size=2),
+        "init": st.lists(container_spec, max_size=1),
+        "app": st.lists(container_spec, min_size=1, max_size=2),
         "node_policy": st.sampled_from(["binpack", "spread"]),
         "gpu_policy": st.sampled_from(["spread", "binpack", "mutex"]),
     }
@@ -80,27 +79,21 @@ pod_spec = st.fixed_dictionaries(
 
 
 def _container(i: int, c: dict[str, Any]) -> dict[str, Any]:
-    limits: dict[str, str] = {}
-    if c["gpus"]:
-        limits["nvidia.com/gpu"] = str(c["gpus"])
-        if c["mem"] is not None:
-            limits["nvidia.com/gpumem"] = str(c["mem"])
-        if c["pct"] is not None:
-            limits["nvidia.com/gpumem-percentage"] = str(c["pct"])
-        if c["cores"] is not None:
-            limits["nvidia.com/gpucores"] = str(c["cores"])
-    return {"name": f"c{i}", "resources": {"limits": limits}}
+    limits = gpu_limits(c["gpus"], mem=c["mem"], pct=c["pct"], cores=c["cores"]) if c["gpus"] else {}
+    return container(f"c{i}", limits=limits)
 
 
 def _pod(name: str, spec: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "metadata": {"name": name, "namespace": NS, "uid": f"uid-{name}",
-                     "annotations": {keys.NODE_SCHEDULER_POLICY: spec["node_policy"],
-                                     keys.GPU_SCHEDULER_POLICY: spec["gpu_policy"]}},
-        "spec": {"initContainers": [_container(i, c) for i, c in enumerate(spec["init"])],
-                 "containers": [_container(i, c) for i, c in enumerate(spec["app"])]},
-        "status": {"phase": "Pending"},
-    }
+    return pod(
+        name,
+        namespace=NS,
+        uid=f"uid-{name}",
+        annotations={keys.NODE_SCHEDULER_POLICY: spec["node_policy"],
+                     keys.GPU_SCHEDULER_POLICY: spec["gpu_policy"]},
+        init_containers=[_container(i, c) for i, c in enumerate(spec["init"])],
+        containers=[_container(i, c) for i, c in enumerate(spec["app"])],
+        phase="Pending",
+    )
 
 
 @dataclass
@@ -115,8 +108,7 @@ class SchedulingMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         self.state = SchedulerState(CFG)
-        self.state.on_quota({"metadata": {"name": "q", "namespace": NS},
-                             "spec": {"hard": {"limits.nvidia.com/gpumem": "120000"}}})
+        self.state.on_quota(gpu_quota(mem=120000, namespace=NS))
         self.registered: dict[str, tuple[list[DeviceInfo], frozenset[str]]] = {}
         self.pods: dict[str, _PodModel] = {}
         self.expected: dict[str, PodAllocation] = {}

@@ -6,13 +6,11 @@ from typing import Any
 
 import pytest
 
-from tests.builders import quota
+from tests.builders import container_requests, gpu_quota, grant, pod_devices, quota
 from vgpu_scheduler.config import NvidiaConfig
 from vgpu_scheduler.engine.quota import QuotaEntry, QuotaManager
 from vgpu_scheduler.model import (
     NVIDIA,
-    ContainerDevice,
-    ContainerDeviceRequest,
     ContainerRequests,
     PodDevices,
 )
@@ -22,7 +20,8 @@ CORES = "nvidia.com/gpucores"
 
 
 def devices(*mem_cores: tuple[int, int]) -> PodDevices:
-    return {NVIDIA: [[ContainerDevice(f"GPU-{i}", NVIDIA, m, c) for i, (m, c) in enumerate(mem_cores)]]}
+    """One container's grants, (mem, cores) on GPU-0, GPU-1, ..."""
+    return pod_devices([grant(f"GPU-{i}", usedmem=m, usedcores=c) for i, (m, c) in enumerate(mem_cores)])
 
 
 def manager(memory_factor: int = 1) -> QuotaManager:
@@ -134,18 +133,17 @@ def test_entries_for_metrics() -> None:
     assert list(q.entries()) == [QuotaEntry("team", CORES, 5, None), QuotaEntry("team", MEM, 40, 100)]
 
 
-def req(nums: int, mem: int, cores: int = 0, pct: int = 101) -> ContainerRequests:
-    return {NVIDIA: ContainerDeviceRequest(nums, NVIDIA, mem, pct, cores)}
+req = container_requests
 
 
 ADMISSION_CASES = [
     # (id, per-container requests, n_init, mem limit, cores limit, fits)
-    ("app containers sum with nums", [req(2, 1000), req(1, 1000)], 0, 3000, None, True),
-    ("app sum over", [req(2, 1000), req(1, 1001)], 0, 3000, None, False),
-    ("init peak counts when larger", [req(1, 5000), req(1, 1000)], 1, 4000, None, False),
-    ("init max not sum", [req(1, 3000), req(1, 3000), req(1, 1000)], 2, 3000, None, True),
-    ("cores", [req(1, 0, 60, 100), req(1, 0, 50, 100)], 0, None, 100, False),
-    ("percentage memory counts as 0", [req(1, 0, 0, 50)], 0, 0, None, True),
+    ("app containers sum with nums", [req(2, mem=1000), req(1, mem=1000)], 0, 3000, None, True),
+    ("app sum over", [req(2, mem=1000), req(1, mem=1001)], 0, 3000, None, False),
+    ("init peak counts when larger", [req(1, mem=5000), req(1, mem=1000)], 1, 4000, None, False),
+    ("init max not sum", [req(1, mem=3000), req(1, mem=3000), req(1, mem=1000)], 2, 3000, None, True),
+    ("cores", [req(1, cores=60, pct=100), req(1, cores=50, pct=100)], 0, None, 100, False),
+    ("percentage memory counts as 0", [req(1, pct=50)], 0, 0, None, True),
     ("no device request", [{}, {}], 0, 0, 0, True),
 ]
 
@@ -155,10 +153,5 @@ ADMISSION_CASES = [
 def test_admission_fits(requests: list[ContainerRequests], n_init: int, mem_limit: int | None,
                         cores_limit: int | None, fits: bool) -> None:
     q = manager()
-    hard = {}
-    if mem_limit is not None:
-        hard[f"limits.{MEM}"] = str(mem_limit)
-    if cores_limit is not None:
-        hard[f"limits.{CORES}"] = str(cores_limit)
-    q.upsert_quota(quota(hard))
+    q.upsert_quota(gpu_quota(mem=mem_limit, cores=cores_limit))
     assert q.admission_fits("team", requests, n_init) is fits

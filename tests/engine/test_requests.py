@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from tests.builders import pod
+from tests.builders import container, device_request, pod
 from vgpu_scheduler.config import NvidiaConfig
 from vgpu_scheduler.engine.requests import (
     container_requests,
@@ -20,16 +20,11 @@ CFG = NvidiaConfig()
 
 
 def ctr(limits: dict[str, Any] | None = None, requests: dict[str, Any] | None = None) -> dict[str, Any]:
-    resources: dict[str, Any] = {}
-    if limits is not None:
-        resources["limits"] = limits
-    if requests is not None:
-        resources["requests"] = requests
-    return {"name": "c", "resources": resources}
+    return container("c", limits=limits, requests=requests)
 
 
 def req(nums: int, mem: int, pct: int, cores: int) -> ContainerDeviceRequest:
-    return ContainerDeviceRequest(nums=nums, type=NVIDIA, memreq=mem, mem_percentage_req=pct, coresreq=cores)
+    return device_request(nums, mem=mem, pct=pct, cores=cores)
 
 
 GPU = "nvidia.com/gpu"
@@ -167,11 +162,14 @@ def test_pod_requests_init_first_and_empty_entries() -> None:
 @pytest.mark.parametrize(
     ("p", "expected"),
     [
-        (pod(init_containers=[], containers=[ctr({})], namespace="ns"), False),
-        (pod(init_containers=[], containers=[ctr({GPU: "0"})], namespace="ns"), False),
-        (pod(init_containers=[], containers=[ctr({GPU: "1"})], namespace="ns"), True),
-        (pod(init_containers=[ctr({GPU: "1"})], containers=[ctr({})], namespace="ns"), True),
-        ({"metadata": {}}, False),
+        pytest.param(pod(init_containers=[], containers=[ctr({})], namespace="ns"), False, id="no limits"),
+        pytest.param(pod(init_containers=[], containers=[ctr({GPU: "0"})], namespace="ns"), False,
+                     id="zero gpus"),
+        pytest.param(pod(init_containers=[], containers=[ctr({GPU: "1"})], namespace="ns"), True,
+                     id="one gpu"),
+        pytest.param(pod(init_containers=[ctr({GPU: "1"})], containers=[ctr({})], namespace="ns"), True,
+                     id="gpu in an init container"),
+        pytest.param({"metadata": {}}, False, id="no spec"),
     ],
 )
 def test_pod_has_device_requests(p: dict[str, Any], expected: bool) -> None:

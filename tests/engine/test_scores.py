@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from functools import partial
+
 import pytest
 
+from tests.builders import container_requests, device
 from vgpu_scheduler.engine.nodeview import DeviceUsage
 from vgpu_scheduler.engine.scores import (
     DEFAULT_WEIGHTS,
@@ -15,7 +18,7 @@ from vgpu_scheduler.engine.scores import (
     parse_scoring_weights,
     pod_scoring_weights,
 )
-from vgpu_scheduler.model import NVIDIA, PERCENTAGE_UNSET, ContainerDeviceRequest, DeviceInfo
+from vgpu_scheduler.model import NVIDIA, ContainerDeviceRequest, DeviceInfo
 
 KEY = "hami.io/device-scoring-weights"
 
@@ -23,11 +26,11 @@ KEY = "hami.io/device-scoring-weights"
 @pytest.mark.parametrize(
     ("value", "expected"),
     [
-        ("slot=1,core=1,memory=3", (1, 1, 3)),
-        (" memory = 2 , slot=0,core= 5 ", (0, 5, 2)),
-        ("core=0,memory=0,slot=+7", (7, 0, 0)),
-        ("slot=0,core=0,memory=1", (0, 0, 1)),
-        ("slot=9223372036854775807,core=0,memory=0", (2**63 - 1, 0, 0)),
+        pytest.param("slot=1,core=1,memory=3", (1, 1, 3), id="all three in order"),
+        pytest.param(" memory = 2 , slot=0,core= 5 ", (0, 5, 2), id="spaces and any order"),
+        pytest.param("core=0,memory=0,slot=+7", (7, 0, 0), id="plus sign, two zeros"),
+        pytest.param("slot=0,core=0,memory=1", (0, 0, 1), id="memory only"),
+        pytest.param("slot=9223372036854775807,core=0,memory=0", (2**63 - 1, 0, 0), id="int64 max"),
     ],
 )
 def test_parse_scoring_weights_valid(value: str, expected: tuple[int, int, int]) -> None:
@@ -85,14 +88,9 @@ def test_pod_scoring_weights() -> None:
         pod_scoring_weights({KEY: "bogus"})
 
 
-def dev(type_: str = "NVIDIA-A100", count: int = 10, devcore: int = 100, devmem: int = 16384) -> DeviceInfo:
-    return DeviceInfo(id="GPU-0", count=count, devcore=devcore, devmem=devmem, type=type_, health=True)
-
-
-def r(
-    nums: int = 1, mem: int = 0, pct: int = PERCENTAGE_UNSET, cores: int = 0
-) -> dict[str, ContainerDeviceRequest]:
-    return {NVIDIA: ContainerDeviceRequest(nums, NVIDIA, mem, pct, cores)}
+# A 16 GiB model-named device ("NVIDIA-A100"): request terms apply only to type NVIDIA.
+dev = partial(device, "GPU-0", devmem=16384)
+r = container_requests
 
 
 # Expected values worked out by hand in float32 (see comments); float64 would differ.
@@ -101,20 +99,21 @@ def r(
     [
         # Request terms apply only when the device type equals the request type ("NVIDIA"):
         # 10*((1+3)/10 + (20+40)/100 + (4096+6144)/16384) = 10*(0.4+0.6+0.625); 0.4f+0.6f rounds to 1.0.
-        pytest.param(
-            dev(NVIDIA), (3, 40, 6144), r(1, 4096, cores=20), (1, 1, 1), 16.25, id="with-request-terms"
-        ),
+        pytest.param(dev(type=NVIDIA), (3, 40, 6144), r(1, mem=4096, cores=20), (1, 1, 1), 16.25,
+                     id="with-request-terms"),
         # Model-named device: usage only. 0.3f+0.4f is a float32 tie rounded to even (0.70000005),
         # +0.375 = 1.07500005, *10 is again a tie rounded to even: exactly 10.75.
-        pytest.param(dev(), (3, 40, 6144), r(1, 4096, cores=20), (1, 1, 1), 10.75, id="usage-only-float32"),
+        pytest.param(dev(), (3, 40, 6144), r(1, mem=4096, cores=20), (1, 1, 1), 10.75,
+                     id="usage-only-float32"),
         # Nums does not matter: one request entry counts one slot.
-        pytest.param(dev(NVIDIA), (0, 0, 0), r(4), (1, 1, 1), 1.0, id="entry-counts-one-slot"),
+        pytest.param(dev(type=NVIDIA), (0, 0, 0), r(4), (1, 1, 1), 1.0, id="entry-counts-one-slot"),
         # Percentage term uses this device's memory: 16384*25/100 = 4096 -> 10*(0.1f + 0.25).
         pytest.param(
-            dev(NVIDIA), (0, 0, 0), r(1, 0, 25), (1, 1, 1), f32(10 * f32(0.1 + 0.25)), id="percentage"
+            dev(type=NVIDIA), (0, 0, 0), r(1, pct=25), (1, 1, 1), f32(10 * f32(0.1 + 0.25)), id="percentage"
         ),
         # pct 0 is treated like "use Memreq".
-        pytest.param(dev(NVIDIA), (0, 0, 0), r(1, 8192, 0), (1, 1, 1), 6.0, id="pct0-uses-memreq"),
+        pytest.param(dev(type=NVIDIA), (0, 0, 0), r(1, mem=8192, pct=0), (1, 1, 1), 6.0,
+                     id="pct0-uses-memreq"),
         pytest.param(dev(), (3, 40, 6144), {}, (0, 0, 1), 3.75, id="memory-weight-only"),
         # 2*0.3f + 0.4f = 1.00000003 -> 1.0 in float32.
         pytest.param(dev(), (3, 40, 6144), {}, (2, 1, 0), 10.0, id="weighted"),
@@ -140,32 +139,34 @@ def test_device_score_is_float32_not_float64() -> None:
 
 
 def test_device_scores_batch_matches_single() -> None:
-    devices = [dev(), dev(NVIDIA), dev(count=0), dev(devmem=40000)]
+    devices = [dev(), dev(type=NVIDIA), dev(count=0), dev(devmem=40000)]
     used, cores, mem = [1, 2, 3, 4], [10, 20, 30, 40], [100, 2000, 300, 4000]
-    batch = device_scores(devices, used, cores, mem, requests=r(1, 1000, cores=10), weights=(2, 3, 5))
+    batch = device_scores(devices, used, cores, mem, requests=r(1, mem=1000, cores=10), weights=(2, 3, 5))
     singles = [
-        device_score(d, u, c, m, requests=r(1, 1000, cores=10), weights=(2, 3, 5))
+        device_score(d, u, c, m, requests=r(1, mem=1000, cores=10), weights=(2, 3, 5))
         for d, u, c, m in zip(devices, used, cores, mem, strict=True)
     ]
     assert batch == singles
 
 
 def node_devices(*specs: tuple[int, int, int]) -> list[DeviceInfo]:
-    return [DeviceInfo(id=f"GPU-{i}", count=c, devcore=k, devmem=m) for i, (c, k, m) in enumerate(specs)]
+    """(count, devcore, devmem) per device."""
+    return [device(f"GPU-{i}", count=c, devcore=k, devmem=m) for i, (c, k, m) in enumerate(specs)]
 
 
 @pytest.mark.parametrize(
     ("specs", "usage", "expected"),
     [
         # 5/20 + 50/200 + 500/2000 = 0.75
-        (((10, 100, 1000), (10, 100, 1000)), ((5, 50, 250), (0, 0, 250)), 7.5),
-        (((10, 100, 1000),), ((0, 0, 0),), 0.0),
-        (((0, 100, 1000),), ((1, 1, 1),), 0.0),
-        (((10, 0, 1000),), ((1, 1, 1),), 0.0),
-        (((10, 100, 0),), ((1, 1, 1),), 0.0),
-        ((), (), 0.0),
+        pytest.param(((10, 100, 1000), (10, 100, 1000)), ((5, 50, 250), (0, 0, 250)), 7.5,
+                     id="sums over two devices"),
+        pytest.param(((10, 100, 1000),), ((0, 0, 0),), 0.0, id="idle device"),
+        pytest.param(((0, 100, 1000),), ((1, 1, 1),), 0.0, id="count 0 gives 0"),
+        pytest.param(((10, 0, 1000),), ((1, 1, 1),), 0.0, id="devcore 0 gives 0"),
+        pytest.param(((10, 100, 0),), ((1, 1, 1),), 0.0, id="devmem 0 gives 0"),
+        pytest.param((), (), 0.0, id="no devices"),
         # 3/10 + 40/100 + 6144/16384 in float32 = 10.75 (see test_device_score).
-        (((10, 100, 16384),), ((3, 40, 6144),), 10.75),
+        pytest.param(((10, 100, 16384),), ((3, 40, 6144),), 10.75, id="float32 rounding"),
     ],
 )
 def test_node_default_score(

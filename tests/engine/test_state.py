@@ -3,38 +3,41 @@
 from __future__ import annotations
 
 import copy
+from functools import partial
 from typing import Any
 
+from tests.builders import (
+    assigned_annotations,
+    container,
+    device,
+    gpu_quota,
+    grant,
+    init_statuses,
+    pod,
+    pod_devices,
+)
 from vgpu_scheduler.config import NvidiaConfig
 from vgpu_scheduler.engine.decide import Chosen, filter_annotations
 from vgpu_scheduler.engine.state import SchedulerState
-from vgpu_scheduler.model import NVIDIA, ContainerDevice, DeviceInfo, PodDevices
+from vgpu_scheduler.model import NVIDIA, PodDevices
 from vgpu_scheduler.wire import keys
 
 MEM = "nvidia.com/gpumem"
 
 
-def gpu(uuid: str) -> DeviceInfo:
-    return DeviceInfo(id=uuid, count=10, devmem=8000, devcore=100, type="NVIDIA-A100", health=True)
+gpu = partial(device, devmem=8000)
 
 
 def make_pod(name: str, annotations: dict[str, str] | None = None, phase: str = "Pending",
              n_init: int = 0, init_exit: list[int] | None = None) -> dict[str, Any]:
-    meta = {"name": name, "namespace": "team", "uid": f"uid-{name}", "annotations": dict(annotations or {})}
-    inits = [{"name": f"i{i}"} for i in range(n_init)]
-    pod: dict[str, Any] = {
-        "metadata": meta,
-        "spec": {"containers": [{"name": "app"}], "initContainers": inits},
-        "status": {"phase": phase},
-    }
-    if init_exit is not None:
-        statuses = [{"state": {"terminated": {"exitCode": c}}} for c in init_exit]
-        pod["status"]["initContainerStatuses"] = statuses
-    return pod
+    inits = [container(f"init{i}") for i in range(n_init)]  # named as init_statuses names them
+    statuses = None if init_exit is None else {"initContainerStatuses": init_statuses(*init_exit)}
+    return pod(name, namespace="team", uid=f"uid-{name}", annotations=dict(annotations or {}),
+               containers=[container("app")], init_containers=inits, phase=phase, status=statuses)
 
 
 def scheduled(name: str, node: str, allocated: str, **kw: Any) -> dict[str, Any]:
-    return make_pod(name, {keys.VGPU_NODE: node, keys.VGPU_TIME: "100", keys.VGPU_ALLOCATED: allocated}, **kw)
+    return make_pod(name, assigned_annotations(node, allocated, time="100"), **kw)
 
 
 def state() -> SchedulerState:
@@ -54,7 +57,7 @@ def chosen(node: str, devices: PodDevices, now: int = 200) -> Chosen:
 
 
 def one_gpu(uuid: str, mem: int, cores: int = 0) -> PodDevices:
-    return {NVIDIA: [[ContainerDevice(uuid, NVIDIA, mem, cores)]]}
+    return pod_devices([grant(uuid, usedmem=mem, usedcores=cores)])
 
 
 def test_pod_lifecycle_add_update_terminal_delete() -> None:
@@ -168,7 +171,7 @@ def test_reserving_again_replaces_the_reservation() -> None:
 
 def test_quota_objects() -> None:
     s = state()
-    q = {"metadata": {"name": "q", "namespace": "team"}, "spec": {"hard": {f"limits.{MEM}": "1500"}}}
+    q = gpu_quota(mem=1500)
     s.on_quota(q)
     s.on_pod(scheduled("a", "n1", "GPU-0,NVIDIA,1000,0:;"))
     assert not s.quota.fits("team", NVIDIA, 501, 0)

@@ -4,19 +4,19 @@ annotations (issue "Safe under a burst", item 1)."""
 from __future__ import annotations
 
 import copy
+from functools import partial
 from typing import Any
 
 import pytest
 
+from tests.builders import container, device, grant, pod, pod_devices
 from vgpu_scheduler.config import NvidiaConfig
 from vgpu_scheduler.engine.decide import Chosen, filter_annotations
 from vgpu_scheduler.engine.state import SchedulerState
-from vgpu_scheduler.model import NVIDIA, ContainerDevice, DeviceInfo, PodDevices
+from vgpu_scheduler.model import PodDevices
 from vgpu_scheduler.wire import keys
 
-
-def _gpu(uuid: str) -> DeviceInfo:
-    return DeviceInfo(id=uuid, count=10, devmem=8000, devcore=100, type="NVIDIA-A100", health=True)
+_gpu = partial(device, devmem=8000)
 
 
 def _state() -> SchedulerState:
@@ -27,7 +27,7 @@ def _state() -> SchedulerState:
 
 
 def _devices(uuid: str, mem: int) -> PodDevices:
-    return {NVIDIA: [[ContainerDevice(uuid, NVIDIA, mem, 0)]]}
+    return pod_devices([grant(uuid, usedmem=mem, usedcores=0)])
 
 
 def _chosen(node: str, uuid: str, mem: int, now: int = 200) -> Chosen:
@@ -36,15 +36,9 @@ def _chosen(node: str, uuid: str, mem: int, now: int = 200) -> Chosen:
 
 
 def _pod(annotations: dict[str, str] | None = None, node_name: str = "") -> dict[str, Any]:
-    meta = {"name": "p", "namespace": "team", "uid": "uid-p", "annotations": dict(annotations or {})}
-    pod: dict[str, Any] = {
-        "metadata": meta,
-        "spec": {"containers": [{"name": "app"}]},
-        "status": {"phase": "Pending"},
-    }
-    if node_name:
-        pod["spec"]["nodeName"] = node_name
-    return pod
+    """Pending pod `team/p` (uid `uid-p`), bound to `node_name` when one is given."""
+    return pod("p", namespace="team", uid="uid-p", annotations=dict(annotations or {}),
+               containers=[container("app")], node_name=node_name or None, phase="Pending")
 
 
 def _used(s: SchedulerState) -> dict[str, int]:

@@ -67,10 +67,15 @@ def nvlink(groups: list[list[str]], intra: int, inter: int) -> PairScores:
     ("collected", "nums", "expected"),
     [
         # 8 GPUs in two NVLink quads, collected from the end of the sorted list.
-        (["GPU-7", "GPU-6", "GPU-4", "GPU-3", "GPU-2", "GPU-1", "GPU-0"], 4, (3, 4, 5, 6)),
-        (["GPU-7", "GPU-6", "GPU-5", "GPU-4", "GPU-3", "GPU-2", "GPU-1", "GPU-0"], 4, (0, 1, 2, 3)),
-        (["GPU-7", "GPU-6", "GPU-5", "GPU-4", "GPU-3", "GPU-2", "GPU-1", "GPU-0"], 2, (0, 1)),
-        (["GPU-7", "GPU-3", "GPU-2"], 2, (1, 2)),
+        pytest.param(["GPU-7", "GPU-6", "GPU-4", "GPU-3", "GPU-2", "GPU-1", "GPU-0"], 4, (3, 4, 5, 6),
+                     id="4 of 7, GPU-5 missing: the complete quad"),
+        pytest.param(
+            ["GPU-7", "GPU-6", "GPU-5", "GPU-4", "GPU-3", "GPU-2", "GPU-1", "GPU-0"], 4, (0, 1, 2, 3),
+            id="4 of 8: the first complete quad collected",
+        ),
+        pytest.param(["GPU-7", "GPU-6", "GPU-5", "GPU-4", "GPU-3", "GPU-2", "GPU-1", "GPU-0"], 2, (0, 1),
+                     id="2 of 8: the first linked pair"),
+        pytest.param(["GPU-7", "GPU-3", "GPU-2"], 2, (1, 2), id="2 of 3: the linked pair"),
     ],
 )
 def test_best_combination_eight_gpus(collected: list[str], nums: int, expected: tuple[int, ...]) -> None:

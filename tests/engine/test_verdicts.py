@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Iterator
 from contextlib import contextmanager
+from functools import partial
 from typing import Any
 
 import pytest
@@ -19,6 +20,17 @@ from hypothesis import event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, rule
 
+from tests.builders import (
+    assigned_annotations,
+    container,
+    device,
+    gpu_quota,
+    grant,
+    pod_allocation,
+    pod_devices,
+)
+from tests.builders import gpu_container as ctr
+from tests.builders import pod as pod_object
 from vgpu_scheduler.config import NvidiaConfig
 from vgpu_scheduler.engine import decide as decide_module
 from vgpu_scheduler.engine.decide import Chosen, Decision, NoFit, NoRequest, decide
@@ -29,7 +41,7 @@ from vgpu_scheduler.engine.quota import QuotaManager
 from vgpu_scheduler.engine.requests import pod_requests
 from vgpu_scheduler.engine.state import SchedulerState
 from vgpu_scheduler.engine.verdicts import VerdictCache, pod_fingerprint, quota_token
-from vgpu_scheduler.model import NVIDIA, ContainerDevice, DeviceInfo, MigPlacement, MigProfile
+from vgpu_scheduler.model import DeviceInfo, MigPlacement, MigProfile
 from vgpu_scheduler.wire import keys
 
 CFG = NvidiaConfig()
@@ -37,59 +49,26 @@ NOW = 1764400000
 MEM = CFG.resource_memory_name
 
 
-def gpu(uuid: str, devmem: int = 8000, count: int = 4, index: int = 0, numa: int = 0,
-        health: bool = True, type_: str = "NVIDIA-A100") -> DeviceInfo:
-    return DeviceInfo(id=uuid, index=index, count=count, devmem=devmem, devcore=100, type=type_,
-                      numa=numa, health=health)
-
-
-def ctr(gpus: int = 1, mem: int | None = None, pct: int | None = None, cores: int | None = None,
-        name: str = "c") -> dict[str, Any]:
-    limits = {"nvidia.com/gpu": str(gpus)}
-    if mem is not None:
-        limits["nvidia.com/gpumem"] = str(mem)
-    if pct is not None:
-        limits["nvidia.com/gpumem-percentage"] = str(pct)
-    if cores is not None:
-        limits["nvidia.com/gpucores"] = str(cores)
-    return {"name": name, "resources": {"limits": limits}}
+gpu = partial(device, devmem=8000, count=4)
 
 
 def pending(name: str, *containers: dict[str, Any], namespace: str = "team",
             init: list[dict[str, Any]] | None = None,
             annotations: dict[str, str] | None = None) -> dict[str, Any]:
-    return {
-        "metadata": {"name": name, "namespace": namespace, "uid": f"uid-{name}",
-                     "annotations": dict(annotations or {})},
-        "spec": {"initContainers": list(init or []), "containers": list(containers)},
-        "status": {"phase": "Pending"},
-    }
+    return pod_object(name, namespace=namespace, uid=f"uid-{name}", annotations=dict(annotations or {}),
+               init_containers=list(init or []), containers=containers, phase="Pending")
 
 
 def running(name: str, node: str, uuid: str, mem: int, cores: int = 0,
             namespace: str = "team") -> dict[str, Any]:
-    return {
-        "metadata": {"name": name, "namespace": namespace, "uid": f"uid-{name}",
-                     "annotations": {keys.VGPU_NODE: node, keys.VGPU_TIME: "1",
-                                     keys.VGPU_ALLOCATED: f"{uuid},NVIDIA,{mem},{cores}:;"}},
-        "spec": {"containers": [{"name": "c"}]},
-        "status": {"phase": "Running"},
-    }
-
-
-def quota(namespace: str, mem: int | None = None, cores: int | None = None,
-          name: str = "q") -> dict[str, Any]:
-    hard: dict[str, str] = {}
-    if mem is not None:
-        hard[f"limits.{MEM}"] = str(mem)
-    if cores is not None:
-        hard[f"limits.{CFG.resource_core_name}"] = str(cores)
-    return {"metadata": {"name": name, "namespace": namespace}, "spec": {"hard": hard}}
+    """A pod on `node` using `mem` MiB and `cores` of one device."""
+    return pod_object(name, namespace=namespace, uid=f"uid-{name}",
+               annotations=assigned_annotations(node, f"{uuid},NVIDIA,{mem},{cores}:;"),
+               containers=[container("c")], phase="Running")
 
 
 def alloc(uid: str, node: str, uuid: str, mem: int, namespace: str = "team") -> PodAllocation:
-    return PodAllocation(uid=uid, namespace=namespace, name=uid, node=node,
-                         devices={NVIDIA: [[ContainerDevice(uuid, NVIDIA, mem, 0)]]})
+    return pod_allocation(uid, node, [grant(uuid, usedmem=mem, usedcores=0)], namespace=namespace)
 
 
 def run(pod: dict[str, Any], state: SchedulerState, nodes: list[str]) -> Decision:
@@ -134,7 +113,7 @@ def test_node_generation_is_never_reused_after_removal() -> None:
 
 def test_quota_generation_follows_usage_and_limits_of_its_namespace() -> None:
     q = QuotaManager.for_config(CFG)
-    devices = {NVIDIA: [[ContainerDevice("GPU-a", NVIDIA, 1000, 10)]]}
+    devices = pod_devices([grant("GPU-a", usedmem=1000, usedcores=10)])
     seen = {"x": q.generation("x"), "y": q.generation("y")}
 
     def changed() -> set[str]:
@@ -149,11 +128,11 @@ def test_quota_generation_follows_usage_and_limits_of_its_namespace() -> None:
     q.remove_usage("y", devices)  # nothing counted there
     assert changed() == set()
     assert not q.has_limits("y")
-    q.upsert_quota(quota("y", mem=5000))
+    q.upsert_quota(gpu_quota(namespace="y", mem=5000))
     assert changed() == {"y"} and q.has_limits("y")
-    q.upsert_quota(quota("y", mem=6000))
+    q.upsert_quota(gpu_quota(namespace="y", mem=6000))
     assert changed() == {"y"}
-    q.delete_quota(quota("y"))
+    q.delete_quota(gpu_quota(namespace="y"))
     assert changed() == {"y"} and not q.has_limits("y")
 
 
@@ -271,12 +250,12 @@ def test_fingerprint_is_what_the_fit_reads() -> None:
 
 def test_quota_token_ignores_namespaces_without_limits() -> None:
     q = QuotaManager.for_config(CFG)
-    q.add_usage("free", {NVIDIA: [[ContainerDevice("GPU-a", NVIDIA, 1000, 10)]]})
+    q.add_usage("free", pod_devices([grant("GPU-a", usedmem=1000, usedcores=10)]))
     assert quota_token(q, "free") is None
-    q.upsert_quota(quota("free", cores=50))
+    q.upsert_quota(gpu_quota(namespace="free", cores=50))
     token = quota_token(q, "free")
     assert token is not None
-    q.add_usage("free", {NVIDIA: [[ContainerDevice("GPU-a", NVIDIA, 1000, 10)]]})
+    q.add_usage("free", pod_devices([grant("GPU-a", usedmem=1000, usedcores=10)]))
     assert quota_token(q, "free") not in (None, token)
 
 
@@ -362,12 +341,12 @@ def test_usage_in_a_namespace_without_limits_keeps_its_verdicts(evaluated: list[
 
 def test_quota_change_invalidates_that_namespace_only(evaluated: list[str]) -> None:
     s = three_nodes()
-    s.on_quota(quota("team", mem=50000))
+    s.on_quota(gpu_quota(namespace="team", mem=50000))
     mine, theirs = pending("p", TOO_BIG), pending("o", TOO_BIG, namespace="other")
-    s.on_quota(quota("other", mem=50000))
+    s.on_quota(gpu_quota(namespace="other", mem=50000))
     reevaluated(evaluated, mine, s)
     reevaluated(evaluated, theirs, s)
-    s.on_quota(quota("team", mem=60000))
+    s.on_quota(gpu_quota(namespace="team", mem=60000))
     assert reevaluated(evaluated, theirs, s) == []
     assert reevaluated(evaluated, mine, s) == NODES
     # Usage of the namespace counts too: a pod of "team" on node a re-evaluates every node for
@@ -375,16 +354,16 @@ def test_quota_change_invalidates_that_namespace_only(evaluated: list[str]) -> N
     s.on_pod(running("r", "a", "GPU-a0", 1000))
     assert reevaluated(evaluated, mine, s) == NODES
     assert reevaluated(evaluated, theirs, s) == ["a"]
-    s.on_quota_deleted(quota("team"))
+    s.on_quota_deleted(gpu_quota(namespace="team"))
     assert reevaluated(evaluated, mine, s) == NODES
 
 
 def test_quota_verdicts_are_exact_after_the_quota_changes() -> None:
     s = three_nodes()
-    s.on_quota(quota("team", mem=500))
+    s.on_quota(gpu_quota(namespace="team", mem=500))
     pod = pending("p", ctr(mem=1000))
     assert run(pod, s, NODES) == NoFit(dict.fromkeys(NODES, "2/2 ResourceQuotaNotFit"))
-    s.on_quota(quota("team", mem=5000))
+    s.on_quota(gpu_quota(namespace="team", mem=5000))
     d = run(pod, s, NODES)
     assert isinstance(d, Chosen)
 
@@ -426,18 +405,18 @@ def _mig(uuid: str) -> DeviceInfo:
         MigProfile("1g.10gb", 9856, 14, 1, tuple(MigPlacement(i, 1) for i in range(7))),
         MigProfile("3g.40gb", 40192, 42, 3, (MigPlacement(0, 4), MigPlacement(4, 4))),
     )
-    return DeviceInfo(id=uuid, count=7, devmem=81920, devcore=100, type="NVIDIA-A100", mode="mig",
-                      health=True, mig_profiles=profiles)
+    return device(uuid, count=7, devmem=81920, mode="mig", mig_profiles=profiles)
 
 
 def _inventory(node: str, variant: int) -> list[DeviceInfo]:
     """Node inventories; variant 1 grows memory, variant 2 drops the last device."""
     base = {
-        "n0": [gpu("GPU-00", 8000, 4, 0, numa=0), gpu("GPU-01", 8000, 4, 1, numa=1)],
-        "n1": [gpu("GPU-10", 16000, 2, 0, type_="NVIDIA-H100")],
-        "n2": [gpu("GPU-20", 4000, 3, 0), gpu("GPU-21", 4000, 3, 1, health=False),
-               gpu("GPU-22", 6000, 3, 2)],
-        "n3": [_mig("GPU-30"), gpu("GPU-31", 12000, 2, 1)],
+        "n0": [gpu("GPU-00", index=0, numa=0), gpu("GPU-01", index=1, numa=1)],
+        "n1": [gpu("GPU-10", devmem=16000, count=2, index=0, type="NVIDIA-H100")],
+        "n2": [gpu("GPU-20", devmem=4000, count=3, index=0),
+               gpu("GPU-21", devmem=4000, count=3, index=1, health=False),
+               gpu("GPU-22", devmem=6000, count=3, index=2)],
+        "n3": [_mig("GPU-30"), gpu("GPU-31", devmem=12000, count=2, index=1)],
     }[node]
     if variant == 1:
         for d in base:
@@ -454,7 +433,7 @@ NAMESPACES = ["a", "b"]
 PENDING = [f"p{i}" for i in range(4)]
 RUNNING = [f"r{i}" for i in range(6)]
 
-container = st.fixed_dictionaries({
+container_spec = st.fixed_dictionaries({
     "gpus": st.sampled_from([1, 1, 2]),
     "mem": st.sampled_from([None, 2000, 5000, 9000, 15000]),
     "pct": st.sampled_from([None, None, 50]),
@@ -462,8 +441,8 @@ container = st.fixed_dictionaries({
 })
 pod_spec = st.fixed_dictionaries({
     "namespace": st.sampled_from(NAMESPACES),
-    "init": st.lists(container, max_size=1),
-    "app": st.lists(container, min_size=1, max_size=2),
+    "init": st.lists(container_spec, max_size=1),
+    "app": st.lists(container_spec, min_size=1, max_size=2),
     "annotations": st.dictionaries(
         st.sampled_from([keys.GPU_SCHEDULER_POLICY, keys.NUMA_BIND, keys.USE_GPUTYPE,
                          keys.NOUSE_GPUUUID, keys.NODE_SCHEDULER_POLICY]),
@@ -476,7 +455,7 @@ pod_spec = st.fixed_dictionaries({
 
 def _pending_pod(name: str, spec: dict[str, Any]) -> dict[str, Any]:
     def one(i: int, c: dict[str, Any]) -> dict[str, Any]:
-        return ctr(c["gpus"], c["mem"], c["pct"], c["cores"], name=f"c{i}")
+        return ctr(f"c{i}", gpus=c["gpus"], mem=c["mem"], pct=c["pct"], cores=c["cores"])
 
     return pending(name, *[one(i, c) for i, c in enumerate(spec["app"])], namespace=spec["namespace"],
                    init=[one(i, c) for i, c in enumerate(spec["init"])], annotations=spec["annotations"])
@@ -536,9 +515,9 @@ class CachedDecisionMachine(RuleBasedStateMachine):
           cores=st.sampled_from([None, 50, 150]))
     def set_quota(self, namespace: str, mem: int | None, cores: int | None) -> None:
         if mem is None and cores is None:
-            self.state.on_quota_deleted(quota(namespace))
+            self.state.on_quota_deleted(gpu_quota(namespace=namespace))
         else:
-            self.state.on_quota(quota(namespace, mem, cores))
+            self.state.on_quota(gpu_quota(namespace=namespace, mem=mem, cores=cores))
 
     @rule(name=st.sampled_from(PENDING), spec=pod_spec)
     def pending_pod_changes(self, name: str, spec: dict[str, Any]) -> None:

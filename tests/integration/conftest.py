@@ -35,7 +35,6 @@ from vgpu_scheduler.wire.allocation import decode_pod_devices
 from vgpu_scheduler.wire.jsonpatch import apply_patch
 
 TOKEN = "integration-token"
-GIB = 1024
 MIB_BYTES = 1024 * 1024
 
 Obj = dict[str, Any]
@@ -43,88 +42,12 @@ Usage = tuple[int, int, int]  # (used, usedmem, usedcores) of one device
 
 
 class It:
-    """Object builders, polling and ledger/metrics readers shared by the integration tests."""
+    """Admission reviews, polling and ledger/metrics readers shared by the integration tests
+    (the objects come from tests/builders.py)."""
 
     TOKEN = TOKEN
 
-    # -- objects --------------------------------------------------------------------------------
-
-    @staticmethod
-    def uuid(node: str, i: int) -> str:
-        return f"GPU-{node}-{i}"
-
-    @staticmethod
-    def gpu_node(
-        name: str,
-        gpus: int = 2,
-        count: int = 10,
-        devmem: int = 24 * GIB,
-        devcore: int = 100,
-        **annotations: str,
-    ) -> Obj:
-        """A node as HAMi's v2.10 device plugin leaves it: JSON inventory, allocatable GPUs, no handshake."""
-        inventory = [
-            {
-                "id": It.uuid(name, i),
-                "index": i,
-                "count": count,
-                "devmem": devmem,
-                "devcore": devcore,
-                "type": "NVIDIA-A10",
-                "numa": 0,
-                "mode": "hami-core",
-                "health": True,
-            }
-            for i in range(gpus)
-        ]
-        return {
-            "apiVersion": "v1",
-            "kind": "Node",
-            "metadata": {
-                "name": name,
-                "labels": {"kubernetes.io/hostname": name},
-                "annotations": {keys.NODE_NVIDIA_REGISTER: json.dumps(inventory), **annotations},
-            },
-            "status": {"allocatable": {"cpu": "16", "nvidia.com/gpu": str(gpus * count), "pods": "110"}},
-        }
-
-    @staticmethod
-    def cpu_node(name: str) -> Obj:
-        return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}}
-
-    @staticmethod
-    def gpu_pod(name: str, *, nums: int = 1, mem: int | None = None, cores: int | None = None) -> Obj:
-        limits = {"nvidia.com/gpu": str(nums)}
-        if mem is not None:
-            limits["nvidia.com/gpumem"] = str(mem)
-        if cores is not None:
-            limits["nvidia.com/gpucores"] = str(cores)
-        return {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {"name": name, "namespace": "default"},
-            "spec": {
-                "schedulerName": "hami-scheduler",
-                "containers": [{"name": "cuda", "image": "cuda", "resources": {"limits": limits}}],
-            },
-        }
-
-    @staticmethod
-    def placed_pod(name: str, node: str, allocated: str) -> Obj:
-        """A pod some earlier scheduler placed and the plugin admitted (annotations as HAMi writes them)."""
-        pod = It.gpu_pod(name)
-        pod["metadata"]["labels"] = {keys.VGPU_NODE: node}
-        pod["metadata"]["annotations"] = {
-            keys.VGPU_NODE: node,
-            keys.VGPU_TIME: "1795000000",
-            keys.VGPU_ALLOCATED: allocated,
-            keys.VGPU_TO_ALLOCATE: ";",
-            keys.BIND_PHASE: keys.BIND_PHASE_SUCCESS,
-            keys.BIND_TIME: "1795000000",
-        }
-        pod["spec"]["nodeName"] = node
-        pod["status"] = {"phase": "Running"}
-        return pod
+    # -- admission ------------------------------------------------------------------------------
 
     @staticmethod
     def review(pod: Mapping[str, Any], version: str = "v1", uid: str = "") -> Obj:

@@ -11,18 +11,15 @@ from typing import Any
 
 import pytest
 
+from tests.builders import gpu_container, gpu_node, gpu_pod, gpu_uuid, placed_pod, pod
 from vgpu_scheduler.cluster.memory import MemoryCluster
 
 MIB = 1 << 20
 
 
 def _pod(**spec: Any) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": "x", "namespace": "default", "uid": "uid-x"},
-        "spec": spec or {"containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]},
-    }
+    """Pod default/x (uid-x) with `spec`, by default one container asking for one GPU."""
+    return pod("x", uid="uid-x", typed=True, spec=spec or {"containers": [gpu_container()]})
 
 
 def _review(**request: Any) -> bytes:
@@ -254,8 +251,8 @@ CASES = [
 async def test_bad_request_gets_the_documented_answer(
     case: Case, it: Any, cluster: MemoryCluster, launch: Any
 ) -> None:
-    cluster.create("nodes", it.gpu_node("gpu-a"))
-    cluster.create("pods", it.gpu_pod("real", mem=1000), namespace="default")
+    cluster.create("nodes", gpu_node("gpu-a"))
+    cluster.create("pods", gpu_pod("real", mem=1000), namespace="default")
     cluster.seed_from_list([_pod()])  # the pod the filter cases name, with its uid
     stack = await launch()
     # A file-like body: aiohttp streams it (raw bytes over 1 MiB would warn about blocking the loop).
@@ -290,18 +287,18 @@ async def test_bad_request_gets_the_documented_answer(
 async def test_broken_node_annotation_only_takes_that_node_out(
     register: str, it: Any, cluster: MemoryCluster, launch: Any
 ) -> None:
-    cluster.create("nodes", it.gpu_node("gpu-a"))
-    broken = it.gpu_node("gpu-broken")
+    cluster.create("nodes", gpu_node("gpu-a"))
+    broken = gpu_node("gpu-broken")
     broken["metadata"]["annotations"]["hami.io/node-nvidia-register"] = register
     cluster.create("nodes", broken)
     stack = await launch()
     assert set(it.usage(stack.process)) == {"gpu-a"}
-    pod = cluster.create("pods", it.gpu_pod("p", mem=1000), namespace="default")
+    pod = cluster.create("pods", gpu_pod("p", mem=1000), namespace="default")
     result = await stack.filter(pod, ["gpu-broken", "gpu-a"])
     assert result["NodeNames"] == ["gpu-a"] and result["Error"] == ""
     assert await stack.bind(pod, "gpu-a") == ""
     # Asked for the broken node alone: it is simply not a candidate.
-    other = cluster.create("pods", it.gpu_pod("q", mem=1000), namespace="default")
+    other = cluster.create("pods", gpu_pod("q", mem=1000), namespace="default")
     assert (await stack.filter(other, ["gpu-broken"]))["FailedNodes"] == {"gpu-broken": "node unregistered"}
     assert await stack.healthz() == 200
 
@@ -317,11 +314,11 @@ async def test_broken_node_annotation_only_takes_that_node_out(
 async def test_broken_pod_allocation_is_ignored_others_counted(
     allocated: str, it: Any, cluster: MemoryCluster, launch: Any
 ) -> None:
-    cluster.create("nodes", it.gpu_node("gpu-a"))
-    a0, a1 = it.uuid("gpu-a", 0), it.uuid("gpu-a", 1)
-    cluster.create("pods", it.placed_pod("good", "gpu-a", f"{a0},NVIDIA,1000,10:;"), namespace="default")
-    cluster.create("pods", it.placed_pod("bad", "gpu-a", allocated), namespace="default")
-    cluster.create("pods", it.placed_pod("good2", "gpu-a", f"{a1},NVIDIA,2000,20:;"), namespace="default")
+    cluster.create("nodes", gpu_node("gpu-a"))
+    a0, a1 = gpu_uuid("gpu-a", 0), gpu_uuid("gpu-a", 1)
+    cluster.create("pods", placed_pod("good", "gpu-a", f"{a0},NVIDIA,1000,10:;"), namespace="default")
+    cluster.create("pods", placed_pod("bad", "gpu-a", allocated), namespace="default")
+    cluster.create("pods", placed_pod("good2", "gpu-a", f"{a1},NVIDIA,2000,20:;"), namespace="default")
     stack = await launch()
     assert it.usage(stack.process) == {"gpu-a": [(1, 1000, 10), (1, 2000, 20)]}
     metrics = await stack.metrics()
@@ -344,6 +341,6 @@ async def test_broken_pod_allocation_is_ignored_others_counted(
     await it.eventually(
         lambda: it.usage(stack.process) == {"gpu-a": [(1, 3000, 30), (1, 2000, 20)]}, "the repaired pod"
     )
-    pod = cluster.create("pods", it.gpu_pod("new", mem=1000), namespace="default")
+    pod = cluster.create("pods", gpu_pod("new", mem=1000), namespace="default")
     assert (await stack.filter(pod, ["gpu-a"]))["NodeNames"] == ["gpu-a"]
     assert await stack.healthz() == 200

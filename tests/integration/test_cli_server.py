@@ -13,6 +13,8 @@ from typing import Any
 import aiohttp
 import pytest
 
+from tests.builders import gpu_pod
+
 PYTHON = sys.executable
 SCRIPT = str(Path(sys.executable).with_name("vgpu-scheduler"))  # the installed console script
 
@@ -55,7 +57,7 @@ async def test_serves_the_demo_cluster_and_exits_0_on_sigterm(it: Any, tmp_path:
 
             await it.eventually(up, "the server to listen", timeout=20)
             # The filter only places pods the cluster has: create it through the embedded API.
-            pod = it.gpu_pod("demo-pod", mem=4000, cores=25)
+            pod = gpu_pod("demo-pod", mem=4000, cores=25)
             api = f"http://127.0.0.1:{api_port}/api/v1/namespaces/default/pods"
             async with session.post(api, json=pod) as resp:
                 assert resp.status == 201, await resp.text()

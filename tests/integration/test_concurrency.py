@@ -7,6 +7,7 @@ import asyncio
 import random
 from typing import Any
 
+from tests.builders import gpu_node, gpu_pod, gpu_uuid
 from vgpu_scheduler.cluster.client import KubeClient
 from vgpu_scheduler.cluster.embedded.deviceplugin import BackgroundDevicePlugin, SimDevicePlugin
 from vgpu_scheduler.cluster.memory import MemoryCluster
@@ -34,13 +35,13 @@ async def test_fifty_pods_at_once_never_overcommit(
     it: Any, cluster: MemoryCluster, launch: Any, plugin: BackgroundDevicePlugin
 ) -> None:
     for name in NODES:
-        cluster.create("nodes", it.gpu_node(name, gpus=2, count=COUNT, devmem=DEVMEM, devcore=DEVCORE))
+        cluster.create("nodes", gpu_node(name, gpus=2, count=COUNT, devmem=DEVMEM, devcore=DEVCORE))
     stack = await launch(node_lock_retry_timeout=20.0)
     pods = []
     for i in range(50):
         nums, mem, cores = SHAPES[i % len(SHAPES)]
         pods.append(
-            cluster.create("pods", it.gpu_pod(f"p{i:02}", nums=nums, mem=mem, cores=cores), "default")
+            cluster.create("pods", gpu_pod(f"p{i:02}", gpus=nums, mem=mem, cores=cores), "default")
         )
 
     async def schedule(pod: dict[str, Any]) -> tuple[str, Any]:
@@ -84,7 +85,7 @@ async def test_fifty_pods_at_once_never_overcommit(
 
     # The invariant, from the API's pods alone: Σ over each device ≤ its capacity.
     per_device = it.annotated_usage(final)
-    devices = {it.uuid(n, i) for n in NODES for i in range(2)}
+    devices = {gpu_uuid(n, i) for n in NODES for i in range(2)}
     assert set(per_device) <= devices
     for uuid, (pods_on, mem, cores) in per_device.items():
         assert pods_on <= COUNT and mem <= DEVMEM and cores <= DEVCORE, (uuid, pods_on, mem, cores)
@@ -99,11 +100,11 @@ async def test_fifty_pods_at_once_never_overcommit(
 
 
 async def test_two_replicas_racing_for_one_node_lock(it: Any, cluster: MemoryCluster, launch: Any) -> None:
-    cluster.create("nodes", it.gpu_node("n1"))
+    cluster.create("nodes", gpu_node("n1"))
     first = await launch(node_lock_retry_timeout=0.0)
     second = await launch(node_lock_retry_timeout=0.0)
-    a = cluster.create("pods", it.gpu_pod("a", mem=1000, cores=10), "default")
-    b = cluster.create("pods", it.gpu_pod("b", mem=1000, cores=10), "default")
+    a = cluster.create("pods", gpu_pod("a", mem=1000, cores=10), "default")
+    b = cluster.create("pods", gpu_pod("b", mem=1000, cores=10), "default")
     assert (await first.filter(a, ["n1"]))["NodeNames"] == ["n1"]
     assert (await second.filter(b, ["n1"]))["NodeNames"] == ["n1"]
 
@@ -146,11 +147,11 @@ async def test_two_replicas_racing_for_one_node_lock(it: Any, cluster: MemoryClu
 async def test_two_replicas_waiting_for_the_lock_both_bind(
     it: Any, cluster: MemoryCluster, launch: Any, plugin: BackgroundDevicePlugin
 ) -> None:
-    cluster.create("nodes", it.gpu_node("n1"))
+    cluster.create("nodes", gpu_node("n1"))
     first = await launch(node_lock_retry_timeout=5.0)
     second = await launch(node_lock_retry_timeout=5.0)
-    a = cluster.create("pods", it.gpu_pod("a", mem=1000), "default")
-    b = cluster.create("pods", it.gpu_pod("b", mem=1000), "default")
+    a = cluster.create("pods", gpu_pod("a", mem=1000), "default")
+    b = cluster.create("pods", gpu_pod("b", mem=1000), "default")
     assert (await first.filter(a, ["n1"]))["NodeNames"] == ["n1"]
     assert (await second.filter(b, ["n1"]))["NodeNames"] == ["n1"]
     assert list(await asyncio.gather(first.bind(a, "n1"), second.bind(b, "n1"))) == ["", ""]
@@ -168,10 +169,10 @@ async def test_schedule_while_deleting_and_cutting_watches(
     no device is over-committed, the ledger equals one rebuilt from the API, and no lock is left."""
     rng = random.Random(20261129)
     for name in NODES:
-        cluster.create("nodes", it.gpu_node(name, gpus=2, count=COUNT, devmem=DEVMEM, devcore=DEVCORE))
+        cluster.create("nodes", gpu_node(name, gpus=2, count=COUNT, devmem=DEVMEM, devcore=DEVCORE))
     stack = await launch(node_lock_retry_timeout=20.0)
     pods = [
-        cluster.create("pods", it.gpu_pod(f"c{i:02}", nums=n, mem=m, cores=c), "default")
+        cluster.create("pods", gpu_pod(f"c{i:02}", gpus=n, mem=m, cores=c), "default")
         for i, (n, m, c) in enumerate(SHAPES[i % len(SHAPES)] for i in range(40))
     ]
     delays = [rng.uniform(0, 0.5) for _ in pods]

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from tests.builders import gpu_node, gpu_pod
 from vgpu_scheduler.cluster.memory import MemoryCluster
 
 NODES = ["n1", "n2"]
@@ -18,11 +19,11 @@ async def test_a_flood_of_filters_for_unknown_pods_reserves_nothing(
     it: Any, cluster: MemoryCluster, launch: Any
 ) -> None:
     for name in NODES:
-        cluster.create("nodes", it.gpu_node(name, gpus=2, count=1))  # 4 whole GPUs in all
+        cluster.create("nodes", gpu_node(name, gpus=2, count=1))  # 4 whole GPUs in all
     stack = await launch()
 
     def ghost(i: int) -> dict[str, Any]:
-        pod = it.gpu_pod(f"ghost-{i}")
+        pod = gpu_pod(f"ghost-{i}")
         pod["metadata"]["uid"] = f"ghost-uid-{i}"
         return pod
 
@@ -31,7 +32,7 @@ async def test_a_flood_of_filters_for_unknown_pods_reserves_nothing(
     assert all(a["NodeNames"] is None for a in answers)
     assert all(used == 0 for devices in it.usage(stack.process).values() for used, _, _ in devices)
 
-    real = cluster.create("pods", it.gpu_pod("real"), "default")
+    real = cluster.create("pods", gpu_pod("real"), "default")
     await it.eventually(lambda: stack.process.pods.store.get("default", "real") is not None, "the watch")
     result = await stack.filter(real, NODES)
     assert result["Error"] == "" and result["NodeNames"] in (["n1"], ["n2"])

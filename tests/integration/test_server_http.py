@@ -8,6 +8,7 @@ import socket
 from datetime import datetime
 from typing import Any
 
+from tests.builders import api_pod, container, gpu_node, gpu_pod, gpu_quota, gpu_uuid, node, pod
 from vgpu_scheduler.cluster.embedded.deviceplugin import BackgroundDevicePlugin
 from vgpu_scheduler.cluster.fakeapi import FakeApiServer
 from vgpu_scheduler.cluster.memory import MemoryCluster
@@ -29,10 +30,10 @@ def _series(metrics: dict[str, Any], name: str, **match: str) -> dict[str, float
 async def test_pod_life_end_to_end(
     it: Any, cluster: MemoryCluster, api: FakeApiServer, launch: Any, plugin: BackgroundDevicePlugin
 ) -> None:
-    cluster.create("nodes", it.gpu_node("gpu-a"))
-    cluster.create("nodes", it.cpu_node("cpu-a"))
+    cluster.create("nodes", gpu_node("gpu-a"))
+    cluster.create("nodes", node("cpu-a", typed=True))
     stack = await launch()
-    a0, a1 = it.uuid("gpu-a", 0), it.uuid("gpu-a", 1)
+    a0, a1 = gpu_uuid("gpu-a", 0), gpu_uuid("gpu-a", 1)
 
     # Registration: the inventory is in the ledger and the scheduler stamped the handshake.
     assert it.usage(stack.process) == {"gpu-a": [(0, 0, 0), (0, 0, 0)]}
@@ -51,7 +52,7 @@ async def test_pod_life_end_to_end(
     assert _series(metrics, "hami_gpu_memory_allocated_bytes", node="gpu-a") == {a0: 0, a1: 0}
 
     # Webhook, AdmissionReview v1: a shared GPU pod without a scheduler name is taken over.
-    shared = it.gpu_pod("shared", mem=3000, cores=30)
+    shared = gpu_pod("shared", mem=3000, cores=30)
     del shared["spec"]["schedulerName"]
     answer = await stack.post("/webhook", it.review(shared, "v1", uid="uid-v1"))
     assert answer["apiVersion"] == "admission.k8s.io/v1"
@@ -61,7 +62,7 @@ async def test_pod_life_end_to_end(
     shared = cluster.create("pods", shared, namespace="default")
 
     # Webhook, AdmissionReview v1beta1 (what the chart registers): a whole-card pod gets gpucores=100.
-    whole = it.gpu_pod("whole")
+    whole = gpu_pod("whole")
     answer = await stack.post("/webhook", it.review(whole, "v1beta1", uid="uid-v1beta1"))
     assert answer["apiVersion"] == "admission.k8s.io/v1beta1"
     assert answer["response"]["uid"] == "uid-v1beta1" and answer["response"]["allowed"] is True
@@ -171,17 +172,17 @@ async def test_pod_life_end_to_end(
 async def test_filter_without_devices_unregistered_and_unfit(
     it: Any, cluster: MemoryCluster, launch: Any
 ) -> None:
-    cluster.create("nodes", it.gpu_node("gpu-a"))
+    cluster.create("nodes", gpu_node("gpu-a"))
     stack = await launch()
     plain = cluster.create(
         "pods",
-        {"metadata": {"name": "plain", "namespace": "default"}, "spec": {"containers": [{"name": "c"}]}},
+        pod("plain", containers=[container("c")]),
         namespace="default",
     )
     result = await stack.filter(plain, ["gpu-a", "elsewhere"])
     assert result["NodeNames"] == ["gpu-a", "elsewhere"] and result["FailedNodes"] is None
 
-    huge = cluster.create("pods", it.gpu_pod("huge", mem=99_999), namespace="default")
+    huge = cluster.create("pods", gpu_pod("huge", mem=99_999), namespace="default")
     result = await stack.filter(huge, ["gpu-a", "elsewhere"])
     assert result["NodeNames"] is None and result["Error"] == ""
     assert result["FailedNodes"] == {"gpu-a": "2/2 CardInsufficientMemory", "elsewhere": "node unregistered"}
@@ -197,10 +198,10 @@ async def test_filter_without_devices_unregistered_and_unfit(
 async def test_node_added_while_running_is_registered(it: Any, cluster: MemoryCluster, launch: Any) -> None:
     stack = await launch()
     assert it.usage(stack.process) == {}
-    cluster.create("nodes", it.gpu_node("late", gpus=1))
+    cluster.create("nodes", gpu_node("late", gpus=1))
     # A node add wakes the registration loop (no 15 s wait).
     await it.eventually(lambda: "late" in it.usage(stack.process), "the new node's registration")
-    pod = cluster.create("pods", it.gpu_pod("p", mem=1000), namespace="default")
+    pod = cluster.create("pods", gpu_pod("p", mem=1000), namespace="default")
     assert (await stack.filter(pod, ["late"]))["NodeNames"] == ["late"]
     cluster.delete("nodes", "late")
     await it.eventually(lambda: "late" not in it.usage(stack.process), "the node's removal")
@@ -213,9 +214,9 @@ async def test_filter_for_a_pod_already_deleted_reserves_nothing(
     """kube-scheduler's cache can lag ours: it may filter a pod whose deletion we have already seen.
     No pod event will ever come for it again, so a reservation made now would hold the devices
     forever (HAMi's filter-time patch fails with NotFound instead, and rolls back)."""
-    cluster.create("nodes", it.gpu_node("gpu-a"))
+    cluster.create("nodes", gpu_node("gpu-a"))
     stack = await launch()
-    pod = cluster.create("pods", it.gpu_pod("gone", mem=8000), namespace="default")
+    pod = cluster.create("pods", gpu_pod("gone", mem=8000), namespace="default")
     store = stack.process.pods.store
     await it.eventually(lambda: store.get("default", "gone") is not None, "the pod in the informer")
     cluster.delete("pods", "gone", "default", grace_period_seconds=0)
@@ -225,7 +226,7 @@ async def test_filter_for_a_pod_already_deleted_reserves_nothing(
     assert result["NodeNames"] is None and result["Error"] == 'pods "gone" not found'
     assert it.usage(stack.process) == {"gpu-a": [(0, 0, 0), (0, 0, 0)]}
     # A new pod with the same name is another object (another uid): it schedules normally.
-    again = cluster.create("pods", it.gpu_pod("gone", mem=8000), namespace="default")
+    again = cluster.create("pods", gpu_pod("gone", mem=8000), namespace="default")
     assert (await stack.filter(again, ["gpu-a"]))["NodeNames"] == ["gpu-a"]
 
 
@@ -239,16 +240,9 @@ def _lease(holder: str, duration: int = 15) -> dict[str, Any]:
 
 
 def _scheduler_pod(name: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {
-            "name": name,
-            "namespace": "hami-system",
-            "labels": {"app.kubernetes.io/component": "hami-scheduler", "hami.io/webhook": "ignore"},
-        },
-        "spec": {"containers": [{"name": "vgpu-scheduler-extender", "image": "x"}]},
-    }
+    labels = {"app.kubernetes.io/component": "hami-scheduler", "hami.io/webhook": "ignore"}
+    return api_pod(name, namespace="hami-system", labels=labels,
+                   containers=[container("vgpu-scheduler-extender", image="x")])
 
 
 async def test_leadership_follows_the_lease(
@@ -259,7 +253,7 @@ async def test_leadership_follows_the_lease(
     me = socket.gethostname()
     monkeypatch.setenv("POD_NAME", "sched-0")
     monkeypatch.setenv("POD_NAMESPACE", "hami-system")
-    cluster.create("nodes", it.gpu_node("gpu-a"))
+    cluster.create("nodes", gpu_node("gpu-a"))
     cluster.create("leases", _lease(f"{me}_4b2c"), namespace="hami-system")
     for name in ("sched-0", "sched-1"):
         cluster.create("pods", _scheduler_pod(name), namespace="hami-system")
@@ -269,7 +263,7 @@ async def test_leadership_follows_the_lease(
         leader_elect_resource_namespace="hami-system",
     )
     stack.process.extender.sync_wait = 0.2  # how long a filter waits for `synced` (30 s in production)
-    pod = cluster.create("pods", it.gpu_pod("p", mem=1000), namespace="default")
+    pod = cluster.create("pods", gpu_pod("p", mem=1000), namespace="default")
     assert (await stack.filter(pod, ["gpu-a"]))["NodeNames"] == ["gpu-a"]
 
     def roles() -> dict[str, str]:
@@ -296,22 +290,17 @@ async def test_resource_quota_from_the_api_limits_webhook_and_filter(
 ) -> None:
     """§5.8 end to end: a ResourceQuota seen through the informer caps namespace GPU memory at
     admission and at filter time, and raising it through the API lifts the cap."""
-    cluster.create("nodes", it.gpu_node("gpu-a"))
-    quota = {
-        "apiVersion": "v1",
-        "kind": "ResourceQuota",
-        "metadata": {"name": "gpu", "namespace": "default"},
-        "spec": {"hard": {"limits.nvidia.com/gpumem": "4000"}},
-    }
+    cluster.create("nodes", gpu_node("gpu-a"))
+    quota = gpu_quota(mem=4000, name="gpu", namespace="default")
     cluster.create("resourcequotas", quota, namespace="default")
     stack = await launch()
-    first = it.gpu_pod("first", mem=3000)
+    first = gpu_pod("first", mem=3000)
     assert (await stack.post("/webhook", it.review(first)))["response"]["allowed"] is True
     first = cluster.create("pods", first, namespace="default")
     assert (await stack.filter(first, ["gpu-a"]))["NodeNames"] == ["gpu-a"]
     assert await stack.bind(first, "gpu-a") == ""
 
-    second = it.gpu_pod("second", mem=3000)
+    second = gpu_pod("second", mem=3000)
     answer = await stack.post("/webhook", it.review(second))
     assert answer["response"]["allowed"] is False
     assert answer["response"]["status"] == {
@@ -333,7 +322,7 @@ async def test_resource_quota_from_the_api_limits_webhook_and_filter(
     )
 
     async def allowed() -> bool:
-        answer = await stack.post("/webhook", it.review(it.gpu_pod("third", mem=3000)))
+        answer = await stack.post("/webhook", it.review(gpu_pod("third", mem=3000)))
         return bool(answer["response"]["allowed"])
 
     await it.eventually(allowed, "the raised quota")
@@ -345,14 +334,14 @@ async def test_init_and_sidecar_containers_through_the_device_plugin(
 ) -> None:
     """§4.5 padding end to end: one entry per container, init first, so the plugin's per-container
     Allocate calls consume exactly what kubelet asks for, and the bind phase ends `success`."""
-    cluster.create("nodes", it.gpu_node("gpu-a"))
+    cluster.create("nodes", gpu_node("gpu-a"))
     stack = await launch()
 
     def gpu(name: str, mem: int) -> dict[str, Any]:
         limits = {"nvidia.com/gpu": "1", "nvidia.com/gpumem": str(mem), "nvidia.com/gpucores": "10"}
         return {"name": name, "image": "cuda", "resources": {"limits": limits}}
 
-    pod = it.gpu_pod("multi")
+    pod = gpu_pod("multi")
     pod["spec"]["initContainers"] = [gpu("warmup", 3000)]
     pod["spec"]["containers"] = [{"name": "sidecar", "image": "envoy"}, gpu("app", 2000), gpu("aux", 1000)]
     pod = cluster.create("pods", pod, namespace="default")
@@ -382,13 +371,13 @@ async def test_init_and_sidecar_containers_through_the_device_plugin(
 async def test_node_label_selector_limits_registration(it: Any, cluster: MemoryCluster, launch: Any) -> None:
     """--node-label-selector: only matching nodes are registered; a node labelled later joins, one
     unlabelled leaves."""
-    selected = it.gpu_node("gpu-a")
+    selected = gpu_node("gpu-a")
     selected["metadata"]["labels"]["gpu"] = "on"
     cluster.create("nodes", selected)
-    cluster.create("nodes", it.gpu_node("gpu-b"))
+    cluster.create("nodes", gpu_node("gpu-b"))
     stack = await launch(node_label_selector={"gpu": "on"})
     assert set(it.usage(stack.process)) == {"gpu-a"}
-    pod = cluster.create("pods", it.gpu_pod("p", mem=1000), namespace="default")
+    pod = cluster.create("pods", gpu_pod("p", mem=1000), namespace="default")
     result = await stack.filter(pod, ["gpu-b"])
     assert result["FailedNodes"] == {"gpu-b": "node unregistered"}
     cluster.patch("nodes", "gpu-b", {"metadata": {"labels": {"gpu": "on"}}})
@@ -400,9 +389,9 @@ async def test_node_label_selector_limits_registration(it: Any, cluster: MemoryC
 
 
 async def test_legacy_metrics_names(it: Any, cluster: MemoryCluster, launch: Any) -> None:
-    cluster.create("nodes", it.gpu_node("gpu-a"))
+    cluster.create("nodes", gpu_node("gpu-a"))
     stack = await launch(legacy_metrics=True)
     metrics = await stack.metrics()
     assert "hami_gpu_memory_limit_bytes" in metrics and "hami_build_info" in metrics
     legacy = {labels["deviceuuid"]: v for labels, v in metrics["GPUDeviceMemoryLimit"]}
-    assert legacy == {it.uuid("gpu-a", 0): 24 * 1024 * MIB, it.uuid("gpu-a", 1): 24 * 1024 * MIB}
+    assert legacy == {gpu_uuid("gpu-a", 0): 24 * 1024 * MIB, gpu_uuid("gpu-a", 1): 24 * 1024 * MIB}

@@ -13,6 +13,7 @@ from typing import Any
 import aiohttp
 import trustme
 
+from tests.builders import gpu_node, gpu_pod
 from vgpu_scheduler.cluster.fakeapi import serve
 from vgpu_scheduler.cluster.memory import MemoryCluster
 from vgpu_scheduler.scheduler.options import SchedulerOptions
@@ -49,12 +50,12 @@ async def test_https_filter_and_certificate_rotation(
     crt, key = _write_pair(ca, tmp_path, "first")
     client_ctx = ssl.create_default_context()
     ca.configure_trust(client_ctx)
-    cluster.create("nodes", it.gpu_node("gpu-a"))
+    cluster.create("nodes", gpu_node("gpu-a"))
     stack = await launch(cert_file=str(crt), key_file=str(key), scheme="https", ssl=client_ctx)
     assert stack.url.startswith("https://")
     port = int(stack.url.rsplit(":", 1)[1])
 
-    pod = cluster.create("pods", it.gpu_pod("p", mem=1000), namespace="default")
+    pod = cluster.create("pods", gpu_pod("p", mem=1000), namespace="default")
     assert (await stack.filter(pod, ["gpu-a"]))["NodeNames"] == ["gpu-a"]
     assert await stack.healthz() == 200
     assert await _served_common_name(port, client_ctx) == "first"
@@ -105,7 +106,7 @@ async def test_api_server_over_tls_with_client_certificate(it: Any, tmp_path: Pa
     client.private_key_pem.write_to_path(str(tmp_path / "client.key"))
 
     cluster = MemoryCluster(seed=3)
-    cluster.create("nodes", it.gpu_node("gpu-a"))
+    cluster.create("nodes", gpu_node("gpu-a"))
     api = await serve(cluster, "127.0.0.1", 0, ssl=server_ctx, token="nobody-has-this-token")
     kubeconfig = tmp_path / "kubeconfig"
     kubeconfig.write_text(
@@ -139,7 +140,7 @@ async def test_api_server_over_tls_with_client_certificate(it: Any, tmp_path: Pa
     running = await asyncio.wait_for(start(opts), 10)
     try:
         port = running.runners[1].addresses[0][1]
-        pod = cluster.create("pods", it.gpu_pod("p", mem=1000), namespace="default")
+        pod = cluster.create("pods", gpu_pod("p", mem=1000), namespace="default")
         async with aiohttp.ClientSession() as session:
             body = {"Pod": pod, "NodeNames": ["gpu-a"]}
             async with session.post(f"http://127.0.0.1:{port}/filter", json=body) as resp:

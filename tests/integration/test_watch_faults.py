@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from tests.builders import gpu_node, gpu_pod, gpu_uuid, node, placed_pod
 from vgpu_scheduler.cluster.embedded.deviceplugin import BackgroundDevicePlugin
 from vgpu_scheduler.cluster.fakeapi import serve
 from vgpu_scheduler.cluster.memory import MemoryCluster
@@ -18,7 +19,7 @@ from vgpu_scheduler.wire import keys
 async def _place(
     it: Any, stack: Any, cluster: MemoryCluster, name: str, mem: int, cores: int
 ) -> dict[str, Any]:
-    pod = cluster.create("pods", it.gpu_pod(name, mem=mem, cores=cores), namespace="default")
+    pod = cluster.create("pods", gpu_pod(name, mem=mem, cores=cores), namespace="default")
     assert (await stack.filter(pod, ["gpu-a"]))["NodeNames"] == ["gpu-a"]
     assert await stack.bind(pod, "gpu-a") == ""
     return dict(pod)
@@ -34,7 +35,7 @@ def _admitted(cluster: MemoryCluster, *names: str) -> bool:
 async def test_changes_while_the_watch_is_down_are_not_lost(
     it: Any, cluster: MemoryCluster, launch: Any, plugin: BackgroundDevicePlugin, gone: bool
 ) -> None:
-    cluster.create("nodes", it.gpu_node("gpu-a"))
+    cluster.create("nodes", gpu_node("gpu-a"))
     stack = await launch()
     process = stack.process
     for name, mem, cores in (("p1", 1000, 10), ("p2", 2000, 20), ("p3", 3000, 30)):
@@ -42,7 +43,7 @@ async def test_changes_while_the_watch_is_down_are_not_lost(
         await it.eventually(lambda n=name: _admitted(cluster, n), f"the plugin to admit {name}")
     await it.eventually(lambda: it.usage(process) == it.rebuilt_usage(cluster, process), "a consistent start")
     # A reservation made just before the cut: filtered, not bound yet (kube-scheduler is between verbs).
-    p5 = cluster.create("pods", it.gpu_pod("p5", mem=500, cores=5), namespace="default")
+    p5 = cluster.create("pods", gpu_pod("p5", mem=500, cores=5), namespace="default")
     assert (await stack.filter(p5, ["gpu-a"]))["NodeNames"] == ["gpu-a"]
     errors_before = {r.name: r.stats.errors for r in process.reflectors}
     relists_before = {r.name: r.stats.relists_after_gone for r in process.reflectors}
@@ -54,9 +55,9 @@ async def test_changes_while_the_watch_is_down_are_not_lost(
     cluster.patch(
         "pods", "p2", {"status": {"phase": "Succeeded"}}, "default", subresource="status"
     )  # terminal
-    a0 = it.uuid("gpu-a", 0)
-    cluster.create("pods", it.placed_pod("p4", "gpu-a", f"{a0},NVIDIA,4000,40:;"), namespace="default")  # new
-    cluster.create("nodes", it.gpu_node("gpu-b", gpus=1))  # a node added meanwhile
+    a0 = gpu_uuid("gpu-a", 0)
+    cluster.create("pods", placed_pod("p4", "gpu-a", f"{a0},NVIDIA,4000,40:;"), namespace="default")  # new
+    cluster.create("nodes", gpu_node("gpu-b", gpus=1))  # a node added meanwhile
     if gone:
         cluster.compact()  # the history is gone: resuming from the old resourceVersion answers 410
 
@@ -109,18 +110,18 @@ async def test_changes_while_the_watch_is_down_are_not_lost(
 async def test_bookmarks_advance_the_resume_point(it: Any, cluster: MemoryCluster, launch: Any) -> None:
     """Writes to other resources move the global revision; a bookmark carries it to the pod reflector,
     which then resumes from there after a cut (no relist)."""
-    cluster.create("nodes", it.gpu_node("gpu-a"))
+    cluster.create("nodes", gpu_node("gpu-a"))
     stack = await launch()
     pods = stack.process.pods
     await it.eventually(lambda: cluster.watch_count("pods") >= 1, "the pod watch")
     start_rv = pods.resource_version
-    cluster.create("nodes", it.cpu_node("noise"))  # moves the global revision, no pod event
+    cluster.create("nodes", node("noise", typed=True))  # moves the global revision, no pod event
     assert cluster.trigger_bookmarks() >= 1
     await it.eventually(lambda: pods.stats.bookmarks >= 1, "a bookmark")
     assert int(pods.resource_version) > int(start_rv)
     relists = pods.stats.relists_after_gone
     cluster.drop_watches("pods")
-    pod = cluster.create("pods", it.gpu_pod("after", mem=100), namespace="default")
+    pod = cluster.create("pods", gpu_pod("after", mem=100), namespace="default")
     await it.eventually(
         lambda: pods.store.get("default", "after") is not None, "the pod created after the cut"
     )
@@ -131,14 +132,14 @@ async def test_bookmarks_advance_the_resume_point(it: Any, cluster: MemoryCluste
 async def test_api_errors_during_watch_reconnect_are_retried(
     it: Any, cluster: MemoryCluster, launch: Any
 ) -> None:
-    cluster.create("nodes", it.gpu_node("gpu-a"))
+    cluster.create("nodes", gpu_node("gpu-a"))
     stack = await launch()
     pods = stack.process.pods
     await it.eventually(lambda: cluster.watch_count("pods") >= 1, "the pod watch")
     cluster.fail_next("watch", 2, 500, resource="pods")  # the first two reconnects fail
     cluster.drop_watches("pods")
-    a1 = it.uuid("gpu-a", 1)
-    cluster.create("pods", it.placed_pod("placed", "gpu-a", f"{a1},NVIDIA,2048,25:;"), namespace="default")
+    a1 = gpu_uuid("gpu-a", 1)
+    cluster.create("pods", placed_pod("placed", "gpu-a", f"{a1},NVIDIA,2048,25:;"), namespace="default")
     await it.eventually(
         lambda: it.usage(stack.process)["gpu-a"] == [(0, 0, 0), (1, 2048, 25)], "the pod made while failing"
     )
@@ -160,9 +161,9 @@ async def test_bind_api_failure_releases_the_lock_and_a_retry_binds(
 ) -> None:
     """§6.1 step 7: any failure after the lock is taken releases it; the reservation stays, so the
     retried bind (kube-scheduler retries the pod) writes the same devices."""
-    cluster.create("nodes", it.gpu_node("gpu-a"))
+    cluster.create("nodes", gpu_node("gpu-a"))
     stack = await launch()
-    pod = cluster.create("pods", it.gpu_pod("p", mem=5000, cores=50), namespace="default")
+    pod = cluster.create("pods", gpu_pod("p", mem=5000, cores=50), namespace="default")
     assert (await stack.filter(pod, ["gpu-a"]))["NodeNames"] == ["gpu-a"]
     reserved = it.usage(stack.process)
 
@@ -199,9 +200,9 @@ async def test_bind_api_failure_releases_the_lock_and_a_retry_binds(
 
 async def test_conflicting_node_writes_are_retried(it: Any, cluster: MemoryCluster, launch: Any) -> None:
     """A 409 on the guarded lock patch (the node changed under us) is re-read and retried."""
-    cluster.create("nodes", it.gpu_node("gpu-a"))
+    cluster.create("nodes", gpu_node("gpu-a"))
     stack = await launch()
-    pod = cluster.create("pods", it.gpu_pod("p", mem=1000), namespace="default")
+    pod = cluster.create("pods", gpu_pod("p", mem=1000), namespace="default")
     assert (await stack.filter(pod, ["gpu-a"]))["NodeNames"] == ["gpu-a"]
     cluster.fail_next("patch", 2, 409, resource="nodes", reason="Conflict")
     assert await stack.bind(pod, "gpu-a") == ""
@@ -211,13 +212,13 @@ async def test_conflicting_node_writes_are_retried(it: Any, cluster: MemoryClust
 async def test_slow_api_server_still_schedules(it: Any, cluster: MemoryCluster, launch: Any) -> None:
     """Every API request 50 ms late (filter needs none of them): filter answers at once, bind waits."""
     nodes = ["gpu-a", "gpu-b", "gpu-c"]
-    for node in nodes:
-        cluster.create("nodes", it.gpu_node(node))
+    for name in nodes:
+        cluster.create("nodes", gpu_node(name))
     stack = await launch()
-    pods = [cluster.create("pods", it.gpu_pod(f"p{i}", mem=1000), namespace="default") for i in range(3)]
+    pods = [cluster.create("pods", gpu_pod(f"p{i}", mem=1000), namespace="default") for i in range(3)]
     await it.eventually(
         lambda: all(
-            keys.NODE_HANDSHAKE in cluster.get("nodes", node)["metadata"]["annotations"] for node in nodes
+            keys.NODE_HANDSHAKE in cluster.get("nodes", name)["metadata"]["annotations"] for name in nodes
         ),
         "the registration's own writes (the handshakes) to be done",
     )
@@ -235,14 +236,14 @@ async def test_slow_api_server_still_schedules(it: Any, cluster: MemoryCluster, 
 async def test_api_server_restart_is_survived(it: Any, cluster: MemoryCluster, api: Any, launch: Any) -> None:
     """The API server goes away (connections refused) and comes back on the same address: the
     reflectors keep retrying and catch up; a bind during the outage fails cleanly, then works."""
-    cluster.create("nodes", it.gpu_node("gpu-a"))
+    cluster.create("nodes", gpu_node("gpu-a"))
     stack = await launch()
-    pod = cluster.create("pods", it.gpu_pod("p", mem=1000), namespace="default")
+    pod = cluster.create("pods", gpu_pod("p", mem=1000), namespace="default")
     assert (await stack.filter(pod, ["gpu-a"]))["NodeNames"] == ["gpu-a"]
     port = api.port
     await api.close()  # down: open watches cut, new connections refused
-    a1 = it.uuid("gpu-a", 1)
-    cluster.create("pods", it.placed_pod("during", "gpu-a", f"{a1},NVIDIA,7000,70:;"), namespace="default")
+    a1 = gpu_uuid("gpu-a", 1)
+    cluster.create("pods", placed_pod("during", "gpu-a", f"{a1},NVIDIA,7000,70:;"), namespace="default")
     error = await stack.bind(pod, "gpu-a")
     assert error and "nodeName" not in cluster.get("pods", "p", "default")["spec"]
     assert await stack.healthz() == 200
@@ -272,9 +273,9 @@ async def test_timed_out_write_in_bind_releases_the_lock(
 ) -> None:
     """--kube-timeout: the pod patch times out after the node lock was taken. The bind answers an
     error (HTTP 200), releases the lock at once (not after 5 minutes), and the retried bind works."""
-    cluster.create("nodes", it.gpu_node("gpu-a"))
+    cluster.create("nodes", gpu_node("gpu-a"))
     stack = await launch(kube_timeout=1)
-    pod = cluster.create("pods", it.gpu_pod("p", mem=1000), namespace="default")
+    pod = cluster.create("pods", gpu_pod("p", mem=1000), namespace="default")
     assert (await stack.filter(pod, ["gpu-a"]))["NodeNames"] == ["gpu-a"]
     cluster.delay_next("patch", 1, 1.5, resource="pods")
     error = await stack.bind(pod, "gpu-a")

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from tests.builders import gpu_node, gpu_pod
 from vgpu_scheduler.cluster.client import KubeClient
 from vgpu_scheduler.cluster.memory import MemoryCluster
 from vgpu_scheduler.cluster.nodelock import format_lock
@@ -26,42 +27,11 @@ GIB = 1024
 
 
 def node(name: str, gpus: int = 2) -> Obj:
-    inventory = [
-        {
-            "id": f"GPU-{name}-{i}",
-            "index": i,
-            "count": 10,
-            "devmem": 24 * GIB,
-            "devcore": 100,
-            "type": "NVIDIA-A10",
-            "numa": 0,
-            "mode": "hami-core",
-            "health": True,
-        }
-        for i in range(gpus)
-    ]
-    return {
-        "apiVersion": "v1",
-        "kind": "Node",
-        "metadata": {"name": name, "annotations": {keys.NODE_NVIDIA_REGISTER: json.dumps(inventory)}},
-        "status": {"allocatable": {"cpu": "8", "memory": "32Gi", "pods": "110"}},
-    }
+    return gpu_node(name, gpus=gpus, allocatable={"cpu": "8", "memory": "32Gi", "pods": "110"})
 
 
 def pod(name: str, *, mem: int = 1000, group: str = "") -> Obj:
-    limits = {"nvidia.com/gpu": "1", "nvidia.com/gpumem": str(mem)}
-    meta: Obj = {"name": name, "namespace": "default"}
-    if group:
-        meta["labels"] = {keys.POD_GROUP_LABEL: group}
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": meta,
-        "spec": {
-            "schedulerName": "hami-scheduler",
-            "containers": [{"name": "c", "image": "cuda", "resources": {"limits": limits}}],
-        },
-    }
+    return gpu_pod(name, mem=mem, container_name="c", labels={keys.POD_GROUP_LABEL: group} if group else None)
 
 
 class Events:

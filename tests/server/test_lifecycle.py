@@ -15,6 +15,7 @@ import aiohttp
 import pytest
 from aiohttp import web
 
+from tests import builders
 from tests.fixtures import KUBE_1_36
 from vgpu_scheduler.cluster.client import KubeClient
 from vgpu_scheduler.cluster.memory import MemoryCluster
@@ -38,13 +39,8 @@ def registered_node() -> dict[str, Any]:
 
 
 def gpu_pod(name: str, mem: str = "1k", cores: str = "30") -> dict[str, Any]:
-    limits = {"nvidia.com/gpu": "1", "nvidia.com/gpumem": mem, "nvidia.com/gpucores": cores}
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "namespace": "default"},
-        "spec": {"containers": [{"name": "cuda", "image": "cuda", "resources": {"limits": limits}}]},
-    }
+    """A GPU pod as a user writes it, before the webhook (no schedulerName)."""
+    return builders.gpu_pod(name, mem=mem, cores=cores, scheduler_name=None)
 
 
 class Harness:
@@ -176,7 +172,7 @@ async def test_filter_reports_unregistered_and_unfit_nodes(harness: Harness) -> 
 
 
 async def test_pod_without_devices_is_echoed(harness: Harness) -> None:
-    pod = {"metadata": {"name": "plain", "namespace": "default", "uid": "x"}, "spec": {"containers": [{}]}}
+    pod = builders.pod("plain", uid="x", containers=[{}])
     result = await harness.post("/filter", {"Pod": pod, "NodeNames": ["a", "b"]})
     assert result["NodeNames"] == ["a", "b"] and result["FailedNodes"] is None
 
@@ -199,7 +195,7 @@ async def test_pod_without_devices_is_echoed(harness: Harness) -> None:
 async def test_pod_without_devices_is_echoed_as_sent(
     harness: Harness, args: dict[str, Any], node_names: list[str] | None, nodes: dict[str, Any] | None
 ) -> None:
-    pod = {"metadata": {"name": "plain", "namespace": "default", "uid": "x"}, "spec": {"containers": [{}]}}
+    pod = builders.pod("plain", uid="x", containers=[{}])
     result = await harness.post("/filter", {"Pod": pod, **args})
     assert result == {
         "Nodes": nodes,
@@ -213,7 +209,7 @@ async def test_pod_without_devices_is_echoed_as_sent(
 async def test_simulation_path_answers_with_node_objects(harness: Harness) -> None:
     """§5.7 simulation path: `Nodes` in, the chosen node object out, every failing node listed."""
     template = registered_node()
-    bare = {"metadata": {"name": "bare"}}
+    bare = builders.node("bare")
     pod = gpu_pod("sim")
     pod["metadata"]["uid"] = "sim-uid"
     result = await harness.post("/filter", {"Pod": pod, "Nodes": {"items": [bare, template]}})

@@ -15,10 +15,11 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
+from tests import builders
+from tests.builders import assigned_annotations, container, device, gpu_quota, grant, pod_allocation
 from vgpu_scheduler.config import NvidiaConfig
-from vgpu_scheduler.engine.podinfo import PodAllocation
 from vgpu_scheduler.engine.state import SchedulerState
-from vgpu_scheduler.model import ContainerDevice, DeviceInfo, MigPlacement, MigProfile
+from vgpu_scheduler.model import DeviceInfo, MigPlacement, MigProfile
 from vgpu_scheduler.server.metrics import (
     CONTENT_TYPE,
     ContainerRow,
@@ -96,26 +97,14 @@ LEGACY_FAMILIES = {
 
 
 def gpu(uuid: str, index: int, mode: str = "hami-core", **kw: Any) -> DeviceInfo:
-    return DeviceInfo(
-        id=uuid,
-        index=index,
-        count=10,
-        devmem=8192,
-        devcore=100,
-        type="NVIDIA-A100",
-        health=True,
-        mode=mode,
-        **kw,
-    )
+    return device(uuid, index=index, devmem=8192, mode=mode, **kw)
 
 
 def pod(name: str, node: str, allocated: str, namespace: str = "team", **extra: str) -> Obj:
-    annotations = {keys.VGPU_NODE: node, keys.VGPU_TIME: "1", keys.VGPU_ALLOCATED: allocated, **extra}
-    return {
-        "metadata": {"name": name, "namespace": namespace, "uid": f"uid-{name}", "annotations": annotations},
-        "spec": {"containers": [{"name": "c"}]},
-        "status": {"phase": "Running"},
-    }
+    """A running pod placed on `node` with `allocated` (`extra`: further annotations)."""
+    return builders.pod(name, namespace=namespace, uid=f"uid-{name}",
+                        annotations=assigned_annotations(node, allocated, **extra),
+                        containers=[container("c")], phase="Running")
 
 
 def mig_json(*, realized: bool) -> str:
@@ -144,12 +133,7 @@ def make_state() -> SchedulerState:
     state.on_pod(
         pod("m2", "mig-1", "GPU-M,NVIDIA,4864,15:;", **{keys.VGPU_MIG_ALLOCATIONS: mig_json(realized=False)})
     )
-    state.on_quota(
-        {
-            "metadata": {"namespace": "team", "name": "q"},
-            "spec": {"hard": {"limits.nvidia.com/gpumem": "20000"}},
-        }
-    )
+    state.on_quota(gpu_quota(mem=20000))
     return state
 
 
@@ -450,14 +434,9 @@ async def test_help_texts(serve_metrics: Any) -> None:
 
 def _amd_rows(devcore: int, node_of_device: str = "a1") -> dict[str, Series]:
     # HAMi's regression case (#2518): a 50% request on a 64-CU AMD GPU is stored as 32 CUs.
-    dev = DeviceInfo(id="AMD-1", index=0, count=1, devmem=192000, devcore=devcore, type="AMDGPU", health=True)
-    alloc = PodAllocation(
-        uid="u",
-        namespace="default",
-        name="amd-pod",
-        node="a1",
-        devices={"AMDGPU": [[ContainerDevice("AMD-1", "AMDGPU", 96000, 32)]]},
-    )
+    dev = device("AMD-1", count=1, devmem=192000, devcore=devcore, type="AMDGPU")
+    amd = grant("AMD-1", usedmem=96000, usedcores=32, type="AMDGPU")
+    alloc = pod_allocation("u", "a1", [amd], namespace="default", name="amd-pod", vendor="AMDGPU")
     raw = StateSnapshot(nodes=((node_of_device, ((dev, 1, 96000, 32),)),), pods=(alloc,))
     return {
         f.name: {tuple(sorted(s.labels.items())): s.value for s in f.samples}

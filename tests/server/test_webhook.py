@@ -15,9 +15,11 @@ import aiohttp.test_utils as aiotest
 import pytest
 from aiohttp import web
 
+from tests import builders
+from tests.builders import container_requests
 from tests.fixtures import KUBE_1_36
 from vgpu_scheduler.config import NvidiaConfig
-from vgpu_scheduler.model import NVIDIA, ContainerDeviceRequest, ContainerRequests
+from vgpu_scheduler.model import ContainerRequests
 from vgpu_scheduler.scheduler.options import SchedulerOptions
 from vgpu_scheduler.server.webhook import MAX_REQUEST_BYTES, handle_admission_review, webhook_handler
 from vgpu_scheduler.wire.jsonpatch import apply_patch
@@ -39,24 +41,18 @@ GPU, MEM, PCT, CORES, PRIO = (
 
 
 def container(name: str = "cuda", limits: dict[str, Any] | None = None, **extra: Any) -> dict[str, Any]:
-    ctr: dict[str, Any] = {"name": name, "image": "nvidia/cuda"}
-    if limits is not None:
-        ctr["resources"] = {"limits": limits}
-    ctr.update(extra)
-    return ctr
+    """A container running nvidia/cuda; other keywords as for the shared `container`."""
+    return builders.container(name, image="nvidia/cuda", limits=limits, **extra)
 
 
 def pod(*containers: dict[str, Any], init: Sequence[dict[str, Any]] = (), **spec: Any) -> dict[str, Any]:
-    body: dict[str, Any] = {"containers": list(containers), "schedulerName": "default-scheduler", **spec}
+    """Pod ns/p sent for admission (default-scheduler unless `spec` says otherwise); `spec`
+    keywords are spec fields. The spec keys keep this order (containers, schedulerName, the
+    keywords, initContainers): the expected patches list their operations in it."""
+    body = {"containers": list(containers), "schedulerName": "default-scheduler", **spec}
     if init:
         body["initContainers"] = list(init)
-    return {
-        "kind": "Pod",
-        "apiVersion": "v1",
-        "metadata": {"name": "p", "namespace": "ns"},
-        "spec": body,
-        "status": {},
-    }
+    return builders.pod("p", namespace="ns", typed=True, spec=body, status={})
 
 
 def review(obj: Any, api_version: str = V1, uid: str = "uid-1") -> bytes:
@@ -103,41 +99,57 @@ def limit_op(name: str, value: str, index: int = 0, kind: str = "containers") ->
     ("limits", "requests", "cfg", "ops"),
     [
         # count only: whole card => exclusive cores
-        ({GPU: "1"}, None, CFG, [limit_op(CORES, "100"), SCHED]),
-        ({GPU: "2", MEM: "4096"}, None, CFG, [SCHED]),
-        ({GPU: "1", PCT: "100"}, None, CFG, [limit_op(CORES, "100"), SCHED]),
-        ({GPU: "1", PCT: "50"}, None, CFG, [SCHED]),
-        ({GPU: "1", PCT: "0"}, None, CFG, [SCHED]),
-        ({GPU: "1", CORES: "30"}, None, CFG, [SCHED]),
-        ({GPU: "1", CORES: "0"}, None, CFG, [SCHED]),
+        pytest.param({GPU: "1"}, None, CFG, [limit_op(CORES, "100"), SCHED],
+                     id="count only: a whole card gets 100 cores"),
+        pytest.param({GPU: "2", MEM: "4096"}, None, CFG, [SCHED], id="count and memory"),
+        pytest.param({GPU: "1", PCT: "100"}, None, CFG, [limit_op(CORES, "100"), SCHED],
+                     id="100 percent memory is exclusive"),
+        pytest.param({GPU: "1", PCT: "50"}, None, CFG, [SCHED], id="50 percent memory"),
+        pytest.param({GPU: "1", PCT: "0"}, None, CFG, [SCHED], id="0 percent memory"),
+        pytest.param({GPU: "1", CORES: "30"}, None, CFG, [SCHED], id="count and cores"),
+        pytest.param({GPU: "1", CORES: "0"}, None, CFG, [SCHED], id="count and 0 cores"),
         # cores/mem/pct without count: defaultGPUNum is added
-        ({MEM: "1k"}, None, CFG, [limit_op(GPU, "1"), SCHED]),
-        ({CORES: "50"}, None, CFG, [limit_op(GPU, "1"), SCHED]),
-        ({PCT: "100"}, None, CFG, [limit_op(GPU, "1"), limit_op(CORES, "100"), SCHED]),
-        ({PCT: "40"}, None, CFG, [limit_op(GPU, "1"), SCHED]),
-        ({MEM: "1k"}, None, NvidiaConfig(default_gpu_num=2), [limit_op(GPU, "2"), SCHED]),
-        ({MEM: "1k"}, None, NvidiaConfig(default_gpu_num=1024), [limit_op(GPU, "1Ki"), SCHED]),
-        ({MEM: "1k"}, None, NvidiaConfig(default_gpu_num=1536), [limit_op(GPU, "1536"), SCHED]),
-        ({MEM: "1k"}, None, NvidiaConfig(default_gpu_num=0), []),
+        pytest.param({MEM: "1k"}, None, CFG, [limit_op(GPU, "1"), SCHED],
+                     id="memory without count: default count added"),
+        pytest.param({CORES: "50"}, None, CFG, [limit_op(GPU, "1"), SCHED], id="cores without count"),
+        pytest.param({PCT: "100"}, None, CFG, [limit_op(GPU, "1"), limit_op(CORES, "100"), SCHED],
+                     id="100 percent without count: count and cores"),
+        pytest.param({PCT: "40"}, None, CFG, [limit_op(GPU, "1"), SCHED], id="40 percent without count"),
+        pytest.param({MEM: "1k"}, None, NvidiaConfig(default_gpu_num=2), [limit_op(GPU, "2"), SCHED],
+                     id="default count 2"),
+        pytest.param({MEM: "1k"}, None, NvidiaConfig(default_gpu_num=1024), [limit_op(GPU, "1Ki"), SCHED],
+                     id="default count 1024 written 1Ki"),
+        pytest.param({MEM: "1k"}, None, NvidiaConfig(default_gpu_num=1536), [limit_op(GPU, "1536"), SCHED],
+                     id="default count 1536"),
+        pytest.param({MEM: "1k"}, None, NvidiaConfig(default_gpu_num=0), [],
+                     id="default count 0: not a GPU pod"),
         # count only in requests: only the exclusive rule makes it a GPU pod
-        (
+        pytest.param(
             None,
             {GPU: "1"},
             CFG,
             [{"op": "add", "path": "/spec/containers/0/resources/limits", "value": {CORES: "100"}}, SCHED],
+            id="count only in requests: limits created",
         ),
-        (None, {GPU: "1", CORES: "20"}, CFG, []),
-        (None, {GPU: "1", MEM: "2000"}, CFG, []),
-        ({}, {GPU: "1", CORES: "20"}, CFG, []),
+        pytest.param(None, {GPU: "1", CORES: "20"}, CFG, [], id="requested count and cores"),
+        pytest.param(None, {GPU: "1", MEM: "2000"}, CFG, [], id="requested count and memory"),
+        pytest.param({}, {GPU: "1", CORES: "20"}, CFG, [], id="empty limits, requested count and cores"),
         # requests-only memory still decides exclusivity
-        ({GPU: "1"}, {MEM: "1000"}, CFG, [SCHED]),
-        ({GPU: "1"}, {PCT: "100"}, CFG, [limit_op(CORES, "100"), SCHED]),
-        ({GPU: "1"}, {CORES: "10"}, CFG, [SCHED]),
+        pytest.param({GPU: "1"}, {MEM: "1000"}, CFG, [SCHED], id="memory in requests: not exclusive"),
+        pytest.param({GPU: "1"}, {PCT: "100"}, CFG, [limit_op(CORES, "100"), SCHED],
+                     id="100 percent in requests: exclusive"),
+        pytest.param({GPU: "1"}, {CORES: "10"}, CFG, [SCHED], id="cores in requests"),
         # empty memory resource name => a count alone is exclusive even with memory given
-        ({GPU: "1", MEM: "1k"}, None, NvidiaConfig(resource_memory_name=""), [limit_op(CORES, "100"), SCHED]),
+        pytest.param(
+            {GPU: "1", MEM: "1k"},
+            None,
+            NvidiaConfig(resource_memory_name=""),
+            [limit_op(CORES, "100"), SCHED],
+            id="no memory resource name: a count alone is exclusive",
+        ),
         # not an NVIDIA pod at all
-        ({"cpu": "1"}, None, CFG, []),
-        (None, None, CFG, []),
+        pytest.param({"cpu": "1"}, None, CFG, [], id="cpu only: not an NVIDIA pod"),
+        pytest.param(None, None, CFG, [], id="no resources"),
     ],
 )
 def test_resource_mutations(
@@ -146,14 +158,7 @@ def test_resource_mutations(
     cfg: NvidiaConfig,
     ops: list[dict[str, Any]],
 ) -> None:
-    ctr = container()
-    if limits is not None or requests is not None:
-        ctr["resources"] = {}
-        if limits is not None:
-            ctr["resources"]["limits"] = limits
-        if requests is not None:
-            ctr["resources"]["requests"] = requests
-    original = pod(ctr)
+    original = pod(container(limits=limits, requests=requests))
     response = run(original, cfg=cfg)
     assert response["allowed"] is True
     assert response["status"] == {"metadata": {}, "code": 200}
@@ -183,62 +188,75 @@ def env_ops(*values: tuple[str, str], index: int = 0, existing: bool = False) ->
     ("ctr", "cfg", "ops"),
     [
         # CUDA_TASK_PRIORITY from limits[priority] (Quantity.Value(): rounded up)
-        (
+        pytest.param(
             container(limits={GPU: "1", CORES: "10", PRIO: "1"}),
             CFG,
             [*env_ops(("CUDA_TASK_PRIORITY", "1")), SCHED],
+            id="priority 1",
         ),
-        (
+        pytest.param(
             container(limits={GPU: "1", CORES: "10", PRIO: "0"}),
             CFG,
             [*env_ops(("CUDA_TASK_PRIORITY", "0")), SCHED],
+            id="priority 0",
         ),
-        (
+        pytest.param(
             container(limits={GPU: "1", CORES: "10", PRIO: "1500m"}),
             CFG,
             [*env_ops(("CUDA_TASK_PRIORITY", "2")), SCHED],
+            id="priority 1500m rounds up",
         ),
-        (
+        pytest.param(
             container(limits={GPU: "1", CORES: "10", PRIO: "1"}, env=[{"name": "FOO", "value": "bar"}]),
             CFG,
             [*env_ops(("CUDA_TASK_PRIORITY", "1"), existing=True), SCHED],
+            id="priority appended to existing env",
         ),
-        (
+        pytest.param(
             container(resources={"limits": {GPU: "1", CORES: "10"}, "requests": {PRIO: "1"}}),
             CFG,
             [SCHED],
+            id="priority in requests ignored",
         ),
         # gpuCorePolicy: injected unless default/empty, on GPU and non-GPU containers alike
-        (
+        pytest.param(
             container(limits={GPU: "1", CORES: "10"}),
             NvidiaConfig(gpu_core_policy="force"),
             [*env_ops(("GPU_CORE_UTILIZATION_POLICY", "force")), SCHED],
+            id="core policy force",
         ),
-        (
+        pytest.param(
             container(limits={"cpu": "1"}),
             NvidiaConfig(gpu_core_policy="disable"),
             env_ops(("GPU_CORE_UTILIZATION_POLICY", "disable")),
+            id="core policy on a CPU container",
         ),
-        (container(limits={GPU: "1", CORES: "10"}), NvidiaConfig(gpu_core_policy=""), [SCHED]),
-        (
+        pytest.param(container(limits={GPU: "1", CORES: "10"}), NvidiaConfig(gpu_core_policy=""), [SCHED],
+                     id="empty core policy"),
+        pytest.param(
             container(limits={GPU: "1", CORES: "10", PRIO: "2"}),
             NvidiaConfig(gpu_core_policy="force"),
             [*env_ops(("CUDA_TASK_PRIORITY", "2"), ("GPU_CORE_UTILIZATION_POLICY", "force")), SCHED],
+            id="priority and core policy",
         ),
         # overwriteEnv hides GPUs from containers that did not ask for them
-        (
+        pytest.param(
             container(limits={"cpu": "1"}),
             NvidiaConfig(overwrite_env=True),
             env_ops(("NVIDIA_VISIBLE_DEVICES", "none")),
+            id="overwriteEnv hides GPUs from a CPU container",
         ),
-        (container(limits={GPU: "1", CORES: "10"}), NvidiaConfig(overwrite_env=True), [SCHED]),
+        pytest.param(container(limits={GPU: "1", CORES: "10"}), NvidiaConfig(overwrite_env=True), [SCHED],
+                     id="overwriteEnv leaves a GPU container"),
         # runtimeClassName for GPU pods only, never overwriting the user's
-        (
+        pytest.param(
             container(limits={GPU: "1", CORES: "10"}),
             NvidiaConfig(runtime_class_name="nvidia"),
             [SCHED, {"op": "add", "path": "/spec/runtimeClassName", "value": "nvidia"}],
+            id="runtime class for a GPU pod",
         ),
-        (container(limits={"cpu": "1"}), NvidiaConfig(runtime_class_name="nvidia"), []),
+        pytest.param(container(limits={"cpu": "1"}), NvidiaConfig(runtime_class_name="nvidia"), [],
+                     id="no runtime class for a CPU pod"),
     ],
 )
 def test_env_and_runtime_class(ctr: dict[str, Any], cfg: NvidiaConfig, ops: list[dict[str, Any]]) -> None:
@@ -313,32 +331,38 @@ def deny(message: str) -> dict[str, Any]:
 @pytest.mark.parametrize(
     ("obj", "message"),
     [
-        (pod(), "pod has no containers"),
-        (
+        pytest.param(pod(), "pod has no containers", id="no containers"),
+        pytest.param(
             {"kind": "Pod", "apiVersion": "v1", "metadata": {}, "spec": {"containers": None}},
             "pod has no containers",
+            id="containers null",
         ),
-        ({"metadata": {"name": "x"}}, "pod has no containers"),
-        (pod(init=[container("i", limits={GPU: "1"})]), "pod has no containers"),
-        (
+        pytest.param({"metadata": {"name": "x"}}, "pod has no containers", id="no spec"),
+        pytest.param(pod(init=[container("i", limits={GPU: "1"})]), "pod has no containers",
+                     id="init containers only"),
+        pytest.param(
             pod(container("a", limits={GPU: "1"}, securityContext={"privileged": True})),
             "container a is privileged",
+            id="privileged GPU container",
         ),
-        (
+        pytest.param(
             pod(
                 container("a", limits={GPU: "1"}), init=[container("i", securityContext={"privileged": True})]
             ),
             "container i is privileged",
+            id="privileged init container",
         ),
-        (
+        pytest.param(
             pod(
                 container("a", limits={GPU: "1"}),
                 container("b", securityContext={"privileged": True}),
                 container("c", securityContext={"privileged": True}),
             ),
             "container b is privileged",
+            id="first privileged container named",
         ),
-        (pod(container(limits={GPU: "1"}), nodeName="gpu-node-1"), "pod has node assigned"),
+        pytest.param(pod(container(limits={GPU: "1"}), nodeName="gpu-node-1"), "pod has node assigned",
+                     id="node already assigned"),
     ],
 )
 def test_denials(obj: dict[str, Any], message: str) -> None:
@@ -352,24 +376,31 @@ def test_denials(obj: dict[str, Any], message: str) -> None:
     ("obj", "opts", "ops"),
     [
         # privileged but no GPU: allowed
-        (pod(container(securityContext={"privileged": True})), OPTS, []),
-        (
+        pytest.param(pod(container(securityContext={"privileged": True})), OPTS, [],
+                     id="privileged without GPU"),
+        pytest.param(
             pod(container(limits={GPU: "1"}, securityContext={"privileged": False})),
             OPTS,
             [limit_op(CORES, "100"), SCHED],
+            id="privileged false",
         ),
         # already bound, but not a GPU pod (or no scheduler name to set): allowed
-        (pod(container(), nodeName="n1"), OPTS, []),
-        (pod(container(limits={GPU: "1", CORES: "1"}), nodeName="n1"), SchedulerOptions(), []),
+        pytest.param(pod(container(), nodeName="n1"), OPTS, [], id="bound CPU pod"),
+        pytest.param(pod(container(limits={GPU: "1", CORES: "1"}), nodeName="n1"), SchedulerOptions(), [],
+                     id="bound GPU pod, no scheduler name configured"),
         # scheduler name gate
-        (pod(container(limits={GPU: "1", CORES: "1"}), schedulerName="hami-scheduler"), OPTS, []),
-        (
+        pytest.param(pod(container(limits={GPU: "1", CORES: "1"}), schedulerName="hami-scheduler"), OPTS, [],
+                     id="already our scheduler"),
+        pytest.param(
             pod(container(limits={GPU: "1", CORES: "1"}), schedulerName=""),
             OPTS,
             [{"op": "replace", "path": "/spec/schedulerName", "value": "hami-scheduler"}],
+            id="empty scheduler name replaced",
         ),
-        (pod(container(limits={GPU: "1", CORES: "1"}), schedulerName=None), OPTS, [SCHED]),
-        (pod(container(limits={GPU: "1"})), SchedulerOptions(), [limit_op(CORES, "100")]),
+        pytest.param(pod(container(limits={GPU: "1", CORES: "1"}), schedulerName=None), OPTS, [SCHED],
+                     id="null scheduler name replaced"),
+        pytest.param(pod(container(limits={GPU: "1"})), SchedulerOptions(), [limit_op(CORES, "100")],
+                     id="no scheduler name configured: limits only"),
     ],
 )
 def test_allowed_cases(obj: dict[str, Any], opts: SchedulerOptions, ops: list[dict[str, Any]]) -> None:
@@ -439,11 +470,7 @@ def test_quota_denial_and_arguments() -> None:
             "ns",
             [
                 {},
-                {
-                    NVIDIA: ContainerDeviceRequest(
-                        nums=1, type=NVIDIA, memreq=1000, mem_percentage_req=101, coresreq=20
-                    )
-                },
+                container_requests(1, mem=1000, cores=20),
             ],
             1,
         )
@@ -502,107 +529,133 @@ def test_api_version_is_echoed(api_version: str) -> None:
     ("body", "typed", "uid", "message"),
     [
         # Never decoded: an untyped review (no apiVersion, no kind), as controller-runtime's writeResponse.
-        (b"", UNTYPED, "", "request body is empty"),
-        (b"{not json", UNTYPED, "", "couldn't decode AdmissionReview: "),
-        (b"[]", UNTYPED, "", "couldn't decode AdmissionReview: body is not a JSON object"),
-        (b'{"apiVersion":1,"request":{}}', UNTYPED, "", "apiVersion must be a string"),
-        (b'{"request":"x"}', UNTYPED, "", "request is not a JSON object"),
-        (b'{"request":{"uid":5}}', UNTYPED, "", "request.uid is not a string"),
+        pytest.param(b"", UNTYPED, "", "request body is empty", id="empty body"),
+        pytest.param(b"{not json", UNTYPED, "", "couldn't decode AdmissionReview: ", id="not JSON"),
+        pytest.param(b"[]", UNTYPED, "", "couldn't decode AdmissionReview: body is not a JSON object",
+                     id="a JSON array"),
+        pytest.param(b'{"apiVersion":1,"request":{}}', UNTYPED, "", "apiVersion must be a string",
+                     id="apiVersion not a string"),
+        pytest.param(b'{"request":"x"}', UNTYPED, "", "request is not a JSON object",
+                     id="request not an object"),
+        pytest.param(b'{"request":{"uid":5}}', UNTYPED, "", "request.uid is not a string",
+                     id="uid not a string"),
         # Decoded: apiVersion and kind echoed as sent, unchecked (an unregistered decode target).
-        (
+        pytest.param(
             b'{"apiVersion":"admission.k8s.io/v2","kind":"AdmissionReview","request":{"uid":"u"}}',
             ("admission.k8s.io/v2", "AdmissionReview"),
             "u",
             "there is no content to decode",
+            id="unknown apiVersion echoed",
         ),
-        (
+        pytest.param(
             b'{"apiVersion":"admission.k8s.io/v1","kind":"Pod"}',
             (V1, "Pod"),
             "",
             "there is no content to decode",
+            id="kind Pod echoed, no request",
         ),
-        (b'{"kind":"AdmissionReview","request":{}}', (None, "AdmissionReview"), "", "there is no content"),
-        (
+        pytest.param(
+            b'{"kind":"AdmissionReview","request":{}}', (None, "AdmissionReview"), "", "there is no content",
+            id="no apiVersion, no content",
+        ),
+        pytest.param(
             b'{"apiVersion":"admission.k8s.io/v1beta1","kind":"AdmissionReview"}',
             (V1BETA1, "AdmissionReview"),
             "",
             "there is no content to decode",
+            id="v1beta1 without request",
         ),
         # No uid is no error: the review is handled and answered with an empty uid.
-        (
+        pytest.param(
             b'{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"object":{"spec":{"containers":[{}]}}}}',
             (V1, "AdmissionReview"),
             "",
             "",
+            id="no uid: answered with an empty uid",
         ),
-        (
+        pytest.param(
             b'{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":""}}',
             (V1, "AdmissionReview"),
             "",
             "there is no content to decode",
+            id="empty uid, no object",
         ),
-        (
+        pytest.param(
             b'{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"u","object":null}}',
             (V1, "AdmissionReview"),
             "u",
             "there is no content to decode",
+            id="object null",
         ),
-        (
+        pytest.param(
             b'{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"u","object":"x"}}',
             (V1, "AdmissionReview"),
             "u",
             "request.object is not a JSON object",
+            id="object a string",
         ),
-        (
+        pytest.param(
             b'{"request":{"uid":"u","object":{"kind":"Deployment"}}}',
             (V1, "AdmissionReview"),
             "u",
             "expected a v1 Pod",
+            id="object not a Pod",
         ),
-        (
+        pytest.param(
             review({"spec": {"containers": "x"}}),
             (V1, "AdmissionReview"),
             "uid-1",
             "spec.containers must be an array",
+            id="containers not an array",
         ),
-        (
+        pytest.param(
             review({"spec": {"containers": ["x"]}}),
             (V1, "AdmissionReview"),
             "uid-1",
             "spec.containers[0] must be an object",
+            id="container not an object",
         ),
-        (
+        pytest.param(
             review({"spec": {"containers": [{"resources": {"limits": {GPU: "one"}}}]}}),
             (V1, "AdmissionReview"),
             "uid-1",
             "spec.containers[0].resources.limits[nvidia.com/gpu]: quantities must match",
+            id="gpu limit not a quantity",
         ),
-        (
+        pytest.param(
             review({"spec": {"containers": [{"resources": {"limits": {GPU: True}}}]}}),
             (V1, "AdmissionReview"),
             "uid-1",
             "a quantity must be a string or a number",
+            id="gpu limit a boolean",
         ),
-        (
+        pytest.param(
             review({"spec": {"containers": [{"env": {"a": 1}}]}}),
             (V1, "AdmissionReview"),
             "uid-1",
             "spec.containers[0].env must be an array",
+            id="env not an array",
         ),
-        (
+        pytest.param(
             review({"spec": {"containers": [{"securityContext": {"privileged": "yes"}}]}}),
             (V1, "AdmissionReview"),
             "uid-1",
             "securityContext.privileged must be a boolean",
+            id="privileged not a boolean",
         ),
-        (
+        pytest.param(
             review({"spec": {"schedulerName": 5, "containers": [{}]}}),
             (V1, "AdmissionReview"),
             "uid-1",
             "spec.schedulerName must be a string",
+            id="schedulerName not a string",
         ),
-        (review({"spec": []}), (V1, "AdmissionReview"), "uid-1", "pod.spec must be an object"),
-        (review({"spec": {"containers": [{}]}}, V1BETA1), (V1BETA1, "AdmissionReview"), "uid-1", ""),
+        pytest.param(review({"spec": []}), (V1, "AdmissionReview"), "uid-1", "pod.spec must be an object",
+                     id="spec not an object"),
+        pytest.param(
+            review({"spec": {"containers": [{}]}}, V1BETA1), (V1BETA1, "AdmissionReview"), "uid-1", "",
+            id="v1beta1 minimal pod is fine",
+        ),
     ],
 )
 def test_bad_requests(body: bytes, typed: tuple[str | None, str | None], uid: str, message: str) -> None:

@@ -5,6 +5,7 @@ expires, without waiting for a cluster event (issue "Safe under a burst", item 5
 from datetime import UTC, datetime
 from typing import Any
 
+from tests.builders import container, pod
 from vgpu_scheduler.cluster.embedded.fleet import fleet
 from vgpu_scheduler.cluster.embedded.runtime import DEFAULT_EPOCH
 from vgpu_scheduler.cluster.nodelock import format_lock
@@ -13,12 +14,10 @@ from vgpu_scheduler.wire import keys
 
 
 def _pod(name: str, node: str = "") -> dict[str, Any]:
+    """A one-GPU pod, bound to `node` when one is given."""
     limits = {"cpu": "1", "memory": "1Gi", "nvidia.com/gpu": "1", "nvidia.com/gpumem": "1024"}
-    spec: dict[str, Any] = {"containers": [{"name": "c", "image": "x", "resources": {"limits": limits}}]}
-    if node:
-        spec["nodeName"] = node
-    meta = {"name": name, "namespace": "default"}
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
+    ctr = container("c", image="x", limits=limits)
+    return pod(name, typed=True, containers=[ctr], node_name=node or None)
 
 
 def _locked_fleet(value: str) -> list[dict[str, Any]]:

@@ -68,15 +68,25 @@ def test_snapshot_and_pods_files_with_policies(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("content", "where", "message"),
     [
-        ("kind: Pod\napiVersion: v1\nmetadata: {namespace: x}\n", "--pods", "metadata.name is missing"),
-        ("items: [1\n", "--pods", "invalid YAML"),
-        ('{"kind": "Pod",', "--snapshot", "invalid JSON"),
-        ("apiVersion: v1\nkind: Service\nmetadata: {name: s}\n", "--pods", "unsupported kind 'Service'"),
-        ("apiVersion: v1\nkind: ResourceQuota\nmetadata: {name: q}\n", "--pods", "ResourceQuota default/q"),
-        (
+        pytest.param(
+            "kind: Pod\napiVersion: v1\nmetadata: {namespace: x}\n", "--pods", "metadata.name is missing",
+            id="pod without a name",
+        ),
+        pytest.param("items: [1\n", "--pods", "invalid YAML", id="broken YAML"),
+        pytest.param('{"kind": "Pod",', "--snapshot", "invalid JSON", id="broken JSON snapshot"),
+        pytest.param(
+            "apiVersion: v1\nkind: Service\nmetadata: {name: s}\n", "--pods", "unsupported kind 'Service'",
+            id="unsupported kind",
+        ),
+        pytest.param(
+            "apiVersion: v1\nkind: ResourceQuota\nmetadata: {name: q}\n", "--pods", "ResourceQuota default/q",
+            id="ResourceQuota among the pods",
+        ),
+        pytest.param(
             POD.format(name="late", extra=f", annotations: {{{DURATION_ANNOTATION}: soon}}"),
             "--pods",
             "Pod default/late",
+            id="malformed duration",
         ),
     ],
 )
@@ -95,7 +105,15 @@ def test_bad_input_is_one_clear_error_exit_2_nothing_written(
 
 @pytest.mark.parametrize(
     "args",
-    [["--provider", "Nope"], ["--gpu-scheduler-policy", "random"], ["--count", "-1"], ["--seed", "x"]],
+    [pytest.param(["--provider", "Nope"],
+                  id="--provider Nope"), pytest.param(["--gpu-scheduler-policy", "random"],
+                                          id="--gpu-scheduler-policy random"), pytest.param(
+                                                                       ["--count", "-1"],
+                                                                       id="--count -1",
+                                                                   ), pytest.param(
+                                                                                          ["--seed", "x"],
+                                                                                          id="--seed x",
+                                                                                      )],
 )
 def test_bad_flags_exit_2(args: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     assert main(args) == 2

@@ -18,7 +18,9 @@ def test_starts_at_zero_and_jumps_forward() -> None:
 
 @pytest.mark.parametrize(
     ("move", "message"),
-    [(lambda c: c.advance_to(0.5), "backwards"), (lambda c: c.advance(-0.1), "negative")],
+    [pytest.param(lambda c: c.advance_to(0.5), "backwards",
+                  id="advance_to the past"), pytest.param(lambda c: c.advance(-0.1), "negative",
+                                                              id="advance by a negative step")],
 )
 def test_never_goes_backwards(move: Callable[[SimClock], None], message: str) -> None:
     clock = SimClock(1.0)

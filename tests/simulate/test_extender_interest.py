@@ -7,31 +7,32 @@ from typing import Any
 
 import pytest
 
+from tests.builders import container, pod
 from vgpu_scheduler.cluster.embedded.fleet import fleet
 from vgpu_scheduler.simulate.loop import Simulation
 from vgpu_scheduler.simulate.predicates import DEFAULT_IGNORED_RESOURCES, extender_interested
 
 
 def _pod(name: str, resources: dict[str, Any], *, init: bool = False) -> dict[str, Any]:
-    c = {"name": "c", "image": "x", "resources": resources}
-    spec: dict[str, Any] = {"containers": [{"name": "main", "image": "x"}]}
+    """A pod whose container `c` (an init container when `init`) has `resources`, beside `main`."""
+    c = container("c", image="x", resources=resources)
+    main = container("main", image="x")
     if init:
-        spec["initContainers"] = [c]
-    else:
-        spec["containers"].append(c)
-    meta = {"name": name, "namespace": "default"}
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
+        return pod(name, typed=True, containers=[main], init_containers=[c])
+    return pod(name, typed=True, containers=[main, c])
 
 
 @pytest.mark.parametrize(
     ("resources", "init", "interested"),
     [
-        ({"limits": {"nvidia.com/gpu": "1"}}, False, True),
-        ({"requests": {"nvidia.com/gpumem": "1000"}}, False, True),
-        ({"limits": {"nvidia.com/gpu": "1"}}, True, True),  # init containers count too
-        ({"requests": {"cpu": "1"}, "limits": {"memory": "1Gi"}}, False, False),
-        ({"limits": {"example.com/fpga": "1"}}, False, False),
-        ({}, False, False),
+        pytest.param({"limits": {"nvidia.com/gpu": "1"}}, False, True, id="gpu limit"),
+        pytest.param({"requests": {"nvidia.com/gpumem": "1000"}}, False, True, id="gpumem request"),
+        # init containers count too
+        pytest.param({"limits": {"nvidia.com/gpu": "1"}}, True, True, id="gpu in an init container"),
+        pytest.param({"requests": {"cpu": "1"}, "limits": {"memory": "1Gi"}}, False, False,
+                     id="cpu and memory only"),
+        pytest.param({"limits": {"example.com/fpga": "1"}}, False, False, id="unmanaged extended resource"),
+        pytest.param({}, False, False, id="no resources"),
     ],
 )
 def test_extender_interested(resources: dict[str, Any], init: bool, interested: bool) -> None:

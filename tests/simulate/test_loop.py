@@ -5,6 +5,7 @@ from typing import Any
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
+from tests import builders
 from vgpu_scheduler.cluster.embedded.fleet import V100_32GB, demo_fleet, fleet
 from vgpu_scheduler.cluster.embedded.runtime import DURATION_ANNOTATION
 from vgpu_scheduler.configfile import default_device_config
@@ -46,13 +47,12 @@ def pod(
         limits["nvidia.com/gpumem"] = mem
     if cores is not None:
         limits["nvidia.com/gpucores"] = cores
-    meta: dict[str, Any] = {"name": name, "namespace": "default", "annotations": dict(annotations or {})}
+    annotations = dict(annotations or {})
     if duration is not None:
-        meta["annotations"][DURATION_ANNOTATION] = str(duration)
-    spec: dict[str, Any] = {"containers": [{"name": "c", "image": "x", "resources": {"limits": limits}}]}
-    if tolerations:
-        spec["tolerations"] = tolerations
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
+        annotations[DURATION_ANNOTATION] = str(duration)
+    return builders.pod(name, typed=True, annotations=annotations,
+                        containers=[builders.container("c", image="x", limits=limits)],
+                        spec={"tolerations": tolerations} if tolerations else None)
 
 
 def by_name(report: dict[str, Any]) -> dict[str, dict[str, Any]]:

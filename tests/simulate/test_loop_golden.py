@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from tests.builders import container, pod
 from vgpu_scheduler.cluster.embedded.fleet import fleet
 from vgpu_scheduler.simulate.loop import ARRIVAL_ANNOTATION, SimulationOptions, simulate
 from vgpu_scheduler.simulate.providers import CLUSTER_AUTOSCALER_PROVIDER, DEFAULT_PROVIDER
@@ -51,16 +52,8 @@ def _eventful(provider: str) -> tuple[Any, ...]:
         if i % 3 == 0:
             p["metadata"].setdefault("annotations", {})[ARRIVAL_ANNOTATION] = str(7 * i)
     existing = [
-        {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {"name": f"pre-{i}", "namespace": "default"},
-            "spec": {
-                "nodeName": nodes[i]["metadata"]["name"],
-                "containers": [{"name": "c", "resources": {"requests": {"cpu": "20", "memory": "64Gi"}}}],
-            },
-            "status": {"phase": "Running"},
-        }
+        pod(f"pre-{i}", typed=True, node_name=nodes[i]["metadata"]["name"], phase="Running",
+            containers=[container("c", requests={"cpu": "20", "memory": "64Gi"})])
         for i in (0, 4)
     ]
     return nodes, pods, existing, added, SimulationOptions(provider=provider, seed=11)

@@ -11,6 +11,7 @@ import msgspec
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests import builders
 from vgpu_scheduler.cluster.store import Store
 from vgpu_scheduler.simulate.loop import _extender_args
 from vgpu_scheduler.simulate.nodetable import NodeTable, ScoreCache, VerdictCache
@@ -42,22 +43,22 @@ class Informer:
 
 
 def node(i: int, *, labels: dict[str, str] | None = None, spec: Obj | None = None, cpu: str = "8") -> Obj:
-    return {
-        "metadata": {"name": f"n{i:02d}", "labels": {"gpu": "on", **(labels or {})}, "annotations": {}},
-        "spec": spec or {},
-        "status": {"allocatable": {"cpu": cpu, "memory": "16Gi", "pods": "3", "nvidia.com/gpu": "8"}},
-    }
+    allocatable = {"cpu": cpu, "memory": "16Gi", "pods": "3", "nvidia.com/gpu": "8"}
+    return builders.node(f"n{i:02d}", labels={"gpu": "on", **(labels or {})}, annotations={}, spec=spec or {},
+                         allocatable=allocatable)
 
 
 def pod(i: int, cpu: str, memory: str, *, selector: bool, tolerate: bool, gpus: int = 0) -> Obj:
-    spec: Obj = {"containers": [{"name": "c", "resources": {"requests": {"cpu": cpu, "memory": memory}}}]}
-    if gpus:
-        spec["containers"][0]["resources"]["limits"] = {"nvidia.com/gpu": gpus}
+    """Pod p<i> requesting cpu/memory (and `gpus`), optionally selecting gpu=on and tolerating
+    the dedicated taint."""
+    limits = {"nvidia.com/gpu": gpus} if gpus else None
+    spec: Obj = {}
     if selector:
         spec["nodeSelector"] = {"gpu": "on"}
     if tolerate:
         spec["tolerations"] = [{"key": "dedicated", "operator": "Exists"}]
-    return {"metadata": {"name": f"p{i}", "namespace": "default"}, "spec": spec}
+    ctr = builders.container("c", requests={"cpu": cpu, "memory": memory}, limits=limits)
+    return builders.pod(f"p{i}", containers=[ctr], spec=spec)
 
 
 pods_st = st.builds(

@@ -4,6 +4,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from tests import builders
 from vgpu_scheduler.config import NvidiaConfig
 from vgpu_scheduler.simulate.predicates import (
     DEFAULT_MEMORY_REQUEST,
@@ -33,40 +34,25 @@ def node(
     taints: list[dict[str, str]] | None = None,
     unschedulable: bool = False,
 ) -> dict[str, Any]:
+    """A small node (4 cpus, 8Gi, 3 pods, no GPUs unless `allocatable` says otherwise)."""
     spec: dict[str, Any] = {}
     if taints is not None:
         spec["taints"] = taints
     if unschedulable:
         spec["unschedulable"] = True
-    alloc = {"cpu": "4", "memory": "8Gi", "pods": "3", "nvidia.com/gpu": "0"}
-    alloc.update(allocatable or {})
-    return {
-        "apiVersion": "v1",
-        "kind": "Node",
-        "metadata": {"name": name, "labels": labels or {}},
-        "spec": spec,
-        "status": {"allocatable": alloc},
-    }
+    alloc = {"cpu": "4", "memory": "8Gi", "pods": "3", "nvidia.com/gpu": "0", **(allocatable or {})}
+    return builders.node(name, typed=True, labels=labels or {}, spec=spec, allocatable=alloc)
 
 
 def container(
     limits: dict[str, Any] | None = None, requests: dict[str, Any] | None = None, **extra: Any
 ) -> dict[str, Any]:
-    resources: dict[str, Any] = {}
-    if limits is not None:
-        resources["limits"] = limits
-    if requests is not None:
-        resources["requests"] = requests
-    return {"name": "c", "image": "x", "resources": resources, **extra}
+    return builders.container("c", image="x", limits=limits, requests=requests, **extra)
 
 
 def pod(name: str = "p", *containers: dict[str, Any], **spec: Any) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "namespace": "default"},
-        "spec": {"containers": list(containers) or [container()], **spec},
-    }
+    """A pod of `containers` (one container with no requests by default); `spec`: spec fields."""
+    return builders.pod(name, typed=True, containers=list(containers) or [container()], spec=spec)
 
 
 def info_with(n: dict[str, Any], *pods: dict[str, Any]) -> NodeInfo:
@@ -95,7 +81,10 @@ def test_quantity_units(resource: str, raw: Any, units: int) -> None:
     assert quantity_units(resource, raw) == units
 
 
-@pytest.mark.parametrize("raw", ["abc", True, None, [1]])
+@pytest.mark.parametrize("raw", [pytest.param("abc", id="letters"), pytest.param(
+                                            True,
+                                            id="a bool",
+                                        ), pytest.param(None, id="null"), pytest.param([1], id="a list")])
 def test_quantity_units_rejects_garbage(raw: Any) -> None:
     with pytest.raises(ResourceError, match="cpu"):
         quantity_units("cpu", raw)
@@ -150,21 +139,25 @@ FITS = PodFitsResources()
 @pytest.mark.parametrize(
     ("existing", "incoming", "allocatable", "reason"),
     [
-        ([], {"cpu": "4"}, {}, None),
-        ([{"cpu": "3"}], {"cpu": "2"}, {}, "Insufficient cpu"),
-        ([{"memory": "7Gi"}], {"memory": "2Gi"}, {}, "Insufficient memory"),
-        ([{}, {}, {}], {}, {}, "Too many pods"),
-        (
+        pytest.param([], {"cpu": "4"}, {}, None, id="fits on an empty node"),
+        pytest.param([{"cpu": "3"}], {"cpu": "2"}, {}, "Insufficient cpu", id="cpu over"),
+        pytest.param([{"memory": "7Gi"}], {"memory": "2Gi"}, {}, "Insufficient memory", id="memory over"),
+        pytest.param([{}, {}, {}], {}, {}, "Too many pods", id="pod count full"),
+        pytest.param(
             [{"cpu": "4"}, {}, {}],
             {"cpu": "1", "memory": "9Gi"},
             {},
             "Too many pods, Insufficient cpu, Insufficient memory",
+            id="every failure, in order",
         ),
-        ([], {"ephemeral-storage": "1Gi"}, {}, "Insufficient ephemeral-storage"),
-        ([], {"example.com/fpga": "1"}, {}, "Insufficient example.com/fpga"),
-        ([{"example.com/fpga": "1"}], {"example.com/fpga": "1"}, {"example.com/fpga": "2"}, None),
+        pytest.param([], {"ephemeral-storage": "1Gi"}, {}, "Insufficient ephemeral-storage",
+                     id="ephemeral storage absent"),
+        pytest.param([], {"example.com/fpga": "1"}, {}, "Insufficient example.com/fpga",
+                     id="extended resource absent"),
+        pytest.param([{"example.com/fpga": "1"}], {"example.com/fpga": "1"}, {"example.com/fpga": "2"}, None,
+                     id="extended resource fits"),
         # extender-managed resources are ignored even though the node has none of them
-        (
+        pytest.param(
             [],
             {
                 "nvidia.com/gpu": "1",
@@ -174,9 +167,10 @@ FITS = PodFitsResources()
             },
             {},
             None,
+            id="extender-managed resources ignored",
         ),
         # a zero request never fails, even on an over-committed node
-        ([{"cpu": "5"}], {"cpu": "0"}, {}, None),
+        pytest.param([{"cpu": "5"}], {"cpu": "0"}, {}, None, id="zero request on an over-committed node"),
     ],
 )
 def test_pod_fits_resources(
@@ -268,26 +262,41 @@ MISMATCH = "node(s) didn't match Pod's node affinity/selector"
 @pytest.mark.parametrize(
     ("spec", "reason"),
     [
-        ({}, None),
-        ({"nodeSelector": {"gpu": "on"}}, None),
-        ({"nodeSelector": {"gpu": "on", "zone": "b"}}, MISMATCH),
-        ({"nodeSelector": {"missing": ""}}, MISMATCH),
-        ({"affinity": affinity({"matchExpressions": [expr("zone", "In", "a", "b")]})}, None),
-        ({"affinity": affinity({"matchExpressions": [expr("zone", "In", "b")]})}, MISMATCH),
-        ({"affinity": affinity({"matchExpressions": [expr("zone", "NotIn", "b")]})}, None),
-        ({"affinity": affinity({"matchExpressions": [expr("absent", "NotIn", "b")]})}, None),
-        ({"affinity": affinity({"matchExpressions": [expr("zone", "NotIn", "a")]})}, MISMATCH),
-        ({"affinity": affinity({"matchExpressions": [expr("gpu", "Exists")]})}, None),
-        ({"affinity": affinity({"matchExpressions": [expr("absent", "Exists")]})}, MISMATCH),
-        ({"affinity": affinity({"matchExpressions": [expr("absent", "DoesNotExist")]})}, None),
-        ({"affinity": affinity({"matchExpressions": [expr("gpu", "DoesNotExist")]})}, MISMATCH),
-        ({"affinity": affinity({"matchExpressions": [expr("cores", "Gt", "32")]})}, None),
-        ({"affinity": affinity({"matchExpressions": [expr("cores", "Gt", "64")]})}, MISMATCH),
-        ({"affinity": affinity({"matchExpressions": [expr("cores", "Lt", "65")]})}, None),
-        ({"affinity": affinity({"matchExpressions": [expr("zone", "Lt", "5")]})}, MISMATCH),  # not an int
-        ({"affinity": affinity({"matchExpressions": [expr("gpu", "Like", "on")]})}, MISMATCH),
+        pytest.param({}, None, id="no selector"),
+        pytest.param({"nodeSelector": {"gpu": "on"}}, None, id="selector matches"),
+        pytest.param({"nodeSelector": {"gpu": "on", "zone": "b"}}, MISMATCH, id="selector value differs"),
+        pytest.param({"nodeSelector": {"missing": ""}}, MISMATCH, id="selector key missing"),
+        pytest.param({"affinity": affinity({"matchExpressions": [expr("zone", "In", "a", "b")]})}, None,
+                     id="In matches"),
+        pytest.param({"affinity": affinity({"matchExpressions": [expr("zone", "In", "b")]})}, MISMATCH,
+                     id="In misses"),
+        pytest.param({"affinity": affinity({"matchExpressions": [expr("zone", "NotIn", "b")]})}, None,
+                     id="NotIn matches"),
+        pytest.param({"affinity": affinity({"matchExpressions": [expr("absent", "NotIn", "b")]})}, None,
+                     id="NotIn on an absent key"),
+        pytest.param({"affinity": affinity({"matchExpressions": [expr("zone", "NotIn", "a")]})}, MISMATCH,
+                     id="NotIn misses"),
+        pytest.param({"affinity": affinity({"matchExpressions": [expr("gpu", "Exists")]})}, None,
+                     id="Exists"),
+        pytest.param({"affinity": affinity({"matchExpressions": [expr("absent", "Exists")]})}, MISMATCH,
+                     id="Exists on an absent key"),
+        pytest.param({"affinity": affinity({"matchExpressions": [expr("absent", "DoesNotExist")]})}, None,
+                     id="DoesNotExist on an absent key"),
+        pytest.param({"affinity": affinity({"matchExpressions": [expr("gpu", "DoesNotExist")]})}, MISMATCH,
+                     id="DoesNotExist on a present key"),
+        pytest.param({"affinity": affinity({"matchExpressions": [expr("cores", "Gt", "32")]})}, None,
+                     id="Gt matches"),
+        pytest.param({"affinity": affinity({"matchExpressions": [expr("cores", "Gt", "64")]})}, MISMATCH,
+                     id="Gt misses on equal"),
+        pytest.param({"affinity": affinity({"matchExpressions": [expr("cores", "Lt", "65")]})}, None,
+                     id="Lt matches"),
+        # not an int
+        pytest.param({"affinity": affinity({"matchExpressions": [expr("zone", "Lt", "5")]})}, MISMATCH,
+                     id="Lt on a non-integer label"),
+        pytest.param({"affinity": affinity({"matchExpressions": [expr("gpu", "Like", "on")]})}, MISMATCH,
+                     id="unknown operator"),
         # terms are ORed, expressions inside a term ANDed
-        (
+        pytest.param(
             {
                 "affinity": affinity(
                     {"matchExpressions": [expr("zone", "In", "b")]},
@@ -295,22 +304,30 @@ MISMATCH = "node(s) didn't match Pod's node affinity/selector"
                 )
             },
             None,
+            id="terms ORed",
         ),
-        (
+        pytest.param(
             {"affinity": affinity({"matchExpressions": [expr("gpu", "In", "on"), expr("zone", "In", "b")]})},
             MISMATCH,
+            id="expressions ANDed",
         ),
-        ({"affinity": affinity({"matchFields": [expr("metadata.name", "In", "n1")]})}, None),
-        ({"affinity": affinity({"matchFields": [expr("metadata.name", "NotIn", "n1")]})}, MISMATCH),
-        ({"affinity": affinity({})}, MISMATCH),  # an empty term selects nothing
-        ({"affinity": affinity()}, MISMATCH),
+        pytest.param({"affinity": affinity({"matchFields": [expr("metadata.name", "In", "n1")]})}, None,
+                     id="matchFields name In"),
+        pytest.param(
+            {"affinity": affinity({"matchFields": [expr("metadata.name", "NotIn", "n1")]})}, MISMATCH,
+            id="matchFields name NotIn",
+        ),
+        # an empty term selects nothing
+        pytest.param({"affinity": affinity({})}, MISMATCH, id="empty term selects nothing"),
+        pytest.param({"affinity": affinity()}, MISMATCH, id="no terms select nothing"),
         # nodeSelector and affinity must both hold
-        (
+        pytest.param(
             {
                 "nodeSelector": {"zone": "b"},
                 "affinity": affinity({"matchExpressions": [expr("gpu", "Exists")]}),
             },
             MISMATCH,
+            id="selector and affinity both needed",
         ),
     ],
 )
@@ -332,32 +349,41 @@ DEDICATED = taint("dedicated", "gpu", "NoSchedule")
 @pytest.mark.parametrize(
     ("taints", "tolerations", "reason"),
     [
-        ([], [], None),
-        ([DEDICATED], [], "node(s) had untolerated taint {dedicated: gpu}"),
-        ([taint("x", "", "NoExecute")], [], "node(s) had untolerated taint {x: }"),
-        ([taint("soft", "1", "PreferNoSchedule")], [], None),
-        (
+        pytest.param([], [], None, id="no taints"),
+        pytest.param([DEDICATED], [], "node(s) had untolerated taint {dedicated: gpu}",
+                     id="NoSchedule taint untolerated"),
+        pytest.param([taint("x", "", "NoExecute")], [], "node(s) had untolerated taint {x: }",
+                     id="NoExecute taint untolerated"),
+        pytest.param([taint("soft", "1", "PreferNoSchedule")], [], None, id="PreferNoSchedule ignored"),
+        pytest.param(
             [DEDICATED],
             [{"key": "dedicated", "operator": "Equal", "value": "gpu", "effect": "NoSchedule"}],
             None,
+            id="Equal toleration",
         ),
-        ([DEDICATED], [{"key": "dedicated", "value": "gpu"}], None),  # operator defaults to Equal
-        (
+        pytest.param([DEDICATED], [{"key": "dedicated", "value": "gpu"}], None,
+                     id="operator defaults to Equal"),
+        pytest.param(
             [DEDICATED],
             [{"key": "dedicated", "operator": "Equal", "value": "cpu"}],
             "node(s) had untolerated taint {dedicated: gpu}",
+            id="Equal with another value",
         ),
-        ([DEDICATED], [{"key": "dedicated", "operator": "Exists"}], None),
-        (
+        pytest.param([DEDICATED], [{"key": "dedicated", "operator": "Exists"}], None, id="Exists toleration"),
+        pytest.param(
             [DEDICATED],
             [{"key": "dedicated", "operator": "Exists", "effect": "NoExecute"}],
             "node(s) had untolerated taint {dedicated: gpu}",
+            id="Exists with another effect",
         ),
-        ([DEDICATED, taint("b", "1", "NoExecute")], [{"operator": "Exists"}], None),  # tolerates everything
-        (
+        # tolerates everything
+        pytest.param([DEDICATED, taint("b", "1", "NoExecute")], [{"operator": "Exists"}], None,
+                     id="empty key with Exists tolerates all"),
+        pytest.param(
             [DEDICATED, taint("b", "1", "NoExecute")],
             [{"key": "dedicated", "operator": "Exists"}],
             "node(s) had untolerated taint {b: 1}",
+            id="one of two taints untolerated",
         ),
     ],
 )
@@ -374,19 +400,21 @@ def test_pod_tolerates_node_taints(
 @pytest.mark.parametrize(
     ("unschedulable", "tolerations", "reason"),
     [
-        (False, [], None),
-        (True, [], "node(s) were unschedulable"),
-        (
+        pytest.param(False, [], None, id="schedulable"),
+        pytest.param(True, [], "node(s) were unschedulable", id="unschedulable"),
+        pytest.param(
             True,
             [{"key": "node.kubernetes.io/unschedulable", "operator": "Exists", "effect": "NoSchedule"}],
             None,
+            id="unschedulable taint tolerated",
         ),
-        (
+        pytest.param(
             True,
             [{"key": "node.kubernetes.io/unschedulable", "operator": "Exists", "effect": "NoExecute"}],
             "node(s) were unschedulable",
+            id="toleration with another effect",
         ),
-        (True, [{"operator": "Exists"}], None),
+        pytest.param(True, [{"operator": "Exists"}], None, id="tolerates everything"),
     ],
 )
 def test_check_node_unschedulable(

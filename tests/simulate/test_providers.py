@@ -2,6 +2,7 @@ from typing import Any
 
 import pytest
 
+from tests import builders
 from vgpu_scheduler.simulate.predicates import PREDICATE_ORDER, NodeInfo
 from vgpu_scheduler.simulate.providers import (
     CLUSTER_AUTOSCALER_PROVIDER,
@@ -13,19 +14,14 @@ from vgpu_scheduler.simulate.providers import (
 
 
 def node(name: str, **spec: Any) -> dict[str, Any]:
-    return {
-        "metadata": {"name": name, "labels": {}},
-        "spec": spec,
-        "status": {"allocatable": {"cpu": "8", "memory": "16Gi", "pods": "110", "nvidia.com/gpu": "80"}},
-    }
+    allocatable = {"cpu": "8", "memory": "16Gi", "pods": "110", "nvidia.com/gpu": "80"}
+    return builders.node(name, labels={}, spec=spec, allocatable=allocatable)
 
 
 def pod(name: str, cpu: str, memory: str, **extra: Any) -> dict[str, Any]:
+    """One container with these limits (`extra`: further resources)."""
     limits = {"cpu": cpu, "memory": memory, **extra}
-    return {
-        "metadata": {"name": name, "namespace": "default"},
-        "spec": {"containers": [{"name": "c", "resources": {"limits": limits}}]},
-    }
+    return builders.pod(name, containers=[builders.container("c", limits=limits)])
 
 
 def test_provider_contents() -> None:

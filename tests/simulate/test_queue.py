@@ -4,14 +4,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from tests import builders
 from vgpu_scheduler.simulate.queue import QueuedPod, QueueError, SchedulingQueue, pod_key, pod_priority
 
 
 def pod(name: str, priority: int | None = None, ns: str = "default") -> dict[str, Any]:
-    spec: dict[str, Any] = {"containers": []}
-    if priority is not None:
-        spec["priority"] = priority
-    return {"metadata": {"name": name, "namespace": ns}, "spec": spec}
+    spec = {} if priority is None else {"priority": priority}
+    return builders.pod(name, namespace=ns, containers=[], spec=spec)
 
 
 def pop_pod(q: SchedulingQueue, now: float) -> QueuedPod:

@@ -53,23 +53,31 @@ def dev(
 @pytest.mark.parametrize(
     ("demand", "device", "fits"),
     [
-        (DeviceDemand(memreq=8000), dev(usedmem=20000), True),
-        (DeviceDemand(memreq=13000), dev(usedmem=20000), False),  # 12768 free
-        (DeviceDemand(mem_percentage=50), dev(usedmem=16500), False),  # needs 16384, 16268 free
-        (DeviceDemand(mem_percentage=50), dev(usedmem=16384), True),
-        (DeviceDemand(memreq=1), dev(used=10), False),  # split count exhausted
-        (DeviceDemand(memreq=1, coresreq=30), dev(usedcores=80), False),
-        (
+        pytest.param(DeviceDemand(memreq=8000), dev(usedmem=20000), True, id="memory fits"),
+        # 12768 free
+        pytest.param(DeviceDemand(memreq=13000), dev(usedmem=20000), False, id="memory over what is free"),
+        # needs 16384, 16268 free
+        pytest.param(DeviceDemand(mem_percentage=50), dev(usedmem=16500), False,
+                     id="percentage over what is free"),
+        pytest.param(DeviceDemand(mem_percentage=50), dev(usedmem=16384), True, id="percentage exactly free"),
+        pytest.param(DeviceDemand(memreq=1), dev(used=10), False, id="split count exhausted"),
+        pytest.param(DeviceDemand(memreq=1, coresreq=30), dev(usedcores=80), False,
+                     id="cores over what is free"),
+        pytest.param(
             DeviceDemand(memreq=1, coresreq=100),
             dev(used=1, usedcores=0),
             False,
-        ),  # exclusive wants an idle GPU
-        (DeviceDemand(memreq=1, coresreq=0), dev(used=1, usedcores=100), False),  # compute units exhausted
-        (DeviceDemand(memreq=1, coresreq=150), dev(), True),  # clamped to 100
-        (DeviceDemand(memreq=1), dev(health=False), False),
-        (DeviceDemand(memreq=1, use_types=("a100",)), dev(), False),
-        (DeviceDemand(memreq=1, use_types=("a100",)), dev(type=A100, devmem=81920), True),
-        (DeviceDemand(memreq=1, nouse_types=("v100",)), dev(), False),
+            id="exclusive wants an idle GPU",
+        ),
+        pytest.param(DeviceDemand(memreq=1, coresreq=0), dev(used=1, usedcores=100), False,
+                     id="compute units exhausted"),
+        # clamped to 100
+        pytest.param(DeviceDemand(memreq=1, coresreq=150), dev(), True, id="cores over 100 clamped"),
+        pytest.param(DeviceDemand(memreq=1), dev(health=False), False, id="unhealthy"),
+        pytest.param(DeviceDemand(memreq=1, use_types=("a100",)), dev(), False, id="use type mismatch"),
+        pytest.param(DeviceDemand(memreq=1, use_types=("a100",)), dev(type=A100, devmem=81920), True,
+                     id="use type matches"),
+        pytest.param(DeviceDemand(memreq=1, nouse_types=("v100",)), dev(), False, id="nouse type matches"),
     ],
 )
 def test_device_demand_fits(demand: DeviceDemand, device: DeviceState, fits: bool) -> None:
@@ -91,20 +99,29 @@ def test_device_demand_from_engine_request() -> None:
 @pytest.mark.parametrize(
     ("devices", "demands", "expected"),
     [
-        ([dev(usedmem=10000)], [], (0, 22768)),  # nothing pending: nothing is blocked
-        ([dev(usedmem=10000)], [DeviceDemand(memreq=30000)], (22768, 22768)),
-        ([dev(usedmem=10000), dev(index=1, usedmem=30000)], [DeviceDemand(memreq=20000)], (2768, 25536)),
-        ([dev(used=10, usedmem=1000)], [DeviceDemand(memreq=1)], (31768, 31768)),  # no free slot
-        ([dev(usedmem=32768)], [DeviceDemand(memreq=1)], (0, 0)),  # nothing free
-        ([dev(usedmem=40000)], [DeviceDemand(memreq=1)], (0, 0)),  # over-committed counts as 0 free
-        ([dev(health=False)], [DeviceDemand(memreq=1)], (0, 0)),  # unhealthy memory is not free
-        # any one demand fitting is enough
-        ([dev()], [DeviceDemand(memreq=40000), DeviceDemand(memreq=100)], (0, 32768)),
+        # nothing pending: nothing is blocked
+        pytest.param([dev(usedmem=10000)], [], (0, 22768), id="nothing pending: nothing blocked"),
+        pytest.param([dev(usedmem=10000)], [DeviceDemand(memreq=30000)], (22768, 22768),
+                     id="too large for the device"),
+        pytest.param(
+            [dev(usedmem=10000), dev(index=1, usedmem=30000)], [DeviceDemand(memreq=20000)], (2768, 25536),
+            id="blocked on one device of two",
+        ),
+        pytest.param([dev(used=10, usedmem=1000)], [DeviceDemand(memreq=1)], (31768, 31768),
+                     id="no free slot"),
+        pytest.param([dev(usedmem=32768)], [DeviceDemand(memreq=1)], (0, 0), id="nothing free"),
+        pytest.param([dev(usedmem=40000)], [DeviceDemand(memreq=1)], (0, 0),
+                     id="over-committed counts as 0 free"),
+        pytest.param([dev(health=False)], [DeviceDemand(memreq=1)], (0, 0),
+                     id="unhealthy memory is not free"),
+        pytest.param([dev()], [DeviceDemand(memreq=40000), DeviceDemand(memreq=100)], (0, 32768),
+                     id="any one demand fitting is enough"),
         # type filters: an A100-only demand cannot use a V100
-        (
+        pytest.param(
             [dev(), dev("n2", type=A100, devmem=81920, usedmem=70000)],
             [DeviceDemand(memreq=4096, use_types=("a100",))],
             (32768, 32768 + 11920),
+            id="type filter: a V100 for an A100 demand",
         ),
     ],
 )

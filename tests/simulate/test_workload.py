@@ -5,6 +5,7 @@ from typing import Any
 
 import pytest
 
+from tests.builders import pod
 from vgpu_scheduler.cluster.embedded.fleet import A100_80GB, demo_fleet, demo_gpu_uuids
 from vgpu_scheduler.cluster.embedded.runtime import (
     DURATION_ANNOTATION,
@@ -127,20 +128,20 @@ def test_uuid_pool_can_be_given() -> None:
 @pytest.mark.parametrize(
     ("annotations", "expected"),
     [
-        ({}, None),
-        ({DURATION_ANNOTATION: "90"}, 90.0),
-        ({DURATION_ANNOTATION: " 1.5 "}, 1.5),
-        ({DURATION_ANNOTATION: "0"}, 0.0),
+        pytest.param({}, None, id="no annotation"),
+        pytest.param({DURATION_ANNOTATION: "90"}, 90.0, id="90 seconds"),
+        pytest.param({DURATION_ANNOTATION: " 1.5 "}, 1.5, id="spaces trimmed"),
+        pytest.param({DURATION_ANNOTATION: "0"}, 0.0, id="zero"),
     ],
 )
 def test_duration_seconds(annotations: dict[str, str], expected: float | None) -> None:
-    assert duration_seconds({"metadata": {"annotations": annotations}}) == expected
+    assert duration_seconds(pod(annotations=annotations)) == expected
 
 
 @pytest.mark.parametrize("raw", ["soon", "-5", "nan", "inf", ""])
 def test_malformed_duration_is_a_clear_error(raw: str) -> None:
     with pytest.raises(InvalidDurationError, match=DURATION_ANNOTATION):
-        duration_seconds({"metadata": {"annotations": {DURATION_ANNOTATION: raw}}})
+        duration_seconds(pod(annotations={DURATION_ANNOTATION: raw}))
 
 
 def test_demo_workload_fits_the_empty_demo_fleet_through_the_engine() -> None:

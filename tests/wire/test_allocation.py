@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from tests.builders import grant
 from vgpu_scheduler.model import ContainerDevice, ContainerDevices, PodDevices, PodSingleDevice
 from vgpu_scheduler.wire.allocation import (
     MISSING_FIELDS,
@@ -22,21 +23,26 @@ from vgpu_scheduler.wire.keys import ALLOCATION_KEYS, VGPU_ALLOCATED, VGPU_TO_AL
 
 
 def dev(uuid: str, mem: int, cores: int, idx: int = 0, type_: str = "NVIDIA") -> ContainerDevice:
-    return ContainerDevice(uuid=uuid, type=type_, usedmem=mem, usedcores=cores, idx=idx)
+    return grant(uuid, usedmem=mem, usedcores=cores, idx=idx, type=type_)
 
 
 # (encoded string, containers as encoded). Decoding yields one more, empty, entry: the text after
 # the final ";".
-SPEC_EXAMPLES: list[tuple[str, PodSingleDevice]] = [
-    ("GPU-0fc3,NVIDIA,3000,0:;", [[dev("GPU-0fc3", 3000, 0)]]),
-    ("GPU-x,NVIDIA,3000,0:;GPU-x,NVIDIA,5000,0:;", [[dev("GPU-x", 3000, 0)], [dev("GPU-x", 5000, 0)]]),
-    (
+SPEC_EXAMPLES = [
+    pytest.param("GPU-0fc3,NVIDIA,3000,0:;", [[dev("GPU-0fc3", 3000, 0)]], id="one container one GPU"),
+    pytest.param(
+        "GPU-x,NVIDIA,3000,0:;GPU-x,NVIDIA,5000,0:;", [[dev("GPU-x", 3000, 0)], [dev("GPU-x", 5000, 0)]],
+        id="two containers share a GPU",
+    ),
+    pytest.param(
         "UUID1,NVIDIA,1000,30:UUID2,NVIDIA,1000,30:;",
         [[dev("UUID1", 1000, 30), dev("UUID2", 1000, 30, idx=1)]],
+        id="one container two GPUs",
     ),
-    (";uuid1,NVIDIA,1000,30:;", [[], [dev("uuid1", 1000, 30)]]),
-    (";uuid1,NVIDIA,1000,30:;;", [[], [dev("uuid1", 1000, 30)], []]),
-    (";", [[]]),
+    pytest.param(";uuid1,NVIDIA,1000,30:;", [[], [dev("uuid1", 1000, 30)]], id="first container without GPU"),
+    pytest.param(";uuid1,NVIDIA,1000,30:;;", [[], [dev("uuid1", 1000, 30)], []],
+                 id="trailing empty container"),
+    pytest.param(";", [[]], id="no devices"),
 ]
 
 

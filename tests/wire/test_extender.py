@@ -38,11 +38,14 @@ def test_decodes_real_bind_args() -> None:
 @pytest.mark.parametrize(
     ("body", "expected"),
     [
-        (b'{"pod": {"metadata": {"name": "a"}}, "nodenames": ["n1"]}', ("a", ["n1"])),
-        (b'{"POD": {"metadata": {"name": "b"}}, "NODENAMES": null}', ("b", None)),
-        (b'{"Pod": null}', (None, None)),
-        (b'{"Pod": {"metadata": {"name": "c"}}, "Unknown": 1} trailing', ("c", None)),
-        (b"null", (None, None)),
+        pytest.param(b'{"pod": {"metadata": {"name": "a"}}, "nodenames": ["n1"]}', ("a", ["n1"]),
+                     id="lower-case keys"),
+        pytest.param(b'{"POD": {"metadata": {"name": "b"}}, "NODENAMES": null}', ("b", None),
+                     id="upper-case keys, null names"),
+        pytest.param(b'{"Pod": null}', (None, None), id="null pod"),
+        pytest.param(b'{"Pod": {"metadata": {"name": "c"}}, "Unknown": 1} trailing', ("c", None),
+                     id="unknown key and trailing text"),
+        pytest.param(b"null", (None, None), id="null body"),
     ],
 )
 def test_case_insensitive_and_lenient(body: bytes, expected: tuple[str | None, list[str] | None]) -> None:

@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from tests.builders import device
 from vgpu_scheduler.model import DeviceInfo, MigPlacement, MigProfile
 from vgpu_scheduler.wire.inventory import (
     InventoryError,
@@ -24,7 +25,7 @@ HAMI_EXAMPLE = (
     '[{"id":"GPU-0","count":10,"devmem":8192,"devcore":100,"type":"NVIDIA-A100","numa":0,'
     '"health":true,"index":0,"mode":"hami-core"}]'
 )
-GPU0 = DeviceInfo(id="GPU-0", count=10, devmem=8192, devcore=100, type="NVIDIA-A100", health=True)
+GPU0 = device("GPU-0", devmem=8192)
 
 # ---------------------------------------------------------------------------------------------
 # JSON dialect
@@ -331,16 +332,29 @@ def test_encode_legacy_always_nine_fields() -> None:
 @pytest.mark.parametrize(
     ("value", "expected"),
     [
-        ('[{"uuid":"GPU-0","score":{"GPU-1":50,"GPU-2":20}}]', {"GPU-0": {"GPU-1": 50, "GPU-2": 20}}),
-        ('[{"uuid":"GPU-0","score":{"GPU-1":0,"GPU-2":-5}}]', {"GPU-0": {"GPU-1": 0, "GPU-2": -5}}),
-        ('[{"UUID":"GPU-0","Score":{"GPU-1":1}}]', {"GPU-0": {"GPU-1": 1}}),
-        ('[{"uuid":"GPU-0","score":{"a":1}},{"uuid":"GPU-0","score":{"b":2}}]', {"GPU-0": {"a": 1}}),
-        ('[{"uuid":"GPU-0"}]', {"GPU-0": {}}),
-        ('[{"uuid":"GPU-0","score":null},null]', {"GPU-0": {}}),
+        pytest.param(
+            '[{"uuid":"GPU-0","score":{"GPU-1":50,"GPU-2":20}}]', {"GPU-0": {"GPU-1": 50, "GPU-2": 20}},
+            id="two peers",
+        ),
+        pytest.param(
+            '[{"uuid":"GPU-0","score":{"GPU-1":0,"GPU-2":-5}}]', {"GPU-0": {"GPU-1": 0, "GPU-2": -5}},
+            id="zero and negative scores",
+        ),
+        pytest.param('[{"UUID":"GPU-0","Score":{"GPU-1":1}}]', {"GPU-0": {"GPU-1": 1}},
+                     id="capitalised keys"),
+        pytest.param(
+            '[{"uuid":"GPU-0","score":{"a":1}},{"uuid":"GPU-0","score":{"b":2}}]', {"GPU-0": {"a": 1}},
+            id="first entry of a uuid wins",
+        ),
+        pytest.param('[{"uuid":"GPU-0"}]', {"GPU-0": {}}, id="no score"),
+        pytest.param('[{"uuid":"GPU-0","score":null},null]', {"GPU-0": {}}, id="null score and null entry"),
         # Go decodes a null map value as the zero value: the peer is present with score 0.
-        ('[{"uuid":"GPU-0","score":{"GPU-1":null,"GPU-2":3}}]', {"GPU-0": {"GPU-1": 0, "GPU-2": 3}}),
-        ("[]", {}),
-        ("null", {}),
+        pytest.param(
+            '[{"uuid":"GPU-0","score":{"GPU-1":null,"GPU-2":3}}]', {"GPU-0": {"GPU-1": 0, "GPU-2": 3}},
+            id="null peer score is 0",
+        ),
+        pytest.param("[]", {}, id="empty list"),
+        pytest.param("null", {}, id="null"),
     ],
 )
 def test_decode_pair_scores(value: str, expected: dict[str, dict[str, int]]) -> None:
@@ -382,11 +396,12 @@ def test_attach_pair_scores() -> None:
 @pytest.mark.parametrize(
     ("value", "expected"),
     [
-        (None, frozenset()),
-        ("", frozenset()),
-        ("GPU-0", frozenset({"GPU-0"})),
-        (" GPU-0 , GPU-1,,  ,GPU-0", frozenset({"GPU-0", "GPU-1"})),
-        (",", frozenset()),
+        pytest.param(None, frozenset(), id="no annotation"),
+        pytest.param("", frozenset(), id="empty"),
+        pytest.param("GPU-0", frozenset({"GPU-0"}), id="one uuid"),
+        pytest.param(" GPU-0 , GPU-1,,  ,GPU-0", frozenset({"GPU-0", "GPU-1"}),
+                     id="spaces, blanks and duplicates"),
+        pytest.param(",", frozenset(), id="only a comma"),
     ],
 )
 def test_decode_cordon(value: str | None, expected: frozenset[str]) -> None:

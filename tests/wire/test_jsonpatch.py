@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.builders import container, pod
 from vgpu_scheduler.wire.jsonpatch import (
     JsonPatchError,
     apply_patch,
@@ -56,27 +57,30 @@ def test_list_edits_stay_small(head: list[Any], tail: list[Any]) -> None:
     assert ops == [{"op": "add", "path": "/l/-", "value": v} for v in tail]
 
 
-POD = {
-    "metadata": {"name": "p"},
-    "spec": {
+POD = pod(
+    "p",
+    namespace=None,
+    spec={
         "schedulerName": "default-scheduler",
-        "containers": [{"name": "c", "env": [{"name": "FOO", "value": "bar"}], "resources": {"limits": {}}}],
+        "containers": [container("c", env=[{"name": "FOO", "value": "bar"}], limits={})],
     },
-}
+)
 
 
 @pytest.mark.parametrize(
     ("edit", "ops"),
     [
-        (
+        pytest.param(
             lambda p: p["spec"].__setitem__("schedulerName", "hami-scheduler"),
             [{"op": "replace", "path": "/spec/schedulerName", "value": "hami-scheduler"}],
+            id="replace schedulerName",
         ),
-        (
+        pytest.param(
             lambda p: p["spec"]["containers"][0]["env"].append({"name": "X", "value": "1"}),
             [{"op": "add", "path": "/spec/containers/0/env/-", "value": {"name": "X", "value": "1"}}],
+            id="append an env entry",
         ),
-        (
+        pytest.param(
             lambda p: p["spec"]["containers"][0]["resources"]["limits"].__setitem__(
                 "nvidia.com/gpucores", "100"
             ),
@@ -87,23 +91,29 @@ POD = {
                     "value": "100",
                 }
             ],
+            id="add a limit with an escaped name",
         ),
-        (
+        pytest.param(
             lambda p: p["spec"].__setitem__("runtimeClassName", "nvidia"),
             [{"op": "add", "path": "/spec/runtimeClassName", "value": "nvidia"}],
+            id="add runtimeClassName",
         ),
-        (
+        pytest.param(
             lambda p: p["metadata"].__setitem__("annotations", {"hami.io/webhook": "mutated"}),
             [{"op": "add", "path": "/metadata/annotations", "value": {"hami.io/webhook": "mutated"}}],
+            id="add annotations",
         ),
-        (lambda p: p["metadata"].pop("name"), [{"op": "remove", "path": "/metadata/name"}]),
-        (
+        pytest.param(lambda p: p["metadata"].pop("name"), [{"op": "remove", "path": "/metadata/name"}],
+                     id="remove the name"),
+        pytest.param(
             lambda p: p["spec"]["containers"][0]["env"].insert(0, {"name": "A"}),
             [{"op": "add", "path": "/spec/containers/0/env/0", "value": {"name": "A"}}],
+            id="insert an env entry first",
         ),
-        (
+        pytest.param(
             lambda p: p["spec"]["containers"][0]["env"].pop(),
             [{"op": "remove", "path": "/spec/containers/0/env/0"}],
+            id="remove the last env entry",
         ),
     ],
 )
@@ -117,20 +127,25 @@ def test_semantic_ops(edit: Any, ops: list[dict[str, Any]]) -> None:
 @pytest.mark.parametrize(
     ("a", "b", "ops"),
     [
-        (1, True, [{"op": "replace", "path": "", "value": True}]),
-        ({"x": 0}, {"x": False}, [{"op": "replace", "path": "/x", "value": False}]),
-        ({"x": 1}, {"x": 1.0}, []),
-        ([1, 2, 3], [1, 3], [{"op": "remove", "path": "/1"}]),
-        ([1, 2, 3], [1, 9, 3], [{"op": "replace", "path": "/1", "value": 9}]),
-        (
+        pytest.param(1, True, [{"op": "replace", "path": "", "value": True}],
+                     id="root replaced: true is not 1"),
+        pytest.param({"x": 0}, {"x": False}, [{"op": "replace", "path": "/x", "value": False}],
+                     id="false is not 0"),
+        pytest.param({"x": 1}, {"x": 1.0}, [], id="1 equals 1.0"),
+        pytest.param([1, 2, 3], [1, 3], [{"op": "remove", "path": "/1"}], id="remove from a list"),
+        pytest.param([1, 2, 3], [1, 9, 3], [{"op": "replace", "path": "/1", "value": 9}],
+                     id="replace in a list"),
+        pytest.param(
             [1, 2],
             [1, 5, 6, 2],
             [{"op": "add", "path": "/1", "value": 5}, {"op": "add", "path": "/2", "value": 6}],
+            id="insert into a list",
         ),
-        (
+        pytest.param(
             {"a/b": 1, "~": 2},
             {"a/b": 3},
             [{"op": "replace", "path": "/a~1b", "value": 3}, {"op": "remove", "path": "/~0"}],
+            id="escaped keys",
         ),
     ],
 )
@@ -151,38 +166,55 @@ def test_escaping(raw: str, escaped: str) -> None:
 @pytest.mark.parametrize(
     ("doc", "ops", "result"),
     [
-        ({"foo": "bar"}, [{"op": "add", "path": "/baz", "value": "qux"}], {"foo": "bar", "baz": "qux"}),
-        (
+        pytest.param(
+            {"foo": "bar"}, [{"op": "add", "path": "/baz", "value": "qux"}], {"foo": "bar", "baz": "qux"},
+            id="A.1 add a member",
+        ),
+        pytest.param(
             {"foo": ["bar", "baz"]},
             [{"op": "add", "path": "/foo/1", "value": "qux"}],
             {"foo": ["bar", "qux", "baz"]},
+            id="A.2 add an array element",
         ),
-        ({"baz": "qux", "foo": "bar"}, [{"op": "remove", "path": "/baz"}], {"foo": "bar"}),
-        ({"foo": ["bar", "qux", "baz"]}, [{"op": "remove", "path": "/foo/1"}], {"foo": ["bar", "baz"]}),
-        ({"baz": "qux"}, [{"op": "replace", "path": "/baz", "value": "boo"}], {"baz": "boo"}),
-        (
+        pytest.param({"baz": "qux", "foo": "bar"}, [{"op": "remove", "path": "/baz"}], {"foo": "bar"},
+                     id="A.3 remove a member"),
+        pytest.param(
+            {"foo": ["bar", "qux", "baz"]}, [{"op": "remove", "path": "/foo/1"}], {"foo": ["bar", "baz"]},
+            id="A.4 remove an array element",
+        ),
+        pytest.param({"baz": "qux"}, [{"op": "replace", "path": "/baz", "value": "boo"}], {"baz": "boo"},
+                     id="A.5 replace a value"),
+        pytest.param(
             {"foo": {"bar": "baz", "waldo": "fred"}, "qux": {"corge": "grault"}},
             [{"op": "move", "from": "/foo/waldo", "path": "/qux/thud"}],
             {"foo": {"bar": "baz"}, "qux": {"corge": "grault", "thud": "fred"}},
+            id="A.6 move a value",
         ),
-        (
+        pytest.param(
             {"foo": ["a", "b", "c", "d"]},
             [{"op": "move", "from": "/foo/1", "path": "/foo/3"}],
             {"foo": ["a", "c", "d", "b"]},
+            id="A.7 move an array element",
         ),
-        (
+        pytest.param(
             {"foo": ["bar"]},
             [{"op": "add", "path": "/foo/-", "value": ["abc", "def"]}],
             {"foo": ["bar", ["abc", "def"]]},
+            id="A.16 add an array value",
         ),
-        ({"a": {"b": 1}}, [{"op": "copy", "from": "/a", "path": "/c"}], {"a": {"b": 1}, "c": {"b": 1}}),
-        (
+        pytest.param(
+            {"a": {"b": 1}}, [{"op": "copy", "from": "/a", "path": "/c"}], {"a": {"b": 1}, "c": {"b": 1}},
+            id="copy a member",
+        ),
+        pytest.param(
             {"baz": "qux", "foo": ["a", 2, "c"]},
             [{"op": "test", "path": "/foo/1", "value": 2}],
             {"baz": "qux", "foo": ["a", 2, "c"]},
+            id="A.8 test a value",
         ),
-        ({"/": 9, "~1": 10}, [{"op": "test", "path": "/~01", "value": 10}], {"/": 9, "~1": 10}),
-        ({"x": 1}, [{"op": "replace", "path": "", "value": [1]}], [1]),
+        pytest.param({"/": 9, "~1": 10}, [{"op": "test", "path": "/~01", "value": 10}], {"/": 9, "~1": 10},
+                     id="A.14 escape ordering"),
+        pytest.param({"x": 1}, [{"op": "replace", "path": "", "value": [1]}], [1], id="replace the root"),
     ],
 )
 def test_apply_rfc_examples(doc: Any, ops: list[dict[str, Any]], result: Any) -> None:
@@ -192,21 +224,25 @@ def test_apply_rfc_examples(doc: Any, ops: list[dict[str, Any]], result: Any) ->
 @pytest.mark.parametrize(
     ("doc", "op"),
     [
-        ({"foo": "bar"}, {"op": "add", "path": "/baz/bat", "value": "qux"}),
-        ({"foo": "bar"}, {"op": "remove", "path": "/baz"}),
-        ({"foo": "bar"}, {"op": "replace", "path": "/baz", "value": 1}),
-        ({"foo": [1]}, {"op": "add", "path": "/foo/2", "value": 1}),
-        ({"foo": [1]}, {"op": "add", "path": "/foo/01", "value": 1}),
-        ({"foo": [1]}, {"op": "remove", "path": "/foo/-"}),
-        ({"foo": [1]}, {"op": "remove", "path": "/foo/1"}),
-        ({"baz": "qux"}, {"op": "test", "path": "/baz", "value": "bar"}),
-        ({"n": 1}, {"op": "test", "path": "/n", "value": True}),
-        ({"foo": "bar"}, {"op": "add", "path": "baz", "value": 1}),
-        ({"foo": "bar"}, {"op": "add", "path": "/x"}),
-        ({"foo": "bar"}, {"op": "frobnicate", "path": "/x"}),
-        ({"a": {"b": 1}}, {"op": "move", "from": "/a", "path": "/a/c"}),
-        ({"foo": "bar"}, {"op": "remove", "path": ""}),
-        ({"foo": 1}, {"op": "add", "path": "/foo/x", "value": 1}),
+        pytest.param({"foo": "bar"}, {"op": "add", "path": "/baz/bat", "value": "qux"},
+                     id="A.12 add under a missing parent"),
+        pytest.param({"foo": "bar"}, {"op": "remove", "path": "/baz"}, id="remove a missing member"),
+        pytest.param({"foo": "bar"}, {"op": "replace", "path": "/baz", "value": 1},
+                     id="replace a missing member"),
+        pytest.param({"foo": [1]}, {"op": "add", "path": "/foo/2", "value": 1}, id="add past the end"),
+        pytest.param({"foo": [1]}, {"op": "add", "path": "/foo/01", "value": 1},
+                     id="index with a leading zero"),
+        pytest.param({"foo": [1]}, {"op": "remove", "path": "/foo/-"}, id="remove at -"),
+        pytest.param({"foo": [1]}, {"op": "remove", "path": "/foo/1"}, id="remove past the end"),
+        pytest.param({"baz": "qux"}, {"op": "test", "path": "/baz", "value": "bar"}, id="A.9 test fails"),
+        pytest.param({"n": 1}, {"op": "test", "path": "/n", "value": True}, id="test 1 against true"),
+        pytest.param({"foo": "bar"}, {"op": "add", "path": "baz", "value": 1}, id="path without a slash"),
+        pytest.param({"foo": "bar"}, {"op": "add", "path": "/x"}, id="add without a value"),
+        pytest.param({"foo": "bar"}, {"op": "frobnicate", "path": "/x"}, id="unknown op"),
+        pytest.param({"a": {"b": 1}}, {"op": "move", "from": "/a", "path": "/a/c"},
+                     id="move into its own child"),
+        pytest.param({"foo": "bar"}, {"op": "remove", "path": ""}, id="remove the root"),
+        pytest.param({"foo": 1}, {"op": "add", "path": "/foo/x", "value": 1}, id="add under a string"),
     ],
 )
 def test_apply_errors(doc: Any, op: dict[str, Any]) -> None:

@@ -80,46 +80,69 @@ _OK = (
 @pytest.mark.parametrize(
     ("value", "message"),
     [
-        (
+        pytest.param(
             '[{"deviceIndex":0,"gpuUUID":"","profile":"p","placement":{"size":1}}]',
             "MIG allocation 0 is incomplete",
+            id="incomplete: empty gpuUUID",
         ),
-        ('[{"gpuUUID":"G","profile":"","placement":{"size":1}}]', "MIG allocation 0 is incomplete"),
-        (
+        pytest.param(
+            '[{"gpuUUID":"G","profile":"","placement":{"size":1}}]', "MIG allocation 0 is incomplete",
+            id="incomplete: empty profile",
+        ),
+        pytest.param(
             '[{"gpuUUID":"G","profile":"p","placement":{"start":3,"size":0}}]',
             "MIG allocation 0 is incomplete",
+            id="incomplete: size 0",
         ),
-        ('[{"gpuUUID":"G","profile":"p"}]', "MIG allocation 0 is incomplete"),
-        (
+        pytest.param('[{"gpuUUID":"G","profile":"p"}]', "MIG allocation 0 is incomplete",
+                     id="incomplete: no placement"),
+        pytest.param(
             '[{"containerIndex":-1,"gpuUUID":"G","profile":"p","placement":{"size":1}}]',
             "MIG allocation 0 is incomplete",
+            id="incomplete: negative container index",
         ),
-        (
+        pytest.param(
             '[{"deviceIndex":-2,"gpuUUID":"G","profile":"p","placement":{"size":1}}]',
             "MIG allocation 0 is incomplete",
+            id="incomplete: negative device index",
         ),
-        ("[{" + _OK + ',"migUUID":"MIG-x"}]', "MIG allocation 0 has partial runtime identity"),
-        (
+        pytest.param("[{" + _OK + ',"migUUID":"MIG-x"}]', "MIG allocation 0 has partial runtime identity",
+                     id="migUUID without instance ids"),
+        pytest.param(
             "[{" + _OK + ',"gpuInstanceID":1,"computeInstanceID":2}]',
             "MIG allocation 0 has partial runtime identity",
+            id="instance ids without migUUID",
         ),
-        ("[{" + _OK + ',"migUUID":"M","gpuInstanceID":1}]', "MIG allocation 0 has partial runtime identity"),
-        ("[{" + _OK + "},{" + _OK + "}]", "duplicate MIG allocation for container 0 device 0"),
-        ("[{" + _OK + "}", "invalid MIG allocation JSON"),
-        ('{"containerIndex":0}', "MIG allocation annotation must be a JSON array"),
-        ('["x"]', "MIG allocation 0 must be a JSON object"),
-        ('[{"containerIndex":"0"}]', "MIG allocation 0: field 'containerIndex' must be an integer"),
-        ('[{"containerIndex":0.5}]', "field 'containerIndex' must be an integer"),
-        ('[{"gpuUUID":5}]', "field 'gpuUUID' must be a string"),
-        ('[{"placement":[0,1]}]', "field 'placement' must be an object"),
-        ('[{"placement":{"start":-1,"size":1}}]', "field 'placement.start' must be an integer"),
-        (
+        pytest.param(
+            "[{" + _OK + ',"migUUID":"M","gpuInstanceID":1}]',
+            "MIG allocation 0 has partial runtime identity",
+            id="computeInstanceID missing",
+        ),
+        pytest.param("[{" + _OK + "},{" + _OK + "}]", "duplicate MIG allocation for container 0 device 0",
+                     id="duplicate container and device"),
+        pytest.param("[{" + _OK + "}", "invalid MIG allocation JSON", id="broken JSON"),
+        pytest.param('{"containerIndex":0}', "MIG allocation annotation must be a JSON array",
+                     id="not an array"),
+        pytest.param('["x"]', "MIG allocation 0 must be a JSON object", id="element not an object"),
+        pytest.param(
+            '[{"containerIndex":"0"}]', "MIG allocation 0: field 'containerIndex' must be an integer",
+            id="containerIndex a string",
+        ),
+        pytest.param('[{"containerIndex":0.5}]', "field 'containerIndex' must be an integer",
+                     id="containerIndex a float"),
+        pytest.param('[{"gpuUUID":5}]', "field 'gpuUUID' must be a string", id="gpuUUID a number"),
+        pytest.param('[{"placement":[0,1]}]', "field 'placement' must be an object", id="placement a list"),
+        pytest.param('[{"placement":{"start":-1,"size":1}}]', "field 'placement.start' must be an integer",
+                     id="negative placement start"),
+        pytest.param(
             "[{" + _OK + ',"migUUID":"M","gpuInstanceID":-1,"computeInstanceID":0}]',
             "'gpuInstanceID' must be an integer",
+            id="negative gpuInstanceID",
         ),
-        (
+        pytest.param(
             "[{" + _OK + ',"migUUID":"M","gpuInstanceID":true,"computeInstanceID":0}]',
             "'gpuInstanceID' must be",
+            id="gpuInstanceID a bool",
         ),
     ],
 )

@@ -51,6 +51,7 @@ from vgpu_scheduler.wire.quantity import QuantityError, canonical_quantity, pars
         ("-", 0),  # Go's scanner: no digits reads as zero
         (".", 0),
     ],
+    ids=str,  # text-value, e.g. "1.5Gi-1610612736"
 )
 def test_parse_quantity(text: str, value: Fraction | int) -> None:
     assert parse_quantity(text) == value

@@ -4,6 +4,7 @@ from typing import Any
 
 import pytest
 
+from tests.builders import container, node, pod
 from vgpu_scheduler.cluster.client import KubeClient
 from vgpu_scheduler.cluster.embedded.deviceplugin import (
     AllocateError,
@@ -25,12 +26,15 @@ B = "GPU-b,NVIDIA,1000,30:"
 @pytest.mark.parametrize(
     ("value", "counts", "expected"),
     [
-        (f"{A};", [1], ";"),  # one container, one GPU
-        (f"{A}{B};", [2], ";"),  # one container, two GPUs
-        (f"{A};{B};", [1, 1], ";;"),  # two containers
-        (f";{A};", [0, 1], ";;"),  # first container without GPU: first NON-EMPTY entry is popped
-        (f"{A};;", [1, 0], ";;"),  # vendor-key padding after the last GPU container
-        (f"{A};{B};", [1], f";{B};"),  # only the first call so far
+        pytest.param(f"{A};", [1], ";", id="one container one GPU"),
+        pytest.param(f"{A}{B};", [2], ";", id="one container two GPUs"),
+        pytest.param(f"{A};{B};", [1, 1], ";;", id="two containers"),
+        # first container without GPU: first NON-EMPTY entry is popped
+        pytest.param(f";{A};", [0, 1], ";;", id="first container without GPU"),
+        # vendor-key padding after the last GPU container
+        pytest.param(f"{A};;", [1, 0], ";;", id="vendor padding after the last"),
+        # only the first call so far
+        pytest.param(f"{A};{B};", [1], f";{B};", id="first call only"),
     ],
 )
 def test_consume_pops_first_non_empty_entry(value: str, counts: list[int], expected: str) -> None:
@@ -39,7 +43,11 @@ def test_consume_pops_first_non_empty_entry(value: str, counts: list[int], expec
 
 @pytest.mark.parametrize(
     ("value", "counts"),
-    [(f"{A};", [2]), (f"{A}{B};", [1, 1]), (";", [1])],
+    [
+        pytest.param(f"{A};", [2], id="asks more than the entry"),
+        pytest.param(f"{A}{B};", [1, 1], id="entry holds two"),
+        pytest.param(";", [1], id="no entry"),
+    ],
 )
 def test_consume_device_number_not_matched(value: str, counts: list[int]) -> None:
     with pytest.raises(AllocateError, match="device number not matched"):
@@ -66,19 +74,10 @@ def test_requested_counts_init_first() -> None:
 
 def _bound_pod(cluster: MemoryCluster, to_allocate: str, gpus: int) -> dict[str, Any]:
     lock = {keys.NODE_LOCK: "2026-01-01T00:00:00Z,default,p"}
-    cluster.create("nodes", {"metadata": {"name": "n1", "annotations": lock}})
-    limits = {"nvidia.com/gpu": gpus}
-    cluster.create(
-        "pods",
-        {
-            "metadata": {
-                "name": "p",
-                "namespace": "default",
-                "annotations": {keys.VGPU_TO_ALLOCATE: to_allocate, keys.BIND_PHASE: "allocating"},
-            },
-            "spec": {"containers": [{"name": "c", "image": "x", "resources": {"limits": limits}}]},
-        },
-    )
+    cluster.create("nodes", node("n1", annotations=lock))
+    annotations = {keys.VGPU_TO_ALLOCATE: to_allocate, keys.BIND_PHASE: "allocating"}
+    ctr = container("c", image="x", limits={"nvidia.com/gpu": gpus})
+    cluster.create("pods", pod("p", annotations=annotations, containers=[ctr]))
     cluster.bind("default", "p", "n1")
     return cluster.get("pods", "p", "default")
 

@@ -100,10 +100,10 @@ def test_benchmark_scale_fleet() -> None:
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"n_nodes": -1}, "n_nodes"),
-        ({"n_nodes": 1, "gpus_per_node": 0}, "gpus_per_node"),
-        ({"n_nodes": 1, "models": ()}, "models"),
-        ({"n_nodes": 1, "split_count": 0}, "split_count"),
+        pytest.param({"n_nodes": -1}, "n_nodes", id="negative nodes"),
+        pytest.param({"n_nodes": 1, "gpus_per_node": 0}, "gpus_per_node", id="zero GPUs per node"),
+        pytest.param({"n_nodes": 1, "models": ()}, "models", id="no models"),
+        pytest.param({"n_nodes": 1, "split_count": 0}, "split_count", id="zero split count"),
     ],
 )
 def test_bad_parameters(kwargs: dict[str, Any], message: str) -> None:

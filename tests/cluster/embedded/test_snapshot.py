@@ -104,54 +104,73 @@ NODE = "apiVersion: v1\nkind: Node\nmetadata: {name: n1}\n"
 @pytest.mark.parametrize(
     ("text", "message"),
     [
-        ("kind: Node\nmetadata: {name: [\n", "snap.yaml: invalid YAML at line 3, column 1: "),
-        (
+        pytest.param("kind: Node\nmetadata: {name: [\n", "snap.yaml: invalid YAML at line 3, column 1: ",
+                     id="broken YAML"),
+        pytest.param(
             '{"kind": "Node",\n "metadata": {"name": "n"}',
             "snap.yaml: invalid JSON at line 2, column 27: Expecting",
+            id="broken JSON",
         ),
-        (
+        pytest.param(
             "kind: Node\nmetadata: {name: n1}\n",
             "snap.yaml: the document (kind Node, name n1): apiVersion is missing",
+            id="no apiVersion",
         ),
-        (
+        pytest.param(
             "- 1\n- 2\n",
             "snap.yaml: the document, item [0]: expected a Kubernetes object (a mapping), got number",
+            id="a list of numbers",
         ),
-        (
+        pytest.param(
             f"{NODE}---\njust a string\n",
             "snap.yaml: document 2: expected a Kubernetes object (a mapping), got string",
+            id="a string document",
         ),
-        (
+        pytest.param(
             "apiVersion: v1\nkind: List\nitems:\n- apiVersion: v1\n  kind: Pod\n  metadata: {namespace: x}\n",
             "snap.yaml: the document, items[0] (kind Pod): metadata.name is missing or empty",
+            id="pod without name in a List",
         ),
-        ("apiVersion: v1\nkind: Node\n", "snap.yaml: the document (kind Node): metadata is missing"),
-        ("apiVersion: v1\nkind: Node\nmetadata: []\n", "(kind Node): metadata must be a mapping, got list"),
-        (
+        pytest.param(
+            "apiVersion: v1\nkind: Node\n", "snap.yaml: the document (kind Node): metadata is missing",
+            id="no metadata",
+        ),
+        pytest.param(
+            "apiVersion: v1\nkind: Node\nmetadata: []\n", "(kind Node): metadata must be a mapping, got list",
+            id="metadata a list",
+        ),
+        pytest.param(
             f"{NODE}---\napiVersion: apps/v1\nkind: Deployment\nmetadata: {{name: web, namespace: prod}}\n",
             "snap.yaml: document 2 (kind Deployment, name prod/web): unsupported kind 'Deployment' "
             "(allowed: List, Node, NodeList, Pod, PodList, ResourceQuota, ResourceQuotaList)",
+            id="unsupported kind",
         ),
-        (
+        pytest.param(
             "apiVersion: v1\nkind: List\nitems:\n- {apiVersion: v1, kind: Secret, metadata: {name: s}}\n",
             "snap.yaml: the document, items[0] (kind Secret, name s): unsupported kind 'Secret'",
+            id="unsupported kind in a List",
         ),
-        ("metadata: {name: n1}\n", "snap.yaml: the document (name n1): kind is missing"),
-        (
+        pytest.param("metadata: {name: n1}\n", "snap.yaml: the document (name n1): kind is missing",
+                     id="no kind"),
+        pytest.param(
             "apiVersion: v2\nkind: Node\nmetadata: {name: n1}\n",
             "snap.yaml: the document (kind Node, name n1): unsupported apiVersion 'v2' for kind Node",
+            id="unsupported apiVersion",
         ),
-        (
+        pytest.param(
             "apiVersion: v1\nkind: List\nitems: {}\n",
             "snap.yaml: the document (kind List): items must be a list",
+            id="List items not a list",
         ),
-        (
+        pytest.param(
             f"{NODE}---\n{NODE}",
             "snap.yaml: document 2 (kind Node, name n1): duplicate Node (first defined at document 1)",
+            id="duplicate node",
         ),
-        (
+        pytest.param(
             "apiVersion: v1\nkind: Pod\nmetadata: {name: p, namespace: ''}\n",
             "snap.yaml: the document (kind Pod, name p): metadata.namespace must be a non-empty string",
+            id="empty namespace",
         ),
     ],
 )
