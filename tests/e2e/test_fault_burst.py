@@ -1,0 +1,94 @@
+"""Fault: 500 GPU pods created at once on 50 nodes (issue 12 item 5).
+
+All 500 go through the real admission chain (our /webhook) and kube-scheduler's hami-scheduler
+profile (our /filter and /bind) at once, with the device-plugin stand-in confirming. The nodes hold
+450 of them (one GPU each, 9 pods by memory): at the end every pod is bound and confirmed or pending
+with kube-scheduler's reason, no device holds more than it has, every device is on its pod's node,
+and no node lock is left. Figures: pods/s (bound pods / first create to last binding) and the time
+until everything settled.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from controlplane import ControlPlane
+from faultcheck import report, violations, wait_settled
+from standin import DevicePluginStandIn, create_group, delete_group, group_pod, group_selector
+
+from vgpu_scheduler.cluster import api
+from vgpu_scheduler.cluster.client import KubeClient
+from vgpu_scheduler.cluster.reflector import Reflector
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
+GROUP = "e2e-burst"
+NAMESPACE = "e2e-burst"
+NODES, PODS = 50, 500
+DEVMEM, GPUMEM = 40960, 4500  # 9 pods per GPU by memory (count 10): 450 fit, 50 stay pending
+FITTING = NODES * (DEVMEM // GPUMEM)
+
+
+class BindTimes:
+    """Pod informer handler: loop time at which each pod was first seen bound."""
+
+    def __init__(self) -> None:
+        self.bound: dict[str, float] = {}
+
+    def on_add(self, obj: dict[str, Any]) -> None:
+        self._see(obj)
+
+    def on_update(self, old: dict[str, Any], new: dict[str, Any]) -> None:
+        self._see(new)
+
+    def on_delete(self, obj: dict[str, Any]) -> None:
+        pass
+
+    def _see(self, pod: dict[str, Any]) -> None:
+        name = pod["metadata"]["name"]
+        if pod["spec"].get("nodeName") and name not in self.bound:
+            self.bound[name] = asyncio.get_running_loop().time()
+
+
+async def test_500_pods_at_once_on_50_nodes(control_plane: ControlPlane, client: KubeClient) -> None:
+    before = await asyncio.to_thread(control_plane.registered_devices)
+    await create_group(client, GROUP, NODES, gpus=1, devmem=DEVMEM)
+    await asyncio.to_thread(control_plane.wait_devices_registered, before + NODES)
+    control_plane.ensure_namespace(NAMESPACE)
+    times = BindTimes()
+    watch = Reflector(client, api.PODS, namespace=NAMESPACE, handler=times)
+    watch.start()
+    loop = asyncio.get_running_loop()
+    try:
+        await watch.wait_synced(timeout=60)
+        async with DevicePluginStandIn(client, delay=0.05, namespace=NAMESPACE) as plugin:
+            t0 = loop.time()
+            await asyncio.gather(*(client.create(api.PODS, group_pod(f"p-{i:03d}", NAMESPACE, GROUP,
+                                                                     gpumem=GPUMEM))
+                                   for i in range(PODS)))
+            created = loop.time() - t0
+            snap = await wait_settled(client, NAMESPACE, group_selector(GROUP), timeout=180, poll=2.0,
+                                      confirmed=FITTING)
+            settled = loop.time() - t0
+            assert not plugin.errors, plugin.errors[:5]
+
+        bound = snap.bound()
+        pending = {p["metadata"]["name"]: snap.reasons.get(p["metadata"]["name"], "")
+                   for p in snap.pods if not p["spec"].get("nodeName")}
+        last = max(times.bound.values()) - t0 if times.bound else float("nan")
+        report("burst-500-on-50", pods=PODS, nodes=NODES, bound=len(bound), pending=len(pending),
+               create_s=created, last_bind_s=last, pods_per_s=len(times.bound) / last,
+               settled_s=settled)
+        assert violations(snap) == []
+        notes = sorted(set(pending.values()))
+        assert len(bound) == FITTING, notes[:5]
+        assert all("CardInsufficientMemory" in note for note in notes), notes[:5]
+    finally:
+        await watch.stop()
+        await delete_group(client, GROUP, NAMESPACE)
