@@ -229,6 +229,7 @@ async def delete_group(client: KubeClient, group: str, namespace: str) -> None:
         with contextlib.suppress(ApiError):
             await coro
 
+    # Nodes first: pending pods must not be placed on the room the deleted pods leave.
+    await asyncio.gather(*(gone(client.delete(api.NODES, n["metadata"]["name"])) for n in nodes))
     await asyncio.gather(*(gone(client.delete(api.PODS, p["metadata"]["name"], namespace,
                                               grace_period_seconds=0)) for p in pods))
-    await asyncio.gather(*(gone(client.delete(api.NODES, n["metadata"]["name"])) for n in nodes))

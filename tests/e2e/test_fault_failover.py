@@ -8,10 +8,15 @@ same hostname). Short lease timings (6 s / 4 s / 1 s) keep the test quick; the D
 kube-scheduler's defaults (15 s / 10 s / 2 s).
 
 While a burst of pods is being scheduled, the leader's kube-scheduler and server are SIGKILLed
-together (a node failure: no lease release, binds cut mid-way). Then: the other kube-scheduler
-takes the Lease, the other server becomes leader and every pod, of the burst and created after the
-kill, ends bound and confirmed; no device is over-committed or on another node; no lock is left.
-Figures: seconds from the kill to the Lease taken over, and to the first pod bound by the new leader.
+together (a node failure: no lease release) at the worst moment: our server holds a node lock for a
+pod it has not bound yet. Then the other kube-scheduler takes the Lease, the other server becomes
+leader and every pod, of the burst and created after the kill, ends bound and confirmed; no device
+is over-committed or on another node; no lock is left. The locked node is cordoned right after the
+kill, so the new leader binds that pod elsewhere and the old lock names a pod bound to another node;
+once the node is back, a pod for it must take that dangling lock over at once (not fail on
+contention until the lock expires, 5 min).
+Figures: seconds from the kill to the Lease taken over, to the first pod bound after it (by the new
+leader), and to the last pod bound.
 """
 
 from __future__ import annotations
@@ -32,7 +37,9 @@ from standin import DevicePluginStandIn, create_group, delete_group, group_pod, 
 from vgpu_scheduler.cluster import api
 from vgpu_scheduler.cluster.client import KubeClient
 from vgpu_scheduler.cluster.errors import ApiError
+from vgpu_scheduler.cluster.nodelock import parse_lock
 from vgpu_scheduler.cluster.reflector import Reflector
+from vgpu_scheduler.wire import keys
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -43,7 +50,7 @@ KS_LEASE, MIRROR_LEASE = "hami-failover-ks", "hami-failover"
 LEASE = {"leaseDuration": "6s", "renewDeadline": "4s", "retryPeriod": "1s"}
 NODES, GPUS = 4, 2  # 80 pod slots
 BURST, AFTER = 30, 10
-KILL_AFTER_BOUND = 8  # kill the leader once this many pods of the burst are bound
+ARMED_AFTER = 8  # pods bound before the leader may be killed
 
 
 class Bindings:
@@ -66,6 +73,33 @@ class Bindings:
             self.at.setdefault(pod["metadata"]["name"], asyncio.get_running_loop().time())
 
 
+class LockWindow:
+    """Node informer handler: once `armed_after` pods are bound, set `seen` when a node lock names
+    a pod not bound yet, i.e. a bind between its lock and its Binding (the worst moment to kill
+    the leader)."""
+
+    def __init__(self, bindings: Bindings, armed_after: int) -> None:
+        self.bindings = bindings
+        self.armed_after = armed_after
+        self.seen = asyncio.Event()
+        self.pod = self.node = ""
+
+    def on_add(self, obj: dict[str, Any]) -> None:
+        self.on_update(obj, obj)
+
+    def on_update(self, old: dict[str, Any], new: dict[str, Any]) -> None:
+        value = (new["metadata"].get("annotations") or {}).get(keys.NODE_LOCK)
+        if not value or self.seen.is_set() or len(self.bindings.at) < self.armed_after:
+            return
+        held = parse_lock(value)
+        if held.namespace == NAMESPACE and held.pod not in self.bindings.at:
+            self.pod, self.node = held.pod, new["metadata"]["name"]
+            self.seen.set()
+
+    def on_delete(self, obj: dict[str, Any]) -> None:
+        pass
+
+
 async def _holder(client: KubeClient) -> str:
     try:
         lease = await client.get_lease(NAMESPACE, KS_LEASE)
@@ -85,13 +119,17 @@ async def _until(probe: Any, what: str, timeout: float) -> Any:
     return got
 
 
-def _replica(cp: ControlPlane, name: str) -> str:
+def _replica(cp: ControlPlane, name: str, *extra: str) -> str:
     url, _ = cp.spawn_server(f"vgpu-scheduler-{name}", hostname=f"e2e-replica-{name}", extra=[
         f"--scheduler-name={SCHEDULER}", "--leader-elect=true",
         f"--leader-elect-resource-name={MIRROR_LEASE}", f"--leader-elect-resource-namespace={NAMESPACE}",
-        f"--node-label-selector={group_selector(GROUP)}",
+        f"--node-label-selector={group_selector(GROUP)}", *extra,
     ])
     return url
+
+
+def _pods(prefix: str, count: int) -> list[dict[str, Any]]:
+    return [group_pod(f"{prefix}-{i:02d}", NAMESPACE, GROUP, scheduler_name=SCHEDULER) for i in range(count)]
 
 
 async def test_leader_killed_mid_burst(control_plane: ControlPlane, client: KubeClient) -> None:
@@ -100,9 +138,14 @@ async def test_leader_killed_mid_burst(control_plane: ControlPlane, client: Kube
     cp.ensure_namespace(NAMESPACE, webhook=False)
     election = {"leaderElect": True, "resourceLock": "leases", "resourceName": KS_LEASE,
                 "resourceNamespace": NAMESPACE, **LEASE}
-    url_a, url_b = _replica(cp, "a"), _replica(cp, "b")
+    # Replica a writes at 10 requests/s with no burst: ~0.1 s between a bind's lock and its Binding,
+    # wide enough for the test to see the lock and kill a in that window.
+    url_a = _replica(cp, "a", "--kube-qps=10", "--kube-burst=1")
+    url_b = _replica(cp, "b")
     bindings = Bindings()
-    watch = Reflector(client, api.PODS, namespace=NAMESPACE, handler=bindings)
+    window = LockWindow(bindings, armed_after=ARMED_AFTER)
+    pods = Reflector(client, api.PODS, namespace=NAMESPACE, handler=bindings)
+    nodes = Reflector(client, api.NODES, label_selector=group_selector(GROUP), handler=window)
     loop = asyncio.get_running_loop()
     try:
         cp.spawn_scheduler("kube-scheduler-a", profiles=(SCHEDULER,), server_url=url_a,
@@ -112,44 +155,61 @@ async def test_leader_killed_mid_burst(control_plane: ControlPlane, client: Kube
                                other="e2e-replica-b") as mirror:
             cp.spawn_scheduler("kube-scheduler-b", profiles=(SCHEDULER,), server_url=url_b,
                                leader_election=election, wait=False)
-            watch.start()
-            await watch.wait_synced(timeout=60)
+            for reflector in (pods, nodes):
+                reflector.start()
+                await reflector.wait_synced(timeout=60)
             async with DevicePluginStandIn(client, delay=0.05, namespace=NAMESPACE) as plugin:
-                await asyncio.gather(*(client.create(api.PODS, group_pod(f"burst-{i:02d}", NAMESPACE, GROUP,
-                                                                         scheduler_name=SCHEDULER))
-                                       for i in range(BURST)))
-                await _until(lambda: asyncio.sleep(0, len(bindings.at) >= KILL_AFTER_BOUND),
-                             f"{KILL_AFTER_BOUND} pods bound by replica a", 120)
-                killed = loop.time()
+                await asyncio.gather(*(client.create(api.PODS, p) for p in _pods("burst", BURST)))
+                await asyncio.wait_for(window.seen.wait(), 120)
+                # a has locked a node for a pod it has not bound yet: the node dies now.
                 cp.kill("kube-scheduler-a")
                 cp.kill("vgpu-scheduler-a")
-                bound_before = set(bindings.at)
-                await asyncio.gather(*(client.create(api.PODS, group_pod(f"after-{i:02d}", NAMESPACE, GROUP,
-                                                                         scheduler_name=SCHEDULER))
-                                       for i in range(AFTER)))
+                killed = loop.time()
+                bound_at_kill = len(bindings.at)
+                # The locked node is cordoned, so the pod a was binding goes elsewhere: a's lock
+                # there names a pod bound to another node, which nobody will ever release.
+                await _cordon(client, window.node, True)
+                await asyncio.gather(*(client.create(api.PODS, p) for p in _pods("after", AFTER)))
                 id_b = await _until(lambda: _new_holder(client, id_a), "kube-scheduler-b to lead", 60)
-                taken_over = loop.time() - killed
+                took_over = loop.time()
+                moved = await _until(lambda: _node_of(client, window.pod), f"{window.pod} bound", 120)
+                # Back in service: a pod for that node must take the dangling lock over at once
+                # instead of failing on contention until the lock expires (5 min).
+                await _cordon(client, window.node, False)
+                late = _pods("late", 1)[0]
+                late["spec"]["nodeSelector"]["kubernetes.io/hostname"] = window.node
+                await client.create(api.PODS, late)
                 snap = await wait_settled(client, NAMESPACE, group_selector(GROUP), timeout=120,
-                                          confirmed=BURST + AFTER)
+                                          confirmed=BURST + AFTER + 1)
                 assert not plugin.errors, plugin.errors
             assert not mirror.errors, mirror.errors
             assert mirror.holders == [id_a, id_b]  # one takeover, no flapping
 
         assert violations(snap) == []
-        assert len(snap.confirmed()) == BURST + AFTER
-        after_kill = sorted(t for name, t in bindings.at.items() if name not in bound_before)
-        first_bind = after_kill[0] - killed
-        leader_b = _became_leader(cp, "vgpu-scheduler-b")
-        assert leader_b, "vgpu-scheduler-b never logged that it became the leader"
-        report("leader-failover", lease_duration_s=6, bound_before_kill=len(bound_before),
-               lease_taken_over_s=taken_over, first_bind_after_kill_s=first_bind,
+        assert len(snap.confirmed()) == BURST + AFTER + 1
+        assert moved != window.node and snap.bound()["late-00"] == window.node
+        assert _became_leader(cp, "vgpu-scheduler-b"), "vgpu-scheduler-b never logged that it led"
+        in_flight = sum(1 for t in bindings.at.values() if killed <= t < took_over)  # a's last writes
+        first_by_b = min(t for t in bindings.at.values() if t >= took_over)
+        report("leader-failover", lease_duration_s=6, killed_with_lock_of=f"{window.pod}@{window.node}",
+               bound_before_kill=bound_at_kill, landed_after_kill=in_flight,
+               lease_taken_over_s=took_over - killed, first_bind_by_new_leader_s=first_by_b - killed,
                all_confirmed_s=max(bindings.at.values()) - killed)
     finally:
-        await watch.stop()
+        await pods.stop()
+        await nodes.stop()
         for name in ("kube-scheduler-a", "kube-scheduler-b", "vgpu-scheduler-a", "vgpu-scheduler-b"):
             if name in cp.procs:
                 cp.kill(name)
         await delete_group(client, GROUP, NAMESPACE)
+
+
+async def _cordon(client: KubeClient, node: str, unschedulable: bool) -> None:
+    await client.patch(api.NODES, node, {"spec": {"unschedulable": unschedulable or None}})
+
+
+async def _node_of(client: KubeClient, pod: str) -> str:
+    return str((await client.get_pod(NAMESPACE, pod))["spec"].get("nodeName") or "")
 
 
 async def _new_holder(client: KubeClient, old: str) -> str:
