@@ -19,6 +19,7 @@ import os
 from collections import defaultdict
 from collections.abc import Collection
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 from vgpu_scheduler.cluster import api
@@ -58,15 +59,23 @@ async def snapshot(client: KubeClient, namespace: str, node_selector: str) -> Sn
     pods = await client.list_pods(namespace)
     nodes, _ = await client.list_all(api.NODES, label_selector=node_selector)
     events, _ = await client.list_all(api.EVENTS_V1, namespace)
-    reasons: dict[str, tuple[str, str]] = {}
+    reasons: dict[str, tuple[datetime, str]] = {}
     for ev in events:
         if ev.get("reason") != "FailedScheduling" or not ev.get("note"):
             continue
         pod = str((ev.get("regarding") or {}).get("name") or "")
-        stamp = str(ev.get("eventTime") or (ev.get("metadata") or {}).get("creationTimestamp") or "")
-        if pod not in reasons or stamp >= reasons[pod][0]:
-            reasons[pod] = (stamp, str(ev["note"]))
+        seen = _last_seen(ev)
+        if pod not in reasons or seen >= reasons[pod][0]:
+            reasons[pod] = (seen, str(ev["note"]))
     return Snapshot(pods, nodes, {pod: note for pod, (_, note) in reasons.items()})
+
+
+def _last_seen(event: Obj) -> datetime:
+    """When the event last happened: a repeated event keeps its first eventTime and counts the
+    repeats in `series`, whose lastObservedTime is the latest."""
+    stamp = ((event.get("series") or {}).get("lastObservedTime") or event.get("eventTime")
+             or (event.get("metadata") or {}).get("creationTimestamp"))
+    return datetime.fromisoformat(str(stamp)) if stamp else datetime.min.replace(tzinfo=UTC)
 
 
 def allocation_violations(snap: Snapshot) -> list[str]:
@@ -142,30 +151,20 @@ async def wait_settled(
     node_selector: str,
     *,
     timeout: float,
-    confirmed: int | None = None,
-    quiet: float = 0.0,
+    confirmed: int,
     unconfirmed_ok: Collection[str] = (),
     locks_ok: Collection[str] = (),
     poll: float = 1.0,
 ) -> Snapshot:
-    """Poll until nothing transient is left (or `timeout`); the caller then asserts `violations`.
-
-    A pod pending after a failed bind also has a FailedScheduling reason while kube-scheduler
-    retries it, so "settled" needs more: `confirmed` pods confirmed when the test knows how many
-    must fit, else no new binding for `quiet` seconds (longer than kube-scheduler's 10 s backoff)."""
+    """Poll until `confirmed` pods are confirmed and nothing transient is left (or `timeout`); the
+    caller then asserts `violations`. The count is needed: a pod pending after a failed bind has a
+    FailedScheduling reason too while kube-scheduler retries it."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
-    last_bound: dict[str, str] = {}
-    changed = loop.time()
     while True:
         snap = await snapshot(client, namespace, node_selector)
-        now = loop.time()
-        bound = snap.bound()
-        if bound != last_bound:
-            last_bound, changed = bound, now
         left = settle_violations(snap, unconfirmed_ok=unconfirmed_ok, locks_ok=locks_ok)
-        enough = confirmed is None or len(snap.confirmed()) >= confirmed
-        if (not left and enough and now - changed >= quiet) or now > deadline:
+        if (not left and len(snap.confirmed()) >= confirmed) or loop.time() > deadline:
             return snap
         await asyncio.sleep(poll)
 
