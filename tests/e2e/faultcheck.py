@@ -47,6 +47,26 @@ class Snapshot:
         return {_name(n): _ann(n)[keys.NODE_LOCK] for n in self.nodes if keys.NODE_LOCK in _ann(n)}
 
 
+class Bindings:
+    """Pod informer handler: loop time at which each pod was first seen bound."""
+
+    def __init__(self) -> None:
+        self.at: dict[str, float] = {}
+
+    def on_add(self, obj: Obj) -> None:
+        self._see(obj)
+
+    def on_update(self, old: Obj, new: Obj) -> None:
+        self._see(new)
+
+    def on_delete(self, obj: Obj) -> None:
+        pass
+
+    def _see(self, pod: Obj) -> None:
+        if pod["spec"].get("nodeName"):
+            self.at.setdefault(_name(pod), asyncio.get_running_loop().time())
+
+
 def _name(obj: Obj) -> str:
     return str(obj["metadata"]["name"])
 

@@ -13,13 +13,12 @@ from __future__ import annotations
 import asyncio
 import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from controlplane import ControlPlane
-from faultcheck import Snapshot, report, snapshot, violations, wait_settled
+from faultcheck import Bindings, Snapshot, report, snapshot, violations, wait_settled
 from standin import DevicePluginStandIn, create_group, delete_group, group_pod, group_selector
 
 from vgpu_scheduler.cluster import api
@@ -35,27 +34,6 @@ DEVMEM, GPUMEM = 40960, 4500  # 9 pods per GPU by memory (count 10): 450 fit, 50
 FITTING = NODES * (DEVMEM // GPUMEM)
 
 
-class BindTimes:
-    """Pod informer handler: loop time at which each pod was first seen bound."""
-
-    def __init__(self) -> None:
-        self.bound: dict[str, float] = {}
-
-    def on_add(self, obj: dict[str, Any]) -> None:
-        self._see(obj)
-
-    def on_update(self, old: dict[str, Any], new: dict[str, Any]) -> None:
-        self._see(new)
-
-    def on_delete(self, obj: dict[str, Any]) -> None:
-        pass
-
-    def _see(self, pod: dict[str, Any]) -> None:
-        name = pod["metadata"]["name"]
-        if pod["spec"].get("nodeName") and name not in self.bound:
-            self.bound[name] = asyncio.get_running_loop().time()
-
-
 def _all_pending_for_memory(snap: Snapshot) -> bool:
     pending = [p["metadata"]["name"] for p in snap.pods if not p["spec"].get("nodeName")]
     return all("CardInsufficientMemory" in snap.reasons.get(name, "") for name in pending)
@@ -66,7 +44,7 @@ async def test_500_pods_at_once_on_50_nodes(control_plane: ControlPlane, client:
     await create_group(client, GROUP, NODES, gpus=1, devmem=DEVMEM)
     await asyncio.to_thread(control_plane.wait_devices_registered, before + NODES)
     control_plane.ensure_namespace(NAMESPACE)
-    times = BindTimes()
+    times = Bindings()
     watch = Reflector(client, api.PODS, namespace=NAMESPACE, handler=times)
     watch.start()
     loop = asyncio.get_running_loop()
@@ -92,9 +70,9 @@ async def test_500_pods_at_once_on_50_nodes(control_plane: ControlPlane, client:
         bound = snap.bound()
         pending = {p["metadata"]["name"]: snap.reasons.get(p["metadata"]["name"], "")
                    for p in snap.pods if not p["spec"].get("nodeName")}
-        last = max(times.bound.values()) - t0 if times.bound else float("nan")
+        last = max(times.at.values()) - t0 if times.at else float("nan")
         report("burst-500-on-50", pods=PODS, nodes=NODES, bound=len(bound), pending=len(pending),
-               create_s=created, last_bind_s=last, pods_per_s=len(times.bound) / last,
+               create_s=created, last_bind_s=last, pods_per_s=len(times.at) / last,
                settled_s=settled)
         assert violations(snap) == []
         notes = sorted(set(pending.values()))

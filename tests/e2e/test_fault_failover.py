@@ -30,7 +30,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from controlplane import ControlPlane
-from faultcheck import report, violations, wait_settled
+from faultcheck import Bindings, report, violations, wait_settled
 from leasemirror import LeaseMirror
 from standin import DevicePluginStandIn, create_group, delete_group, group_pod, group_selector
 
@@ -51,26 +51,6 @@ LEASE = {"leaseDuration": "6s", "renewDeadline": "4s", "retryPeriod": "1s"}
 NODES, GPUS = 4, 2  # 80 pod slots
 BURST, AFTER = 30, 10
 ARMED_AFTER = 8  # pods bound before the leader may be killed
-
-
-class Bindings:
-    """Pod informer handler: loop time at which each pod was first seen bound."""
-
-    def __init__(self) -> None:
-        self.at: dict[str, float] = {}
-
-    def on_add(self, obj: dict[str, Any]) -> None:
-        self._see(obj)
-
-    def on_update(self, old: dict[str, Any], new: dict[str, Any]) -> None:
-        self._see(new)
-
-    def on_delete(self, obj: dict[str, Any]) -> None:
-        pass
-
-    def _see(self, pod: dict[str, Any]) -> None:
-        if pod["spec"].get("nodeName"):
-            self.at.setdefault(pod["metadata"]["name"], asyncio.get_running_loop().time())
 
 
 class LockWindow:
@@ -160,7 +140,11 @@ async def test_leader_killed_mid_burst(control_plane: ControlPlane, client: Kube
                 await reflector.wait_synced(timeout=60)
             async with DevicePluginStandIn(client, delay=0.05, namespace=NAMESPACE) as plugin:
                 await asyncio.gather(*(client.create(api.PODS, p) for p in _pods("burst", BURST)))
-                await asyncio.wait_for(window.seen.wait(), 120)
+                while True:  # the pod watch may lag: ask the API whether that pod is still unbound
+                    await asyncio.wait_for(window.seen.wait(), 120)
+                    if not await _node_of(client, window.pod):
+                        break
+                    window.seen.clear()
                 # a has locked a node for a pod it has not bound yet: the node dies now.
                 cp.kill("kube-scheduler-a")
                 cp.kill("vgpu-scheduler-a")
