@@ -166,6 +166,27 @@ async def test_dangling_lock_of_a_deleted_pod_is_taken_over(
     assert _lock_of(cluster, "n1") == format_lock(T0, "default", "p2")
 
 
+@pytest.mark.parametrize(("bound_to", "taken_over"), [("n2", True), ("n1", False), ("", False)])
+async def test_lock_of_a_pod_bound_to_another_node_is_dangling(
+    cluster: MemoryCluster, client: KubeClient, bound_to: str, taken_over: bool
+) -> None:
+    # The holder's bind on n1 failed after the lock was set, then the pod was bound to n2: n1's
+    # device plugin never sees it, so only the expiry would free n1. Bound to n1 (or not yet
+    # bound) it is still a live holder.
+    holder = _pod("holder")
+    holder["spec"]["nodeName"] = bound_to
+    cluster.create("pods", holder, namespace="default")
+    cluster.create("nodes", _node("n1", format_lock(T0, "default", "holder")))
+    locker = NodeLocker(client, now=Clock())
+    if taken_over:
+        await locker.lock("n1", "default", "p2")
+        assert _lock_of(cluster, "n1") == format_lock(T0, "default", "p2")
+    else:
+        with pytest.raises(NodeLockContention):
+            await locker.lock("n1", "default", "p2")
+        assert _lock_of(cluster, "n1") == format_lock(T0, "default", "holder")
+
+
 async def test_malformed_lock_fails_without_writing(cluster: MemoryCluster, client: KubeClient) -> None:
     cluster.create("nodes", _node("n1", "lock"))
     with pytest.raises(NodeLockError):

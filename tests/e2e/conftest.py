@@ -67,4 +67,12 @@ def pytest_runtest_makereport(
     report = yield
     if report.failed and _started and item.get_closest_marker("e2e") is not None:
         report.sections.append(("control-plane logs", _started[0].logs(lines=60)))
+    if report.skipped and isinstance(report.longrepr, tuple) and _is_tier_skip(report.longrepr[2]):
+        # `-ra` folds skips per file and line: give every missing-binaries skip this file's place,
+        # so the whole tier is one line instead of one per test file.
+        report.longrepr = (__file__, None, report.longrepr[2])
     return report
+
+
+def _is_tier_skip(reason: str) -> bool:
+    return "e2e tier skipped" in reason

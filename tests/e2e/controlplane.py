@@ -48,6 +48,7 @@ WEBHOOK_LABEL = "vgpu-scheduler.e2e/webhook"  # namespaces carrying it (value "o
 MANAGED_RESOURCES = (
     "nvidia.com/gpu", "nvidia.com/gpumem", "nvidia.com/gpucores", "nvidia.com/gpumem-percentage",
 )
+STOP_GRACE = 5.0  # s; see ControlPlane.restart_apiserver
 READY_TIMEOUT = 120.0  # s; kube-apiserver's RBAC bootstrap takes ~10 s on an idle 2-core machine
 
 
@@ -200,8 +201,9 @@ class ControlPlane:
             cp._start_etcd()
             cp._start_apiserver(api_port)
             cp._setup_cluster()
-            cp._start_server(srv_port, metrics_port, server_args)
-            cp._start_scheduler()
+            cp.spawn_server("vgpu-scheduler", port=srv_port, metrics_port=metrics_port, extra=server_args)
+            cp.spawn_scheduler("kube-scheduler", profiles=(HAMI_SCHEDULER, "default-scheduler"),
+                               server_url=cp.server_url)
         except BaseException:
             cp.stop()
             raise
@@ -238,6 +240,51 @@ class ControlPlane:
             parts.append(f"----- {name} ({state}) {proc.log} -----\n{proc.tail(lines)}")
         return "\n".join(parts)
 
+    def kill(self, name: str) -> None:
+        """SIGKILL one component (its process group): a crash, no cleanup of any kind."""
+        proc = self.procs[name].popen
+        if proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=10)
+
+    def restart_apiserver(self, *, compact: bool = True) -> float:
+        """Stop kube-apiserver, optionally compact etcd to its current revision so that no watcher
+        can resume where it stopped (410 Gone: it must relist), then start it again on the same
+        port. Returns the seconds it was unreachable.
+
+        SIGTERM first: it stops listening at once, but open watch connections keep it from exiting
+        for up to a minute (its HTTP shutdown timeout), so it is killed after STOP_GRACE seconds."""
+        proc = self.procs["kube-apiserver"].popen
+        down = time.monotonic()
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=STOP_GRACE)
+        except subprocess.TimeoutExpired:
+            self.kill("kube-apiserver")
+        if compact:
+            self._compact_etcd()
+        self._start_apiserver(int(self.apiserver_url.rsplit(":", 1)[1]), log_suffix="-restarted")
+        return time.monotonic() - down
+
+    def _compact_etcd(self) -> None:
+        def post(path: str, body: dict[str, Any]) -> dict[str, Any]:
+            req = urllib.request.Request(
+                f"{self.etcd_url}{path}", data=json.dumps(body).encode(), method="POST",
+                headers={"Content-Type": "application/json"},
+            )
+            with urllib.request.urlopen(req, timeout=10) as resp:
+                out: dict[str, Any] = json.loads(resp.read())
+                return out
+
+        # A write of our own first: the compacted revision is then newer than anything a watcher
+        # of kube-apiserver can have seen, so every resumed watch gets 410 Gone.
+        marker = {"key": base64.b64encode(b"/e2e/compaction-marker").decode(),
+                  "value": base64.b64encode(str(time.time()).encode()).decode()}
+        revision = post("/v3/kv/put", marker)["header"]["revision"]
+        post("/v3/kv/compaction", {"revision": revision, "physical": True})
+
     # -- helpers --------------------------------------------------------------------------------
 
     def kubectl(self, *args: str, stdin: str | None = None, check: bool = True) -> str:
@@ -266,24 +313,27 @@ class ControlPlane:
              "metadata": {"name": "default", "namespace": name}},
         )
 
-    def registered_devices(self) -> int:
-        """GPUs our server has registered, counted from its metrics (one memory-limit series each)."""
-        with urllib.request.urlopen(f"{self.metrics_url}/metrics", timeout=10) as resp:
+    def registered_devices(self, metrics_url: str | None = None) -> int:
+        """GPUs our server (or the one at `metrics_url`) has registered, counted from its metrics
+        (one memory-limit series each)."""
+        with urllib.request.urlopen(f"{metrics_url or self.metrics_url}/metrics", timeout=10) as resp:
             text = resp.read().decode()
         return sum(1 for line in text.splitlines() if line.startswith("hami_gpu_memory_limit_bytes{"))
 
-    def wait_devices_registered(self, count: int, timeout: float = 120.0) -> None:
+    def wait_devices_registered(
+        self, count: int, timeout: float = 120.0, metrics_url: str | None = None
+    ) -> None:
         """Block until our server knows `count` GPUs. Its registration loop runs periodically, and a
         pod filtered before its nodes are registered is rejected ("node unregistered") and parked by
         kube-scheduler, which would make the first minutes of a test or bench measure that wait."""
         deadline = time.monotonic() + timeout
-        while (seen := self.registered_devices()) < count:
+        while (seen := self.registered_devices(metrics_url)) < count:
             if time.monotonic() > deadline:
                 raise ControlPlaneError(f"our server registered {seen}/{count} GPUs after {timeout:.0f}s")
             time.sleep(0.5)
 
-    def _spawn(self, name: str, argv: Sequence[str]) -> Proc:
-        log = self.dir / f"{name}.log"
+    def _spawn(self, name: str, argv: Sequence[str], log_suffix: str = "") -> Proc:
+        log = self.dir / f"{name}{log_suffix}.log"
         with log.open("wb") as out:
             popen = subprocess.Popen(
                 list(argv), stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
@@ -348,7 +398,7 @@ class ControlPlane:
         ])
         self._wait_ready(proc, f"{self.etcd_url}/health", None, b'"health":"true"')
 
-    def _start_apiserver(self, port: int) -> None:
+    def _start_apiserver(self, port: int, log_suffix: str = "") -> None:
         c = self.certs
         proc = self._spawn("kube-apiserver", [
             str(self.bin_dir / "kube-apiserver"),
@@ -371,7 +421,7 @@ class ControlPlane:
             "--endpoint-reconciler-type=none",
             "--profiling=false",
             "--v=1",
-        ])
+        ], log_suffix)
         self._wait_ready(proc, f"{self.apiserver_url}/readyz", c.ssl_context())
 
     def _setup_cluster(self) -> None:
@@ -399,10 +449,28 @@ class ControlPlane:
             }],
         })
 
-    def _start_server(self, port: int, metrics_port: int, extra: Sequence[str]) -> None:
+    def spawn_server(
+        self,
+        name: str,
+        *,
+        port: int | None = None,
+        metrics_port: int | None = None,
+        extra: Sequence[str] = (),
+        hostname: str | None = None,
+        wait: bool = True,
+    ) -> tuple[str, str]:
+        """Our server as process `name`; returns its (https URL, metrics URL).
+
+        `hostname` replaces what `socket.gethostname()` answers in that process, the leader identity
+        the server compares with the Lease holder: the only way, without root (no UTS namespace),
+        to give two replicas on one machine distinct identities. Test seam, not a product flag."""
+        port = port or free_port()
+        metrics_port = metrics_port or free_port()
         exe = Path(sys.executable).with_name("vgpu-scheduler")
         argv = [str(exe)] if exe.exists() else [sys.executable, "-m", "vgpu_scheduler"]
-        proc = self._spawn("vgpu-scheduler", [
+        if hostname is not None:
+            argv = [sys.executable, "-c", _AS_HOST, hostname]
+        proc = self._spawn(name, [
             *argv,
             f"--kubeconfig={self.kubeconfig}",
             f"--http_bind=127.0.0.1:{port}",
@@ -412,9 +480,12 @@ class ControlPlane:
             f"--metrics-bind-address=127.0.0.1:{metrics_port}",
             f"--node-scheduler-policy={self.node_policy}",
             f"--gpu-scheduler-policy={self.gpu_policy}",
-            *extra,
+            *extra,  # later flags win: `extra` may override any of the above
         ])
-        self._wait_ready(proc, f"{self.server_url}/readyz", self.certs.ssl_context(client_cert=False), b"")
+        url = f"https://127.0.0.1:{port}"
+        if wait:
+            self._wait_ready(proc, f"{url}/readyz", self.certs.ssl_context(client_cert=False), b"")
+        return url, f"http://127.0.0.1:{metrics_port}"
 
     def scheduler_metrics(self) -> str:
         """kube-scheduler's /metrics text (read with the admin client certificate)."""
@@ -428,19 +499,30 @@ class ControlPlane:
     def apiserver_metrics(self) -> str:
         return self.kubectl("get", "--raw", "/metrics")
 
-    def _start_scheduler(self) -> None:
+    def spawn_scheduler(
+        self,
+        name: str,
+        *,
+        profiles: Sequence[str],
+        server_url: str,
+        leader_election: dict[str, Any] | None = None,
+        wait: bool = True,
+    ) -> None:
+        """A kube-scheduler as process `name` with these profiles, calling our server at
+        `server_url` as its extender. `leader_election` is the configuration's `leaderElection`
+        block (default: none); a follower is not waited for (it serves nothing until it leads)."""
         port = free_port()
         self.scheduler_url = f"https://127.0.0.1:{port}"
         cfg = {
             "apiVersion": "kubescheduler.config.k8s.io/v1",
             "kind": "KubeSchedulerConfiguration",
             "clientConnection": {"kubeconfig": str(self.kubeconfig), "qps": 200, "burst": 400},
-            "leaderElection": {"leaderElect": False},
+            "leaderElection": leader_election or {"leaderElect": False},
             # Extenders apply to every profile, but only to pods asking for a managed resource:
             # default-scheduler pods asking only cpu never reach our server.
-            "profiles": [{"schedulerName": HAMI_SCHEDULER}, {"schedulerName": "default-scheduler"}],
+            "profiles": [{"schedulerName": p} for p in profiles],
             "extenders": [{
-                "urlPrefix": self.server_url,
+                "urlPrefix": server_url,
                 "filterVerb": "filter",
                 "bindVerb": "bind",
                 "enableHTTPS": True,
@@ -451,9 +533,9 @@ class ControlPlane:
                 "managedResources": [{"name": r, "ignoredByScheduler": True} for r in MANAGED_RESOURCES],
             }],
         }
-        path = self.dir / "kube-scheduler-config.yaml"
+        path = self.dir / f"{name}-config.yaml"
         path.write_text(json.dumps(cfg, indent=1))  # JSON is YAML
-        proc = self._spawn("kube-scheduler", [
+        proc = self._spawn(name, [
             str(self.bin_dir / "kube-scheduler"),
             f"--config={path}",
             "--bind-address=127.0.0.1",
@@ -462,10 +544,18 @@ class ControlPlane:
             f"--authorization-kubeconfig={self.kubeconfig}",
             "--v=2",
         ])
+        if not wait:
+            return
         insecure = ssl.create_default_context()
         insecure.check_hostname = False
         insecure.verify_mode = ssl.CERT_NONE  # its self-signed serving cert; loopback readiness probe only
         self._wait_ready(proc, f"https://127.0.0.1:{port}/readyz", insecure)
+
+
+_AS_HOST = (
+    "import socket, sys; host = sys.argv.pop(1); socket.gethostname = lambda: host; "
+    "from vgpu_scheduler.cli import main; sys.exit(main())"
+)
 
 
 @contextlib.contextmanager

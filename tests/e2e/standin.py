@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from datetime import datetime
 from typing import Any
 
@@ -95,8 +95,14 @@ class DevicePluginStandIn:
     to-allocate value) and deletes the node's `hami.io/mutex.lock` if it names that pod. The work
     itself is `SimDevicePlugin.admit`, the simulator's plugin, here over the HTTP client."""
 
-    def __init__(self, client: KubeClient, delay: float = 0.0, namespace: str | None = None) -> None:
+    def __init__(
+        self, client: KubeClient, delay: float = 0.0, namespace: str | None = None,
+        nodes: Collection[str] | None = None,
+    ) -> None:
+        """nodes: the nodes whose device plugin works (default all); a pod bound anywhere else is
+        never confirmed and its node lock never released, as with a dead plugin there."""
         self.delay = delay
+        self.nodes = None if nodes is None else frozenset(nodes)
         self.plugin = SimDevicePlugin(client)
         self.reflector = Reflector(client, api.PODS, namespace=namespace, handler=self)
         self.confirmed: dict[str, float] = {}  # "<ns>/<name>" -> loop time of the success patch
@@ -126,6 +132,8 @@ class DevicePluginStandIn:
         uid = str((pod.get("metadata") or {}).get("uid") or "")
         if not uid or uid in self._seen or not _wants_admission(pod):
             return
+        if self.nodes is not None and (pod.get("spec") or {}).get("nodeName") not in self.nodes:
+            return
         self._seen.add(uid)
         task = asyncio.get_running_loop().create_task(self._admit(pod))
         self._tasks.add(task)
@@ -152,3 +160,54 @@ class DevicePluginStandIn:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+
+
+GROUP_LABEL = "vgpu-scheduler.e2e/group"
+"""Nodes of one test carry GROUP_LABEL=<group>; its pods select them, so tests never share nodes."""
+
+
+def group_selector(group: str) -> str:
+    return f"{GROUP_LABEL}={group}"
+
+
+async def create_group(
+    client: KubeClient, group: str, count: int, *, gpus: int = 2, per_gpu: int = GPU_COUNT,
+    devmem: int = GPU_MEM,
+) -> list[str]:
+    """`count` GPU nodes named `<group>-<i>` labelled for the group (already there: kept)."""
+    names = [f"{group}-{i:03d}" for i in range(count)]
+
+    async def one(name: str) -> None:
+        node, status = gpu_node(name, gpus=gpus, count=per_gpu, devmem=devmem)
+        node["metadata"]["labels"][GROUP_LABEL] = group
+        try:
+            await create_node(client, node, status)
+        except ApiError as exc:
+            if exc.status != 409:
+                raise
+
+    await asyncio.gather(*(one(n) for n in names))
+    return names
+
+
+def group_pod(name: str, namespace: str, group: str, **kwargs: Any) -> Obj:
+    """A GPU pod (see gpu_pod) that may only land on the group's nodes."""
+    pod = gpu_pod(name, namespace, **kwargs)
+    pod["spec"]["nodeSelector"] = {GROUP_LABEL: group}
+    return pod
+
+
+async def delete_group(client: KubeClient, group: str, namespace: str) -> None:
+    """Remove what a test left: its pods (no kubelet: deleted at once) and its nodes, so later tests
+    of the session see neither (binpack would prefer the used nodes)."""
+    pods = await client.list_pods(namespace)
+    nodes, _ = await client.list_all(api.NODES, label_selector=group_selector(group))
+
+    async def gone(coro: Any) -> None:
+        with contextlib.suppress(ApiError):
+            await coro
+
+    # Nodes first: pending pods must not be placed on the room the deleted pods leave.
+    await asyncio.gather(*(gone(client.delete(api.NODES, n["metadata"]["name"])) for n in nodes))
+    await asyncio.gather(*(gone(client.delete(api.PODS, p["metadata"]["name"], namespace,
+                                              grace_period_seconds=0)) for p in pods))

@@ -291,6 +291,22 @@ async def test_a_lock_of_a_gone_pod_does_not_count_as_busy(stack: Stack) -> None
     assert _chosen(await stack.filter(second, ["n1", "n2"])) == "n1"
 
 
+@pytest.mark.parametrize(("holder_on", "chosen"), [("n2", "n1"), ("n1", "n2")])
+async def test_a_lock_of_a_pod_bound_to_another_node_does_not_count_as_busy(
+    stack: Stack, holder_on: str, chosen: str
+) -> None:
+    first = await stack.create(pod("first"))
+    await stack.filter(first, ["n1"])
+    assert await stack.bind(first, "n1") == ""  # binpack now prefers n1
+    holder: Obj = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "holder", "namespace": "default"},
+                   "spec": {"nodeName": holder_on, "containers": [{"name": "c", "image": "x"}]}}
+    await stack.create(holder)
+    # n1's lock names `holder`: bound elsewhere it is dangling (n1 is free), bound to n1 it is not.
+    await stack.lock_node_for("n1", "holder")
+    second = await stack.create(pod("second"))
+    assert _chosen(await stack.filter(second, ["n1", "n2"])) == chosen
+
+
 async def test_filtering_succeed_lists_every_fitting_node_with_its_score(stack: Stack) -> None:
     p = await stack.create(pod("p"))
     await stack.filter(p, ["n1", "n2", "ghost"])

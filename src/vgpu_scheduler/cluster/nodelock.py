@@ -7,7 +7,9 @@ scheduler replicas (or two binds) can never both believe they hold the lock.
 
 Differences from HAMi, same wire result: an expired or dangling lock is taken over with one
 guarded patch instead of delete-then-set, and a stale resourceVersion (409) is retried with a
-fresh read instead of failing the bind.
+fresh read instead of failing the bind. A lock is also dangling when its holder pod is already
+bound to another node: that node's device plugin will never see the pod, so nothing would release
+the lock before it expires (HAMi waits out the `--node-lock-timeout`, 5 min by default).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from typing import Any, Protocol
 
 from vgpu_scheduler.cluster.errors import ApiError
 from vgpu_scheduler.durations import format_go_duration
+from vgpu_scheduler.wire import objects
 from vgpu_scheduler.wire.gotime import GoTimeParseError, parse_rfc3339
 from vgpu_scheduler.wire.keys import NODE_LOCK
 
@@ -135,7 +138,7 @@ class NodeLocker:
 
         HAMi's order: an unparsable lock fails the bind; an expired one is taken over (even our
         own, which refreshes its time); a live one of this pod is re-entered; one whose holder
-        pod is gone is taken over; anything else is contention."""
+        pod is gone (or bound to another node) is taken over; anything else is contention."""
         guard = self._local.setdefault(node_name, asyncio.Lock())
         async with guard:
             fresh = False
@@ -179,13 +182,14 @@ class NodeLocker:
     def live_holder(
         self,
         node_name: str,
-        pod_exists: Callable[[str, str], bool],
+        holder_live: Callable[[str, str, str], bool],
     ) -> LockValue | None:
         """The holder of a live lock on the node as the informer cache shows it, else None.
 
         No API call: used to rank nodes at filter time, where a slightly stale answer only costs a
         less good spread. A lock that cannot be parsed, has expired, or names a pod the cache no
-        longer has is not live (the next bind would fail on it or take it over)."""
+        longer has, or one bound to another node, is not live (the next bind would fail on it or
+        take it over). `holder_live(namespace, pod, node)` answers for a lock naming a pod."""
         if self._cached_node is None:
             return None
         node = self._cached_node(node_name)
@@ -200,7 +204,7 @@ class NodeLocker:
             return None
         if self._now() - held.taken_at > timedelta(seconds=self.timeout):
             return None
-        if held.namespace and held.pod and not pod_exists(held.namespace, held.pod):
+        if held.namespace and held.pod and not holder_live(held.namespace, held.pod, node_name):
             return None
         return held
 
@@ -219,15 +223,23 @@ class NodeLocker:
         return False
 
     async def _holder_alive(self, node_name: str, held: LockValue) -> bool:
-        """False only when the lock names a pod (namespace and name) the API no longer has."""
+        """False only when the lock names a pod (namespace and name) the API no longer has, or one
+        already bound to another node (its bind there succeeded after this lock was left behind)."""
         if not (held.namespace and held.pod):
             return True
         try:
-            await self._api.get_pod(held.namespace, held.pod)
+            pod = await self._api.get_pod(held.namespace, held.pod)
         except ApiError as exc:
             if exc.status != 404:
                 raise NodeLockError(exc.message) from exc  # Go's StatusError text: the message
             log.info("node %s lock holder %s/%s is gone, taking over", node_name, held.namespace, held.pod)
+            return False
+        bound_to = objects.node_name(pod)
+        if bound_to and bound_to != node_name:
+            log.info(
+                "node %s lock holder %s/%s is bound to node %s, taking over",
+                node_name, held.namespace, held.pod, bound_to,
+            )
             return False
         return True
 

@@ -295,9 +295,14 @@ class Extender:
 
         return busy
 
-    def _holder_alive(self, namespace: str, name: str) -> bool:
+    def _holder_alive(self, namespace: str, name: str, node: str) -> bool:
+        """Can the lock holder namespace/name on `node` still be confirmed there? Not when it is
+        gone, finished, or bound to another node (the lock is dangling: the next bind takes it)."""
         pod = self.cached_pod(namespace, name)
-        return pod is not None and not is_terminal(pod)
+        if pod is None or is_terminal(pod):
+            return False
+        bound_to = objects.node_name(pod)
+        return not bound_to or bound_to == node
 
     def _set_pending(self, uid: str, decision: Chosen) -> None:
         self._pop_pending(uid)
