@@ -4,7 +4,7 @@
 list), with `WATCH` for a watch stream; `code` is the HTTP status, or `<error>` when no answer
 came (connection refused, timeout), client-go's word for it. Durations are from sending the
 request to reading the whole answer, without the client-side rate limiter's wait, which is its
-own histogram (the default --kube-qps 5 makes it the first thing to look at when binds are slow).
+own histogram (with a low --kube-qps, HAMi's 5 for instance, it is where slow binds wait).
 Watch streams count once when they open and have no duration (they last minutes by design).
 """
 
