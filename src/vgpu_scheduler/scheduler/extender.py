@@ -250,13 +250,14 @@ class Extender:
             except TimeoutError:
                 outcome.set("error", "not_synced")
                 return encode_filter_result(error="context cancelled")
-        outcome.set("error", "bad_request")
         try:
             args = decode_extender_args(body)
         except ExtenderDecodeError as exc:
             log.error("filter: %s", exc)
+            outcome.set("error", "bad_request")
             return encode_filter_result(error=str(exc))
         if args.pod is None:
+            outcome.set("error", "bad_request")
             return encode_filter_result(error="extender args missing pod")
         pod = args.pod
         if args.node_names is None and args.nodes is not None:
