@@ -20,10 +20,10 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 from prometheus_client.samples import Sample
 
+from vgpu_scheduler.cluster.apistats import ApiStats
 from vgpu_scheduler.server.metrics import go_float
 
 if TYPE_CHECKING:
-    from vgpu_scheduler.cluster.apistats import ApiStats
     from vgpu_scheduler.cluster.instruments import CounterVec, HistogramData, HistogramVec
     from vgpu_scheduler.cluster.lockstats import NodeLockStats
     from vgpu_scheduler.cluster.reflector import ReflectorStats
@@ -51,17 +51,11 @@ class OperatorSources:
         stats = getattr(process.client.transport, "stats", None)  # a test transport may have none
         return cls(
             extender=process.extender.stats,
-            api=stats if _is_api_stats(stats) else None,
+            api=stats if isinstance(stats, ApiStats) else None,
             node_lock=process.locker.stats,
             reflectors=[(r.rt.qualified, r.stats) for r in process.reflectors],
             state=process.state,
         )
-
-
-def _is_api_stats(value: object) -> bool:
-    from vgpu_scheduler.cluster.apistats import ApiStats
-
-    return isinstance(value, ApiStats)
 
 
 @dataclass(frozen=True, slots=True)
