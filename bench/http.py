@@ -85,6 +85,12 @@ class CountingTransport:
     def stream(self, path: str, params: Any = None) -> Any:
         return self.inner.stream(path, params)
 
+    def with_own_rate_limit(self) -> CountingTransport:
+        """The event recorder's client: its calls are counted with the others."""
+        sibling = CountingTransport(self.inner.with_own_rate_limit())
+        sibling.counts = self.counts
+        return sibling
+
     async def close(self) -> None:
         await self.inner.close()
 

@@ -23,6 +23,7 @@ from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 from vgpu_scheduler.cluster.errors import ApiError
+from vgpu_scheduler.cluster.lockstats import EXPIRED, HOLDER_GONE, NodeLockStats
 from vgpu_scheduler.durations import format_go_duration
 from vgpu_scheduler.wire import objects
 from vgpu_scheduler.wire.gotime import GoTimeParseError, parse_rfc3339
@@ -120,6 +121,7 @@ class NodeLocker:
         self.timeout = timeout
         self._now = now
         self._cached_node = cached_node
+        self.stats = NodeLockStats()
         # Serialises this process's lock writes per node (HAMi keeps the same in-process mutex).
         self._local: dict[str, asyncio.Lock] = {}
 
@@ -170,6 +172,7 @@ class NodeLocker:
                 }
                 try:
                     await self._api.patch_node(node_name, patch)
+                    self.stats.lock_written(node_name, over_another=current is not None)
                     return
                 except ApiError as exc:  # a 409 means a stale read; anything else may pass too
                     last_error = exc.message
@@ -219,6 +222,7 @@ class NodeLocker:
     def _expired(self, node_name: str, value: str, held: LockValue) -> bool:
         if self._now() - held.taken_at > timedelta(seconds=self.timeout):
             log.info("node %s lock %r expired, taking it over", node_name, value)
+            self.stats.note_takeover(node_name, EXPIRED)
             return True
         return False
 
@@ -233,6 +237,7 @@ class NodeLocker:
             if exc.status != 404:
                 raise NodeLockError(exc.message) from exc  # Go's StatusError text: the message
             log.info("node %s lock holder %s/%s is gone, taking over", node_name, held.namespace, held.pod)
+            self.stats.note_takeover(node_name, HOLDER_GONE)
             return False
         bound_to = objects.node_name(pod)
         if bound_to and bound_to != node_name:

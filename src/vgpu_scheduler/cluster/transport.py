@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import aiohttp
 import msgspec
 
+from vgpu_scheduler.cluster.apistats import WATCH, ApiStats
 from vgpu_scheduler.cluster.errors import ApiConnectionError, ApiError
 
 if TYPE_CHECKING:
@@ -164,6 +165,7 @@ class HttpTransport:
         self._user_agent = user_agent
         self._session: aiohttp.ClientSession | None = None
         self._owner: HttpTransport | None = None  # a sibling borrows its owner's session
+        self.stats = ApiStats()
 
     def with_own_rate_limit(self) -> HttpTransport:
         """A sibling sharing this transport's session and credentials but not its token bucket:
@@ -180,6 +182,7 @@ class HttpTransport:
         )
         sibling._ssl = self._ssl
         sibling._owner = self._owner or self
+        sibling.stats = self.stats  # one API, one set of metrics
         return sibling
 
     def _get_session(self) -> aiohttp.ClientSession:
@@ -211,9 +214,11 @@ class HttpTransport:
         data = None if json_body is None else _encode(json_body)
         ctype = content_type or ("application/json" if data is not None else None)
         timeout = aiohttp.ClientTimeout(total=self.timeout or None)
+        stats = self.stats
         for attempt in (1, 2):
-            await self.limiter.acquire()
+            await self._acquire()
             headers = await self._headers(ctype)
+            started = time.perf_counter()
             try:
                 async with self._get_session().request(
                     method,
@@ -228,7 +233,9 @@ class HttpTransport:
                     raw = await resp.read()
                     status = resp.status
             except (aiohttp.ClientError, OSError, TimeoutError) as exc:
+                stats.record(method, None, time.perf_counter() - started)
                 raise ApiConnectionError(f"{method} {path}: {type(exc).__name__}: {exc}") from exc
+            stats.record(method, status, time.perf_counter() - started)
             if status == 401 and attempt == 1:
                 await self._auth.invalidate()  # expired token: re-read it once and retry
                 continue
@@ -245,8 +252,9 @@ class HttpTransport:
         read_timeout = float(server_timeout) + 30.0 if server_timeout else None
         timeout = aiohttp.ClientTimeout(total=None, connect=self.timeout or None, sock_read=read_timeout)
         for attempt in (1, 2):
-            await self.limiter.acquire()
+            await self._acquire()
             headers = await self._headers(None)
+            opened = False  # a stream cut after its answer is not a request without one
             try:
                 async with self._get_session().get(
                     self.base_url + path,
@@ -256,6 +264,8 @@ class HttpTransport:
                     timeout=timeout,
                     server_hostname=self._server_hostname,
                 ) as resp:
+                    opened = True
+                    self.stats.record(WATCH, resp.status, None)
                     if resp.status == 401 and attempt == 1:
                         await self._auth.invalidate()
                         continue
@@ -274,7 +284,15 @@ class HttpTransport:
                         yield _decode_line(buf)
                     return
             except (aiohttp.ClientError, OSError, TimeoutError) as exc:
+                if not opened:
+                    self.stats.record(WATCH, None, None)
                 raise ApiConnectionError(f"watch {path}: {type(exc).__name__}: {exc}") from exc
+
+    async def _acquire(self) -> None:
+        """A rate-limiter token, the wait timed into `stats.rate_limiter_wait`."""
+        started = time.perf_counter()
+        await self.limiter.acquire()
+        self.stats.rate_limiter_wait.observe(time.perf_counter() - started)
 
     async def close(self) -> None:
         if self._owner is not None:
@@ -300,6 +318,7 @@ class MemoryTransport:
 
     def __init__(self, cluster: MemoryCluster) -> None:
         self.cluster = cluster
+        self.stats = ApiStats()  # the same metrics as over HTTP (--cluster-snapshot mode)
 
     async def request(
         self,
@@ -312,16 +331,23 @@ class MemoryTransport:
     ) -> tuple[int, dict[str, Any]]:
         await asyncio.sleep(0)  # a network call would yield to the loop; keep that interleaving
         body = None if json_body is None else _encode(json_body)
+        started = time.perf_counter()
         status, raw = await self.cluster.handle(
             method, path, params=params, body=body, content_type=content_type or "application/json"
         )
+        self.stats.record(method, status, time.perf_counter() - started)
         return status, decode_body(raw)
 
     async def stream(
         self, path: str, params: Mapping[str, str] | None = None
     ) -> AsyncGenerator[dict[str, Any], None]:
         await asyncio.sleep(0)
-        watch = await self.cluster.open_watch(path, params)
+        try:
+            watch = await self.cluster.open_watch(path, params)
+        except ApiError as exc:
+            self.stats.record(WATCH, exc.status, None)
+            raise
+        self.stats.record(WATCH, 200, None)
         try:
             async for line in watch:
                 yield _decode_line(line)

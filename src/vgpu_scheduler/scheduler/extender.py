@@ -23,13 +23,22 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from vgpu_scheduler.cluster.errors import ApiConnectionError, ApiError
+from vgpu_scheduler.cluster.instruments import CounterVec, HistogramVec
 from vgpu_scheduler.cluster.nodelock import NodeLockContention, NodeLocker, NodeLockError
 from vgpu_scheduler.config import NvidiaConfig
-from vgpu_scheduler.engine.decide import Chosen, Error, NoFit, NoRequest, decide, decide_on_nodes
+from vgpu_scheduler.engine.decide import (
+    NODE_UNREGISTERED,
+    Chosen,
+    Error,
+    NoFit,
+    NoRequest,
+    decide,
+    decide_on_nodes,
+)
 from vgpu_scheduler.engine.podinfo import is_terminal, pod_annotations, pod_key
 from vgpu_scheduler.engine.reasons import parse_reason
 from vgpu_scheduler.engine.requests import pod_has_device_requests, pod_requests
@@ -78,6 +87,16 @@ class Policies:
     gpu: str = "spread"
 
 
+FILTER_OUTCOMES = ("chosen", "nofit", "error", "contention", "no_request")
+"""`outcome` of vgpu_scheduler_decisions_total and vgpu_scheduler_filter_duration_seconds."""
+BIND_OUTCOMES = ("bound", "contention", "stopped", "error")
+LOCK_OUTCOMES = ("acquired", "contention", "stopped", "error")
+
+
+def _by_outcome(outcomes: tuple[str, ...]) -> HistogramVec:
+    return HistogramVec(("outcome",), known=[(o,) for o in outcomes])
+
+
 @dataclass(slots=True)
 class ExtenderStats:
     filters: int = 0
@@ -97,16 +116,38 @@ class ExtenderStats:
     binds_wrong_node: int = 0
     """Binds for a node other than the one the pod's latest filter chose: refused with no write."""
     lock_contention: int = 0
+    decisions: CounterVec = field(default_factory=lambda: CounterVec(("outcome", "reason")))
+    """Filter decisions by outcome (FILTER_OUTCOMES) and a bounded reason: the HAMi reason type that
+    rejected the most nodes for `nofit`, a fixed word otherwise (see `_Outcome`)."""
+    filter_duration: HistogramVec = field(default_factory=lambda: _by_outcome(FILTER_OUTCOMES))
+    bind_duration: HistogramVec = field(default_factory=lambda: _by_outcome(BIND_OUTCOMES))
+    lock_wait: HistogramVec = field(default_factory=lambda: _by_outcome(LOCK_OUTCOMES))
+    """Time a bind spent taking its node lock (local queue, reads, takeover, PodGroup retries)."""
+
+
+class _Outcome:
+    """What one filter call decided, for the metrics; set by the path that answers."""
+
+    __slots__ = ("kind", "reason")
+
+    def __init__(self) -> None:
+        self.kind = "error"
+        self.reason = "cancelled"  # stays so only when the caller went away before any answer
+
+    def set(self, kind: str, reason: str) -> None:
+        self.kind = kind
+        self.reason = reason
 
 
 class _BindControl:
     """What a bind in flight checks before each write: is it still the one that should act?"""
 
-    __slots__ = ("caller_gone", "deadline")
+    __slots__ = ("caller_gone", "deadline", "outcome")
 
     def __init__(self, deadline: float) -> None:
         self.deadline = deadline
         self.caller_gone = False
+        self.outcome = ""  # BIND_OUTCOMES; set where the bind stops, else from its error text
 
 
 class Extender:
@@ -193,42 +234,61 @@ class Extender:
 
     async def filter(self, body: bytes) -> bytes:
         self.stats.filters += 1
+        started = time.perf_counter()
+        outcome = _Outcome()
+        try:
+            return await self._filter(body, outcome)
+        finally:
+            st = self.stats
+            st.decisions.inc((outcome.kind, outcome.reason))
+            st.filter_duration.observe((outcome.kind,), time.perf_counter() - started)
+
+    async def _filter(self, body: bytes, outcome: _Outcome) -> bytes:
         if not self.synced.is_set():
             try:
                 await asyncio.wait_for(self.synced.wait(), self.sync_wait)
             except TimeoutError:
+                outcome.set("error", "not_synced")
                 return encode_filter_result(error="context cancelled")
         try:
             args = decode_extender_args(body)
         except ExtenderDecodeError as exc:
             log.error("filter: %s", exc)
+            outcome.set("error", "bad_request")
             return encode_filter_result(error=str(exc))
         if args.pod is None:
+            outcome.set("error", "bad_request")
             return encode_filter_result(error="extender args missing pod")
         pod = args.pod
         if args.node_names is None and args.nodes is not None:
-            return self._filter_template_nodes(pod, args.nodes.get("items") or [])
-        return await self._filter_live(pod, args.node_names)
+            return self._filter_template_nodes(pod, args.nodes.get("items") or [], outcome)
+        return await self._filter_live(pod, args.node_names, outcome)
 
-    async def _filter_live(self, pod: dict[str, Any], node_names: list[str] | None) -> bytes:
+    async def _filter_live(
+        self, pod: dict[str, Any], node_names: list[str] | None, outcome: _Outcome
+    ) -> bytes:
         uid, namespace, name = pod_key(pod)
         if uid in self._deleted:
             log.info("filter %s/%s: the pod has been deleted", namespace, name)
+            outcome.set("error", "pod_deleted")
             return encode_filter_result(error=f'pods "{name}" not found')
         requests = pod_requests(pod, self.cfg)
         if not pod_has_device_requests(requests):
+            outcome.set("no_request", "no_device_request")
             return encode_filter_result(node_names=node_names)  # echoed as sent, null included
         # Only a pod the informer knows may reserve devices: a filter for a pod that exists nowhere
         # would otherwise hold devices no real pod can use until the sweep.
         known = await self._known_pod(namespace, name, uid)
         if known is None:
             self.stats.filters_unknown_pod += 1
+            outcome.set("error", "pod_unknown")
             log.info("filter %s/%s: pod %s is not in the informer cache", namespace, name, uid)
             return encode_filter_result(error=f'pods "{name}" not found')
         bound_to = objects.node_name(known)
         if bound_to:
             # kube-scheduler's cache lags ours: the pod is bound, its annotations are the truth.
             message = f'pod {namespace}/{name} is already assigned to node "{bound_to}"'
+            outcome.set("error", "pod_bound")
             return encode_filter_result(error=message)
         self._pop_pending(uid)
         policies = self.policies
@@ -247,12 +307,16 @@ class Extender:
             requests=requests,
         )
         if isinstance(decision, NoRequest):
+            outcome.set("no_request", "no_device_request")
             return encode_filter_result(node_names=node_names)
         if isinstance(decision, Error):
             log.error("filter %s/%s: %s", namespace, name, decision.message)
+            outcome.set("error", "decision")
             return encode_filter_result(error=decision.message)
         if isinstance(decision, NoFit):
-            self._record_failure(pod, decision.failed)
+            by_type = failed_by_type(decision.failed)
+            outcome.set("nofit", main_reason(by_type, decision.failed))
+            self._record_failure(pod, by_type, len(decision.failed))
             return encode_filter_result(failed=decision.failed)
         if busy is not None and busy(decision.node) and not is_pod_group_member(pod):
             # Busy nodes rank last, so every node that fits is about to be locked or is locked
@@ -260,12 +324,14 @@ class Extender:
             # HAMi's contention error and nothing reserved (kube-scheduler retries), so a burst
             # waits in kube-scheduler's backoff instead of spending API calls on doomed binds.
             self.stats.filters_all_busy += 1
+            outcome.set("contention", "nodes_busy")
             message = self.locker.contention_message(decision.node)
             log.info("filter %s/%s: every fitting node is busy: %s", namespace, name, message)
             return encode_filter_result(error=message)
         self.state.reserve(pod, decision)
         self._set_pending(uid, decision)
         self._record_success(pod, decision, len(candidates))
+        outcome.set("chosen", "fit")
         log.info("filter %s/%s: chose node %s", namespace, name, decision.node)
         return encode_filter_result(node_names=[decision.node])
 
@@ -319,7 +385,9 @@ class Extender:
                     del self._pending_per_node[decision.node]
         return decision
 
-    def _filter_template_nodes(self, pod: dict[str, Any], items: list[dict[str, Any]]) -> bytes:
+    def _filter_template_nodes(
+        self, pod: dict[str, Any], items: list[dict[str, Any]], outcome: _Outcome
+    ) -> bytes:
         decision = decide_on_nodes(
             pod,
             items,
@@ -332,11 +400,15 @@ class Extender:
             # Deliberate difference: HAMi echoes only NodeNames (null here), so kube-scheduler gets
             # no node at all and a device-free pod can never schedule with nodeCacheCapable=false.
             # Echo the Nodes that were sent instead.
+            outcome.set("no_request", "no_device_request")
             return encode_filter_result(nodes=items)
         if isinstance(decision, Error):
+            outcome.set("error", "decision")
             return encode_filter_result(error=decision.message)
         if isinstance(decision, NoFit):
+            outcome.set("nofit", main_reason(failed_by_type(decision.failed), decision.failed))
             return encode_filter_result(failed=decision.failed)
+        outcome.set("chosen", "fit")
         chosen = [n for n in items if (n.get("metadata") or {}).get("name") == decision.node][:1]
         # Every failing node is reported next to the chosen one ({} when none failed, as the map HAMi
         # builds is never nil).
@@ -353,20 +425,29 @@ class Extender:
             message += f", {evaluated} of {candidates} nodes evaluated"
         self.events.record(pod, NORMAL, "FilteringSucceed", message)
 
-    def _record_failure(self, pod: Mapping[str, Any], failed: Mapping[str, str]) -> None:
-        for message in filtering_failed_messages(failed):
+    def _record_failure(self, pod: Mapping[str, Any], by_type: Mapping[str, list[str]], failed: int) -> None:
+        for message in _failed_messages(by_type, failed):
             self.events.record(pod, WARNING, "FilteringFailed", message)
 
     # -- bind -------------------------------------------------------------------------------------
 
     async def bind(self, body: bytes) -> bytes:
         self.stats.binds += 1
+        started = time.perf_counter()
+        control = _BindControl(0.0)
+        try:
+            return await self._bind_call(body, control)
+        finally:
+            outcome = control.outcome or "error"
+            self.stats.bind_duration.observe((outcome,), time.perf_counter() - started)
+
+    async def _bind_call(self, body: bytes, control: _BindControl) -> bytes:
         try:
             args = decode_binding_args(body)
         except ExtenderDecodeError as exc:
             return encode_binding_result(str(exc))
         loop = asyncio.get_running_loop()
-        control = _BindControl(loop.time() + self.bind_timeout)
+        control.deadline = loop.time() + self.bind_timeout
         # The bind runs in its own task: if our caller goes away (the HTTP handler is cancelled),
         # the bind is not cut in the middle of a write but stops at its next check and cleans up.
         task = asyncio.ensure_future(
@@ -377,11 +458,13 @@ class Extender:
             error = await asyncio.shield(task)
         except asyncio.CancelledError:
             control.caller_gone = True
+            control.outcome = "stopped"
             self.stats.binds_cancelled += 1
             log.warning("bind %s/%s: the caller went away", args.pod_namespace, args.pod_name)
             raise
         if error:
             self.stats.bind_failures += 1
+        control.outcome = control.outcome or ("error" if error else "bound")
         return encode_binding_result(error)
 
     async def _bind(
@@ -414,6 +497,7 @@ class Extender:
         if reserved is not None and reserved.node != node:
             # A stale bind (its filter was superseded): the latest decision is for another node.
             self.stats.binds_wrong_node += 1
+            control.outcome = "stopped"
             message = f"pod {namespace}/{name} was last filtered onto node {reserved.node}, not {node}"
             log.warning("bind: %s", message)
             self.events.record(pod, WARNING, "BindingFailed", message)
@@ -464,10 +548,13 @@ class Extender:
             exc_seen = exc
             if isinstance(exc, NodeLockContention):
                 self.stats.lock_contention += 1
-            elif isinstance(exc, _Refused) and exc.kind == "superseded":
-                self.stats.binds_superseded += 1
-            elif isinstance(exc, _Refused) and exc.kind == "deadline":
-                self.stats.binds_deadline += 1
+                control.outcome = "contention"
+            elif isinstance(exc, _Refused):
+                control.outcome = "stopped"
+                if exc.kind == "superseded":
+                    self.stats.binds_superseded += 1
+                elif exc.kind == "deadline":
+                    self.stats.binds_deadline += 1
         if message:
             log.error("bind %s/%s to %s failed: %s", namespace, name, node, message)
             if chosen is not None and self._pending.get(uid) is chosen:
@@ -489,6 +576,24 @@ class Extender:
         return ""
 
     async def _lock(
+        self, pod: Mapping[str, Any], node: str, control: _BindControl, check: Callable[[], None]
+    ) -> None:
+        """_take_lock, timed into `stats.lock_wait` by how it ended."""
+        started = time.perf_counter()
+        outcome = "error"
+        try:
+            await self._take_lock(pod, node, control, check)
+            outcome = "acquired"
+        except NodeLockContention:
+            outcome = "contention"
+            raise
+        except _Refused:
+            outcome = "stopped"
+            raise
+        finally:
+            self.stats.lock_wait.observe((outcome,), time.perf_counter() - started)
+
+    async def _take_lock(
         self, pod: Mapping[str, Any], node: str, control: _BindControl, check: Callable[[], None]
     ) -> None:
         """HAMi's rule: only PodGroup members wait on contention; never past the bind's deadline,
@@ -589,13 +694,37 @@ def filtering_failed_messages(failed: Mapping[str, str]) -> list[str]:
     each), then the summary. Nodes without a reason type ("node unregistered") only count in the
     summary, as in HAMi, which groups the nodes it evaluated by `ParseReason`.
     """
+    return _failed_messages(failed_by_type(failed), len(failed))
+
+
+def failed_by_type(failed: Mapping[str, str]) -> dict[str, list[str]]:
+    """Reason type -> the nodes whose reason names it (HAMi's `ParseReason` grouping)."""
     by_type: dict[str, list[str]] = {}
     for node, reason in failed.items():
         for name in parse_reason(reason):
             by_type.setdefault(name, []).append(node)
+    return by_type
+
+
+def _failed_messages(by_type: Mapping[str, list[str]], failed: int) -> list[str]:
     out = [f"{len(nodes)} nodes {name}({','.join(sorted(nodes))})" for name, nodes in sorted(by_type.items())]
-    out.append(f"no available node, {len(failed)} nodes do not meet")
+    out.append(f"no available node, {failed} nodes do not meet")
     return out
+
+
+NODE_UNREGISTERED_REASON = "NodeUnregistered"
+OTHER_REASON = "Other"
+
+
+def main_reason(by_type: Mapping[str, list[str]], failed: Mapping[str, str]) -> str:
+    """The metric reason of a no-fit decision: the reason type naming the most nodes (ties: the
+    first name), else NodeUnregistered when every candidate was unregistered, else Other. Always
+    one of a fixed set, never free text or a node name."""
+    if by_type:
+        return min(by_type.items(), key=lambda item: (-len(item[1]), item[0]))[0]
+    if failed and all(reason == NODE_UNREGISTERED for reason in failed.values()):
+        return NODE_UNREGISTERED_REASON
+    return OTHER_REASON
 
 
 class _Refused(Exception):

@@ -154,10 +154,12 @@ async def start(opts: SchedulerOptions) -> Running:
     settle_heap()
 
     from vgpu_scheduler.server.metrics import make_metrics_app, metrics_registry
+    from vgpu_scheduler.server.opmetrics import OperatorCollector, OperatorSources
 
     registry = metrics_registry(
         process.state, legacy=opts.legacy_metrics, extender_stats=process.extender.stats
     )
+    registry.register(OperatorCollector(OperatorSources.of_process(process)))
     running.runners.append(await _start_site(make_metrics_app(registry), opts.metrics_bind_address))
     log.info("metrics server listening on %s", opts.metrics_bind_address)
 

@@ -599,9 +599,14 @@ def _escape_label(text: str) -> str:
     return text.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
 
 
+def _label_order(item: tuple[str, str]) -> tuple[bool, str]:
+    return item[0] == "le", item[0]  # a bucket's `le` comes after the series' own labels, as in Go
+
+
 def exposition(registry: CollectorRegistry) -> bytes:
     """The text format (0.0.4) as client_golang's expfmt writes it: families sorted by name, labels
-    sorted by name, values in Go's float formatting (`2`, not `2.0`)."""
+    sorted by name (a histogram bucket's `le` last), values in Go's float formatting (`2`, not
+    `2.0`)."""
     lines: list[str] = []
     for family in sorted(registry.collect(), key=operator.attrgetter("name")):
         # prometheus_client keeps a counter's name without `_total`; Go writes the full name.
@@ -609,7 +614,9 @@ def exposition(registry: CollectorRegistry) -> bytes:
         lines.append(f"# HELP {name} {_escape_help(family.documentation)}")
         lines.append(f"# TYPE {name} {family.type}")
         for sample in family.samples:
-            labels = ",".join(f'{k}="{_escape_label(v)}"' for k, v in sorted(sample.labels.items()))
+            labels = ",".join(
+                f'{k}="{_escape_label(v)}"' for k, v in sorted(sample.labels.items(), key=_label_order)
+            )
             lines.append(
                 f"{sample.name}{{{labels}}} {go_float(sample.value)}"
                 if labels

@@ -1,0 +1,32 @@
+"""Node-lock takeovers by cause, for vgpu_scheduler_node_lock_takeovers_total.
+
+NodeLocker notes why it is about to overwrite another holder's lock (`note_takeover`, where it
+logs the takeover) and reports each lock write (`lock_written`); a takeover counts only once its
+guarded write succeeded, so a write lost to a conflict (409, then a fresh read) is not counted.
+"""
+
+from __future__ import annotations
+
+from vgpu_scheduler.cluster.instruments import CounterVec
+
+EXPIRED = "expired"
+HOLDER_GONE = "holder_gone"
+UNNOTED = "other"
+"""A takeover no rule noted (a rule added without its note): still counted."""
+
+
+class NodeLockStats:
+    __slots__ = ("_noted", "takeovers")
+
+    def __init__(self) -> None:
+        self.takeovers = CounterVec(("cause",), known=[(EXPIRED,), (HOLDER_GONE,)])
+        self._noted: dict[str, str] = {}  # node -> cause of the takeover about to be written
+
+    def note_takeover(self, node: str, cause: str) -> None:
+        self._noted[node] = cause
+
+    def lock_written(self, node: str, *, over_another: bool) -> None:
+        """The lock on `node` was written; `over_another`: a lock value was there before."""
+        cause = self._noted.pop(node, None)
+        if over_another:
+            self.takeovers.inc((cause or UNNOTED,))

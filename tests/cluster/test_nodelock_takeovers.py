@@ -1,0 +1,87 @@
+"""vgpu_scheduler_node_lock_takeovers_total: a takeover counts once, by cause, only when its
+guarded write succeeded (through the real client on the in-memory API server)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from tests.builders import api_pod, node
+from vgpu_scheduler.cluster.client import KubeClient
+from vgpu_scheduler.cluster.memory import MemoryCluster
+from vgpu_scheduler.cluster.nodelock import NodeLockContention, NodeLocker, format_lock
+from vgpu_scheduler.cluster.transport import MemoryTransport
+from vgpu_scheduler.wire.keys import NODE_LOCK
+
+T0 = datetime(2026, 11, 29, 21, 0, 0, tzinfo=UTC)
+LATER = T0 + timedelta(minutes=5, seconds=1)  # past the default 5-minute timeout of a T0 lock
+ZERO = {("expired",): 0, ("holder_gone",): 0}
+HELD = format_lock(T0, "default", "holder")
+
+
+def _locker(cluster: MemoryCluster, now: datetime, cached: dict[str, Any] | None = None) -> NodeLocker:
+    client = KubeClient(MemoryTransport(cluster))
+    return NodeLocker(client, now=lambda: now, cached_node=(lambda _n: cached) if cached else None)
+
+
+def _lock_node(cluster: MemoryCluster, value: str | None) -> None:
+    cluster.create("nodes", node("n1", typed=True, annotations={} if value is None else {NODE_LOCK: value}))
+
+
+@pytest.mark.parametrize(
+    ("lock", "holder_exists", "now", "counted"),
+    [
+        pytest.param(None, False, T0, {}, id="free node: no takeover"),
+        pytest.param(HELD, True, LATER, {("expired",): 1}, id="expired"),
+        pytest.param(HELD, False, T0, {("holder_gone",): 1}, id="holder gone"),
+        pytest.param(format_lock(T0, "default", "p2"), True, T0, {}, id="our own live lock: re-entered"),
+    ],
+)
+async def test_takeovers_by_cause(
+    lock: str | None, holder_exists: bool, now: datetime, counted: dict[tuple[str], int]
+) -> None:
+    cluster = MemoryCluster()
+    if holder_exists:
+        cluster.create("pods", api_pod("holder" if "holder" in (lock or "") else "p2"), namespace="default")
+    _lock_node(cluster, lock)
+    locker = _locker(cluster, now)
+    await locker.lock("n1", "default", "p2")
+    assert dict(locker.stats.takeovers.series()) == {**ZERO, **counted}
+
+
+async def test_contention_is_no_takeover() -> None:
+    cluster = MemoryCluster()
+    cluster.create("pods", api_pod("holder"), namespace="default")
+    _lock_node(cluster, format_lock(T0, "default", "holder"))
+    locker = _locker(cluster, T0)
+    with pytest.raises(NodeLockContention):
+        await locker.lock("n1", "default", "p2")
+    assert dict(locker.stats.takeovers.series()) == ZERO
+
+
+async def test_a_takeover_lost_to_a_conflict_is_not_counted() -> None:
+    """The cache still shows an expired lock that was released meanwhile: the takeover write fails
+    (409), the fresh read finds the node free, and the lock taken then is no takeover."""
+    cluster = MemoryCluster()
+    cluster.create("pods", api_pod("holder"), namespace="default")
+    _lock_node(cluster, format_lock(T0, "default", "holder"))
+    stale = cluster.get("nodes", "n1")
+    cluster.patch("nodes", "n1", {"metadata": {"annotations": {NODE_LOCK: None}}})
+    locker = _locker(cluster, LATER, cached=stale)
+    await locker.lock("n1", "default", "p2")
+    assert dict(locker.stats.takeovers.series()) == ZERO
+
+
+async def test_a_takeover_retried_after_a_conflict_counts_once() -> None:
+    cluster = MemoryCluster()
+    cluster.create("pods", api_pod("holder"), namespace="default")
+    _lock_node(cluster, format_lock(T0, "default", "holder"))
+    stale = cluster.get("nodes", "n1")
+    cluster.patch("nodes", "n1", {"metadata": {"labels": {"touched": "yes"}}})  # a newer version, same lock
+    locker = _locker(cluster, LATER, cached=stale)
+    await locker.lock("n1", "default", "p2")
+    taken = cluster.get("nodes", "n1")["metadata"]["annotations"][NODE_LOCK]
+    assert taken == format_lock(LATER, "default", "p2")
+    assert dict(locker.stats.takeovers.series()) == {**ZERO, ("expired",): 1}
