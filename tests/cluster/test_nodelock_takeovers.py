@@ -17,7 +17,7 @@ from vgpu_scheduler.wire.keys import NODE_LOCK
 
 T0 = datetime(2026, 11, 29, 21, 0, 0, tzinfo=UTC)
 LATER = T0 + timedelta(minutes=5, seconds=1)  # past the default 5-minute timeout of a T0 lock
-ZERO = {("expired",): 0, ("holder_gone",): 0}
+ZERO = {("expired",): 0, ("holder_gone",): 0, ("holder_elsewhere",): 0}
 HELD = format_lock(T0, "default", "holder")
 
 
@@ -49,6 +49,15 @@ async def test_takeovers_by_cause(
     locker = _locker(cluster, now)
     await locker.lock("n1", "default", "p2")
     assert dict(locker.stats.takeovers.series()) == {**ZERO, **counted}
+
+
+async def test_a_holder_bound_to_another_node_is_a_takeover_by_its_own_cause() -> None:
+    cluster = MemoryCluster()
+    cluster.create("pods", api_pod("holder", node_name="n2"), namespace="default")
+    _lock_node(cluster, HELD)
+    locker = _locker(cluster, T0)
+    await locker.lock("n1", "default", "p2")
+    assert dict(locker.stats.takeovers.series()) == {**ZERO, ("holder_elsewhere",): 1}
 
 
 async def test_contention_is_no_takeover() -> None:

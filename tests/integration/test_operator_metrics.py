@@ -115,6 +115,7 @@ async def test_operator_metrics_after_a_known_sequence(it: Any, cluster: MemoryC
     assert by(metrics, "vgpu_scheduler_node_lock_takeovers_total", "cause") == {
         ("expired",): 1,
         ("holder_gone",): 1,
+        ("holder_elsewhere",): 0,
     }
     # The existing counters agree with the new families.
     assert by(metrics, "vgpu_scheduler_filter_requests_total") == {(): 7}

@@ -11,6 +11,8 @@ from vgpu_scheduler.cluster.instruments import CounterVec
 
 EXPIRED = "expired"
 HOLDER_GONE = "holder_gone"
+HOLDER_ELSEWHERE = "holder_elsewhere"
+"""The holder pod is bound to another node: this node's device plugin will never release the lock."""
 UNNOTED = "other"
 """A takeover no rule noted (a rule added without its note): still counted."""
 
@@ -19,7 +21,7 @@ class NodeLockStats:
     __slots__ = ("_noted", "takeovers")
 
     def __init__(self) -> None:
-        self.takeovers = CounterVec(("cause",), known=[(EXPIRED,), (HOLDER_GONE,)])
+        self.takeovers = CounterVec(("cause",), known=[(EXPIRED,), (HOLDER_GONE,), (HOLDER_ELSEWHERE,)])
         self._noted: dict[str, str] = {}  # node -> cause of the takeover about to be written
 
     def note_takeover(self, node: str, cause: str) -> None:

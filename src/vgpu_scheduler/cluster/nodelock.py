@@ -23,7 +23,7 @@ from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 from vgpu_scheduler.cluster.errors import ApiError
-from vgpu_scheduler.cluster.lockstats import EXPIRED, HOLDER_GONE, NodeLockStats
+from vgpu_scheduler.cluster.lockstats import EXPIRED, HOLDER_ELSEWHERE, HOLDER_GONE, NodeLockStats
 from vgpu_scheduler.durations import format_go_duration
 from vgpu_scheduler.wire import objects
 from vgpu_scheduler.wire.gotime import GoTimeParseError, parse_rfc3339
@@ -245,6 +245,7 @@ class NodeLocker:
                 "node %s lock holder %s/%s is bound to node %s, taking over",
                 node_name, held.namespace, held.pod, bound_to,
             )
+            self.stats.note_takeover(node_name, HOLDER_ELSEWHERE)
             return False
         return True
 
