@@ -5,13 +5,14 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from vgpu_scheduler.config import NvidiaConfig
+from vgpu_scheduler.devices.registry import build
 from vgpu_scheduler.engine.decide import Chosen, filter_annotations
 from vgpu_scheduler.engine.state import SchedulerState
 from vgpu_scheduler.model import NVIDIA, ContainerDevice, DeviceInfo, PodDevices
 from vgpu_scheduler.wire import keys
 
 MEM = "nvidia.com/gpumem"
+VENDORS = build()
 
 
 def gpu(uuid: str) -> DeviceInfo:
@@ -38,7 +39,7 @@ def scheduled(name: str, node: str, allocated: str, **kw: Any) -> dict[str, Any]
 
 
 def state() -> SchedulerState:
-    s = SchedulerState(NvidiaConfig())
+    s = SchedulerState(VENDORS)
     s.set_node_devices("n1", [gpu("GPU-0"), gpu("GPU-1")])
     return s
 
@@ -50,7 +51,8 @@ def usage(s: SchedulerState, node: str = "n1") -> list[tuple[int, int, int]]:
 
 
 def chosen(node: str, devices: PodDevices, now: int = 200) -> Chosen:
-    return Chosen(node, devices, (), filter_annotations(node, devices, (), now), {keys.VGPU_NODE: node}, 0.0)
+    annotations = filter_annotations(node, devices, (), now, vendors=VENDORS)
+    return Chosen(node, devices, (), annotations, {keys.VGPU_NODE: node}, 0.0)
 
 
 def one_gpu(uuid: str, mem: int, cores: int = 0) -> PodDevices:

@@ -147,7 +147,7 @@ async def start(opts: SchedulerOptions) -> Running:
     if cluster is not None:
         from vgpu_scheduler.cluster.embedded.deviceplugin import attach_device_plugin
 
-        running.extras.append(attach_device_plugin(cluster))
+        running.extras.append(attach_device_plugin(cluster, process.vendors))
         if opts.embedded_api_bind:
             running.extras.append(await _serve_embedded_api(cluster, opts.embedded_api_bind))
     await process.start()
@@ -164,7 +164,7 @@ async def start(opts: SchedulerOptions) -> Running:
     quota = process.state.quota
     app = make_app(
         process.extender,
-        webhook_handler(opts, process.cfg, quota.admission_fits),
+        webhook_handler(opts, process.vendors, quota.admission_fits),
         readyz=_readyz(process),
         profiling=opts.profiling,
     )
