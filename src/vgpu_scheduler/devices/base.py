@@ -321,17 +321,17 @@ class GenericVendor:
         and the node fits iff Nums devices pass, so `order` may be any order; returns "" (fits),
         the reason string, or None when an order-dependent step applies.
         """
+        numa = self.groups_by_numa and ctx.numa_bind
+        quota = ctx.quota if self.checks_quota else None
+        topology = self.topology_aware and ctx.topology
+        if quick and (numa or quota is not None or topology):
+            return None
         origin = request.nums
         coresreq = request.coresreq
         pct = request.mem_percentage_req
         req_mem = request.memreq
-        numa = self.groups_by_numa and ctx.numa_bind
-        quota = ctx.quota if self.checks_quota else None
-        topology = self.topology_aware and ctx.topology
         instance_mode = self.instance_mode
         if quick:
-            if numa or quota is not None or topology:
-                return None
             coresreq = min(coresreq, 100)  # in Fit the clamp precedes every check that reads it
         collect_all = quick or topology
         filters = ctx.filters(self)
@@ -380,9 +380,12 @@ class GenericVendor:
                         coresreq = 100  # HAMi logs and clamps; the clamp sticks for later devices
                     memreq = trunc_div(dev.devmem * pct, 100) if by_pct else fixed_mem
                     devcore = dev.devcore
-                    if quota is not None and not self._quota_fits(
-                        ctx, quota, allocated=allocated, current=collected, devices=devices,
-                        candidate=(dev.id, memreq, coresreq),
+                    if quota is not None and not quota.fits(
+                        # HAMi `fitQuota`: the whole pod's would-be usage of this vendor.
+                        ctx.namespace, self.key, *quota_usage(
+                            allocated, ctx.n_init,
+                            [*((devices[p].id, m, c) for p, m, c in collected), (dev.id, memreq, coresreq)],
+                        ),
                     ):
                         reason = R.RESOURCE_QUOTA_NOT_FIT
                     elif dev.devmem - u.usedmem < memreq:
@@ -433,22 +436,6 @@ class GenericVendor:
             reasons[R.ALLOCATED_CARDS_INSUFFICIENT_REQUEST] = len(collected)
         reason_text = R.gen_reason(reasons, len(order))
         return reason_text if quick else FitResult(False, reason=reason_text)
-
-    def _quota_fits(
-        self,
-        ctx: PodFitContext,
-        quota: Any,
-        *,
-        allocated: Sequence[ContainerDevices],
-        current: Collected,
-        devices: Sequence[DeviceInfo],
-        candidate: tuple[str, int, int],
-    ) -> bool:
-        """HAMi `fitQuota`: the whole pod's hypothetical usage of this vendor within the quota."""
-        items = [(devices[p].id, m, c) for p, m, c in current]
-        items.append(candidate)
-        mem_total, core_total = quota_usage(allocated, ctx.n_init, items)
-        return bool(quota.fits(ctx.namespace, self.key, mem_total, core_total))
 
     def instance_fits(self, dev: DeviceInfo, usage: DeviceUsage, earlier: list[int], memreq: int) -> bool:
         """Can `dev` (in `instance_mode`) host one more instance of `memreq` after `earlier`?"""

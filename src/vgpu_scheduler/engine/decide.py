@@ -44,7 +44,7 @@ from vgpu_scheduler.engine.scores import ScoringWeightsError
 from vgpu_scheduler.engine.state import SchedulerState
 from vgpu_scheduler.engine.verdicts import pod_fingerprint, quota_token
 from vgpu_scheduler.model import PERCENTAGE_UNSET, ContainerRequests, MigAllocation, PodDevices
-from vgpu_scheduler.wire import keys
+from vgpu_scheduler.wire import keys, objects
 from vgpu_scheduler.wire.allocation import AllocationError
 from vgpu_scheduler.wire.inventory import InventoryError, decode_cordon
 
@@ -232,9 +232,12 @@ def decide(
     uid, _, name = pod_key(pod)
     state.forget(uid)
     n_init = init_container_count(pod)
+    # A namespace without a managed limit fits any amount: no quota step, and the verdict may come
+    # from the order-free check (`Vendor.quick_verdict`).
+    quota = state.quota if state.quota.has_limits(objects.namespace(pod)) else None
     try:
         ctx = pod_fit_context(
-            pod, vendors=vendors, default_policy=default_gpu_policy, quota=state.quota, n_init=n_init
+            pod, vendors=vendors, default_policy=default_gpu_policy, quota=quota, n_init=n_init
         )
     except ScoringWeightsError as exc:
         return Error(f"calcScore failed {exc} for pod {name}")

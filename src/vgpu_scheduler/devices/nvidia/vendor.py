@@ -74,9 +74,10 @@ class NvidiaVendor(GenericVendor):
 
     def check_health(self, node: Obj, now: datetime, tz: tzinfo | None) -> Health:
         name = objects.name(node)
+        annotations = objects.annotations(node)
         current = handshake.allocatable_count(node, self.cfg.resource_count_name)
-        generic = handshake.check_node(node, keys.NODE_HANDSHAKE, self.cfg.resource_count_name, now, tz=tz)
-        register = objects.annotations(node).get(keys.NODE_NVIDIA_REGISTER) or ""
+        generic = handshake.check_handshake(annotations.get(keys.NODE_HANDSHAKE), now, current, tz)
+        register = annotations.get(keys.NODE_NVIDIA_REGISTER) or ""
         verdict = health.check_nvidia(self.counters(name), current, register, generic)
         self._counters[name] = verdict.counters
         return Health(verdict.healthy, verdict.need_update, generic.write_requesting)
