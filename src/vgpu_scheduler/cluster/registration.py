@@ -378,8 +378,8 @@ class RegistrationLoop:
                 _note(report.unhealthy, name)
                 if key in stored:
                     log.warning("node %s: %s devices are unhealthy, cleaning up node", name, key)
-                    if vendor.handshake_key is not None:
-                        self.writer.submit(name, None, vendor.handshake_key)
+                    if vendor.cleanup_key is not None:
+                        self.writer.submit(name, None, vendor.cleanup_key)
                     vendor.forget_node(name)
                     del stored[key]
                     changed = True

@@ -156,6 +156,8 @@ class GenericVendor:
     key: str = ""
     allocation_keys: tuple[str, str] = ("", "")
     handshake_key: str | None = None
+    cleanup_key: str | None = None
+    """Defaults to `handshake_key` (set in `__init__`)."""
     lock_key: str | None = keys.NODE_LOCK
     register_key: str | None = None
     """Node annotation holding the inventory (JSON or the legacy comma form)."""
@@ -192,6 +194,8 @@ class GenericVendor:
             n for n in (names.count, names.memory, names.cores, *extra_resources) if n
         )
         self.inventory_keys: tuple[str, ...] = (self.register_key,) if self.register_key else ()
+        if self.cleanup_key is None:
+            self.cleanup_key = self.handshake_key
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.names!r})"
@@ -475,7 +479,7 @@ class GenericVendor:
     # -- annotations, score, admission -----------------------------------------------------------
 
     def patch_annotations(
-        self, per_container: PodSingleDevice, migs: Sequence[MigAllocation]
+        self, per_container: PodSingleDevice, migs: Sequence[MigAllocation], *, node: str, now: int
     ) -> dict[str, str]:
         if not per_container:
             return {}
@@ -488,8 +492,13 @@ class GenericVendor:
         return out
 
     def score_node(
-        self, annotations: Mapping[str, str], per_container: PodSingleDevice,
-        previous: Sequence[DeviceUsage], policy: str,
+        self,
+        per_container: PodSingleDevice,
+        *,
+        annotations: Mapping[str, str],
+        devices: Sequence[DeviceInfo],
+        previous: Sequence[DeviceUsage],
+        policy: str,
     ) -> float:
         return 0.0
 

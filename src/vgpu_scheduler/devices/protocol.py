@@ -42,7 +42,14 @@ class VendorFlags:
 
 
 class VendorConfigError(ValueError):
-    """A vendor's configuration section cannot be used (the process stops, as HAMi's does)."""
+    """A vendor's configuration section cannot be used (the process stops, as HAMi's does).
+
+    `key` is the path of the offending key (the registry prefixes the section name)."""
+
+    def __init__(self, problem: str, key: str = "") -> None:
+        super().__init__(f"{key}: {problem}" if key else problem)
+        self.problem = problem
+        self.key = key
 
 
 class MutationError(ValueError):
@@ -159,6 +166,12 @@ class Vendor(Protocol):
         ...
 
     @property
+    def cleanup_key(self) -> str | None:
+        """Node annotation NodeCleanUp deletes when the vendor turns unhealthy on a node (usually
+        the handshake; AMD: its register annotation); None for nothing."""
+        ...
+
+    @property
     def lock_key(self) -> str | None:
         """Node lock annotation taken at bind when a regular container asks for this vendor (§6.2),
         None for vendors that never lock."""
@@ -262,16 +275,23 @@ class Vendor(Protocol):
     # -- annotations, score, admission ----------------------------------------------------------
 
     def patch_annotations(
-        self, per_container: PodSingleDevice, migs: Sequence[MigAllocation]
+        self, per_container: PodSingleDevice, migs: Sequence[MigAllocation], *, node: str, now: int
     ) -> dict[str, str]:
-        """PatchAnnotations: the pod annotations of this vendor's allocation (§4.1, §4.4)."""
+        """PatchAnnotations: the pod annotations of this vendor's allocation on `node`, decided at
+        unix time `now` (§4.1, §4.4)."""
         ...
 
     def score_node(
-        self, annotations: Mapping[str, str], per_container: PodSingleDevice,
-        previous: Sequence[DeviceUsage], policy: str,
+        self,
+        per_container: PodSingleDevice,
+        *,
+        annotations: Mapping[str, str],
+        devices: Sequence[DeviceInfo],
+        previous: Sequence[DeviceUsage],
+        policy: str,
     ) -> float:
-        """ScoreNode: added to the node score of a node the pod fits (§5.5)."""
+        """ScoreNode: added to the node score of a node the pod fits (§5.5); `annotations` and
+        `devices` are the node's, `previous` its usage before the pod, `policy` the node policy."""
         ...
 
     def mutate(self, container: dict[str, Any], pod: dict[str, Any]) -> bool:

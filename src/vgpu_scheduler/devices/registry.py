@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from vgpu_scheduler.config import DeviceConfig
-from vgpu_scheduler.devices.protocol import Vendor, VendorFlags, Vendors
+from vgpu_scheduler.devices.protocol import Vendor, VendorConfigError, VendorFlags, Vendors
 
 Factory = Callable[[DeviceConfig, VendorFlags], Sequence[Vendor]]
 
@@ -50,12 +50,17 @@ def build(
     *,
     registry: Sequence[Entry] = REGISTRY,
 ) -> Vendors:
-    """The registered vendors for a device configuration (default: every section empty)."""
+    """The registered vendors for a device configuration (default: the chart's `nvidia` defaults).
+    Raises VendorConfigError, its key starting with the section."""
     config = config if config is not None else DeviceConfig()
     flags = flags if flags is not None else VendorFlags()
     out: list[Vendor] = []
     for entry in registry:
         if entry.gate and not getattr(flags, entry.gate):
             continue
-        out.extend(factory(entry)(config, flags))
+        try:
+            out.extend(factory(entry)(config, flags))
+        except VendorConfigError as exc:
+            key = f"{entry.section}.{exc.key}" if exc.key else entry.section
+            raise VendorConfigError(exc.problem, key) from None
     return Vendors(out)

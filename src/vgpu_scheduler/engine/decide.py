@@ -112,7 +112,7 @@ def filter_annotations(
         vendor = vendors.get(key)
         if vendor is None:
             raise AllocationError(f"no allocation annotation keys for vendor {key!r}")
-        out.update(vendor.patch_annotations(per_container, mig))
+        out.update(vendor.patch_annotations(per_container, mig, node=node, now=now))
     return out
 
 
@@ -158,7 +158,10 @@ def _vendor_score(fit: NodeFit, view: NodeView, vendors: Vendors, policy: str) -
     for key, per_container in fit.devices.items():
         vendor = vendors.get(key)
         if vendor is not None and vendor.scores_nodes:
-            total += vendor.score_node(view.annotations, per_container, view.usage, policy)
+            total += vendor.score_node(
+                per_container, annotations=view.annotations, devices=view.devices, previous=view.usage,
+                policy=policy,
+            )
     return total
 
 

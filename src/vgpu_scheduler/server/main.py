@@ -24,6 +24,7 @@ from aiohttp import web
 from vgpu_scheduler.cluster.client import KubeClient
 from vgpu_scheduler.config import DeviceConfig
 from vgpu_scheduler.configfile import DeviceConfigError, default_device_config, load_device_config
+from vgpu_scheduler.devices.protocol import VendorConfigError
 from vgpu_scheduler.logsetup import setup_logging
 from vgpu_scheduler.scheduler.options import SchedulerOptions
 from vgpu_scheduler.scheduler.process import SchedulerProcess
@@ -135,14 +136,17 @@ async def start(opts: SchedulerOptions) -> Running:
     hostname = socket.gethostname()
     if not hostname:
         raise StartupError("failed to get hostname: empty")
-    process = SchedulerProcess(
-        opts,
-        device_config,
-        client,
-        hostname,
-        pod_name=os.environ.get("POD_NAME"),
-        pod_namespace=os.environ.get("POD_NAMESPACE"),
-    )
+    try:
+        process = SchedulerProcess(
+            opts,
+            device_config,
+            client,
+            hostname,
+            pod_name=os.environ.get("POD_NAME"),
+            pod_namespace=os.environ.get("POD_NAMESPACE"),
+        )
+    except VendorConfigError as exc:  # a section only a gate (--enable-…) registers
+        raise StartupError(f"failed to initialize devices: {exc}", code=2) from exc
     running = Running(process)
     if cluster is not None:
         from vgpu_scheduler.cluster.embedded.deviceplugin import attach_device_plugin

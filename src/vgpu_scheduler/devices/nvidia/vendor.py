@@ -154,9 +154,9 @@ class NvidiaVendor(GenericVendor):
     # -- annotations, admission ------------------------------------------------------------------
 
     def patch_annotations(
-        self, per_container: PodSingleDevice, migs: Sequence[MigAllocation]
+        self, per_container: PodSingleDevice, migs: Sequence[MigAllocation], *, node: str, now: int
     ) -> dict[str, str]:
-        out = super().patch_annotations(per_container, migs)
+        out = super().patch_annotations(per_container, migs, node=node, now=now)
         if out and migs:
             out[keys.VGPU_MIG_ALLOCATIONS] = encode_mig_allocations(migs)
         return out
