@@ -322,8 +322,8 @@ class GenericVendor:
         len(order). Ordered (`quick=False`): HAMi `Fit`, stopping once Nums devices passed, with
         NUMA groups, quota, instance devices and topology as the options say; returns a
         FitResult. Quick: without those order-dependent steps every device is judged on its own
-        and the node fits iff Nums devices pass, so `order` may be any order; returns "" (fits),
-        the reason string, or None when an order-dependent step applies.
+        and the node fits iff Nums devices pass, so `order` may be any order; returns "" (fits,
+        as soon as Nums passed), the reason string, or None when an order-dependent step applies.
         """
         numa = self.groups_by_numa and ctx.numa_bind
         quota = ctx.quota if self.checks_quota else None
@@ -337,7 +337,6 @@ class GenericVendor:
         instance_mode = self.instance_mode
         if quick:
             coresreq = min(coresreq, 100)  # in Fit the clamp precedes every check that reads it
-        collect_all = quick or topology
         filters = ctx.filters(self)
         assert isinstance(filters, SelectionFilters)
         type_filters = filters.types_active
@@ -420,18 +419,15 @@ class GenericVendor:
                             continue
                     else:
                         if remaining > 0:
-                            if not collect_all:
+                            if not topology:
                                 remaining -= 1
                             collected.append((pos, memreq, coresreq))
-                        if remaining == 0 and not collect_all:
-                            return self._success(devices, collected)
+                        if remaining == 0 and not topology:
+                            return "" if quick else self._success(devices, collected)
                         continue
             reasons[reason] = reasons.get(reason, 0) + 1
 
-        if quick:
-            if len(collected) >= origin:
-                return ""
-        elif topology:
+        if topology:
             if len(collected) == origin:
                 return self._success(devices, collected)
             if len(collected) > origin:
@@ -459,7 +455,9 @@ class GenericVendor:
 
     def _success(self, devices: Sequence[DeviceInfo], chosen: Collected) -> FitResult:
         out = [self.entry(devices[p], m, c) for p, m, c in chosen]
-        return FitResult(True, out, [p for p, _, _ in chosen])
+        mode = self.instance_mode
+        adjust = mode is not None and any(devices[p].mode == mode for p, _, _ in chosen)
+        return FitResult(True, out, [p for p, _, _ in chosen], adjust=adjust)
 
     def add_usage(
         self,

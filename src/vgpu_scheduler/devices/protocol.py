@@ -99,6 +99,9 @@ class FitResult:
     """Node positions of `devices`."""
     reason: str = ""
     """GenReason string on failure ("" on success)."""
+    adjust: bool = False
+    """AddResourceUsage changes the entries (e.g. a MIG profile is chosen), so it must run even
+    when nothing is fitted after this container."""
 
 
 @dataclass(slots=True)
@@ -247,7 +250,8 @@ class Vendor(Protocol):
         cordoned: frozenset[str],
     ) -> str | None:
         """`fit`'s outcome without sorting when it cannot depend on the order: "" = fits, else
-        the reason string; None when the order matters (then the engine sorts and calls `fit`)."""
+        the reason string; None when the order matters. A node that does not fit is then decided
+        without scores or sorting (the engine sorts and calls `fit` only when this says "")."""
         ...
 
     def may_exceed_devices(

@@ -333,13 +333,16 @@ def _decide_all(
     fits: dict[str, NodeFit] = {}
     scores: dict[str, float] = {}
     vendors = ctx.vendors
+    scored = bool(_scoring_vendors(requests, vendors))
     for node in candidates:
         view = ledger.view(node)
         assert view is not None
         result = evaluate_node(requests, n_init, view, pod, ctx=ctx)
         if isinstance(result, NodeFit):
             fits[node] = result
-            scores[node] = ledger.score(node) + _vendor_score(result, view, vendors, policy)
+            scores[node] = ledger.score(node)
+            if scored:
+                scores[node] += _vendor_score(result, view, vendors, policy)
         else:
             failed[node] = result.reason
     if not fits:

@@ -213,41 +213,40 @@ def _fit_container(
     allocated: Mapping[str, Sequence[ContainerDevices]],
     container_index: int,
     migs: list[MigAllocation],
+    apply: bool = True,
 ) -> _ContainerFit:
     """HAMi `fitInDevices` for one container: score, sort, pre-check, Fit, add usage.
 
     `order` is the node's device positions in the order the previous container left them (HAMi
     sorts the node copy in place); each request sorts it again and fits the vendor's devices in
     that order. First, while the vendors can tell without the order, a failing container is
-    decided by `quick_verdict` alone.
+    decided by `quick_verdict` alone. `apply=False`:
+    nothing is fitted after this container, so its usage is added only where the vendor's entries
+    change with it.
     """
     vendors = ctx.vendors
     devices = node.devices
     cordoned = node.cordoned
-    for key, req in requests.items():
-        vendor = vendors.get(key)
-        if vendor is None:
-            return _ContainerFit(False, reason=DEVICE_TYPE_NOT_FOUND)
-        positions = node.positions(key)
-        if not _precheck(vendor, req, node, positions, ctx=ctx):
-            return _ContainerFit(False, reason=R.NODE_INSUFFICIENT_DEVICE)
-        verdict = vendor.quick_verdict(req, devices, usage.items, positions, ctx=ctx, cordoned=cordoned)
-        if verdict is None:
-            break  # the order matters from here: later requests wait for this one's Fit (as HAMi)
-        if verdict:
-            return _ContainerFit(False, reason=verdict)
-
-    scores = _scores_for(devices, usage.items, order, requests=requests, weights=ctx.weights)
+    # Several vendors in one container: each sees the usage the previous one added, so only a
+    # lone request may be judged out of order.
+    quick = len(requests) == 1
+    scores: list[float] | None = None
     out = _ContainerFit(True)
     for key, req in requests.items():
         vendor = vendors.get(key)
         if vendor is None:
             return _ContainerFit(False, reason=DEVICE_TYPE_NOT_FOUND)
+        positions = node.positions(key)
+        if req.nums > len(positions) and not vendor.may_exceed_devices(req, devices, positions, ctx):
+            return _ContainerFit(False, reason=R.NODE_INSUFFICIENT_DEVICE)
+        if quick:
+            reason = vendor.quick_verdict(req, devices, usage.items, positions, ctx=ctx, cordoned=cordoned)
+            if reason:
+                return _ContainerFit(False, reason=reason)
+        if scores is None:  # once per container, on the usage before any of its requests
+            scores = _scores_for(devices, usage.items, order, requests=requests, weights=ctx.weights)
         order = sorted(order, key=sort_key(ctx.policy, ctx.numa_bind, devices=devices, usage=usage.items,
             scores=scores))
-        positions = node.positions(key)
-        if not _precheck(vendor, req, node, positions, ctx=ctx):
-            return _ContainerFit(False, reason=R.NODE_INSUFFICIENT_DEVICE)
         if len(positions) == len(devices):
             typed = order
         else:
@@ -257,9 +256,10 @@ def _fit_container(
             allocated=allocated.get(key, ()))
         if not result.ok:
             return _ContainerFit(False, reason=result.reason)
-        error = _apply(vendor, devices, usage, result, container_index=container_index, migs=migs)
-        if error:
-            return _ContainerFit(False, reason=error)
+        if apply or result.adjust or not quick:
+            error = _apply(vendor, devices, usage, result, container_index=container_index, migs=migs)
+            if error:
+                return _ContainerFit(False, reason=error)
         out.devices[key] = result.devices
     out.order = order
     return out
@@ -361,7 +361,7 @@ def evaluate_node(
         allocated = _entries(fitted, tuple(requests[i]), 0, i) if with_quota else {}
         res = _fit_container(
             requests[i], node, _Usage(node.usage), base_order, ctx=ctx, allocated=allocated,
-            container_index=i, migs=migs,
+            container_index=i, migs=migs, apply=False,
         )
         if not res.ok:
             return NodeFailure(res.reason)
@@ -375,6 +375,7 @@ def evaluate_node(
         allocated = _entries(fitted, tuple(requests[i]), n_init, i) if with_quota else {}
         res = _fit_container(
             requests[i], node, usage, order, ctx=ctx, allocated=allocated, container_index=i, migs=migs,
+            apply=i != plan.app[-1],
         )
         if not res.ok:
             return NodeFailure(res.reason)
