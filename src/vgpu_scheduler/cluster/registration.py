@@ -171,7 +171,9 @@ class PassReport:
     """Registered nodes found unhealthy and cleaned up."""
     unhealthy: list[str] = field(default_factory=list)
     errors: dict[str, str] = field(default_factory=dict)
-    """Node -> inventory decode errors, "; "-joined over vendors (registered devices kept)."""
+    """Node -> inventory errors, "; "-joined over vendors (registered devices kept). A vendor
+    whose inventory annotation is absent counts only on a node with no device at all (then the
+    first such vendor's "annos not found …")."""
     requested: list[str] = field(default_factory=list)
     """Nodes a `Requesting_<now>` stamp was asked for."""
 
@@ -367,6 +369,7 @@ class RegistrationLoop:
         stored = self._inventory.get(name, {})
         changed = updated = current = False
         errors: list[str] = []
+        absent: list[str] = []
         for vendor in self.vendors:
             key = vendor.key
             decoded = self._decode(name, vendor, node, annotations)
@@ -387,7 +390,8 @@ class RegistrationLoop:
                 continue
             if decoded.error is not None:
                 self._log_error(name, vendor, decoded.error, annotations)
-                errors.append(decoded.error)
+                has_inventory = any(k in annotations for k in vendor.inventory_keys)
+                (errors if has_inventory or not vendor.inventory_keys else absent).append(decoded.error)
                 continue
             self._last_error.pop((name, key), None)
             devices = decoded.devices or []
@@ -407,6 +411,8 @@ class RegistrationLoop:
             changed = updated = True
         if errors:
             report.errors[name] = "; ".join(errors)
+        elif absent and not stored:
+            report.errors[name] = absent[0]
         if stored:
             self._inventory[name] = stored
         else:

@@ -160,7 +160,9 @@ class GenericVendor:
     """Defaults to `handshake_key` (set in `__init__`)."""
     lock_key: str | None = keys.NODE_LOCK
     register_key: str | None = None
-    """Node annotation holding the inventory (JSON or the legacy comma form)."""
+    """Node annotation holding the inventory."""
+    inventory_dialect: str = "auto"
+    """How it is written: "legacy" (comma form), "json", or "auto" (either, by its first character)."""
 
     # -- pod selection annotations (§4.7); None = not supported --
     use_type_key: str | None = None
@@ -240,7 +242,7 @@ class GenericVendor:
         value = objects.annotations(node).get(key) if key else None
         if value is None:
             raise InventoryError(f"annos not found {key}")
-        devices = decode_node_devices(value)
+        devices = decode_node_devices(value, self.inventory_dialect)
         for dev in devices:
             dev.device_vendor = self.key
         if not devices:
