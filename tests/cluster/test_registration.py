@@ -20,6 +20,7 @@ from vgpu_scheduler.cluster.transport import MemoryTransport
 from vgpu_scheduler.devices.handshake import allocatable_count, format_requesting
 from vgpu_scheduler.devices.nvidia import NvidiaVendor
 from vgpu_scheduler.devices.nvidia.health import NodeCounters
+from vgpu_scheduler.devices.protocol import Vendors
 from vgpu_scheduler.devices.registry import build
 from vgpu_scheduler.engine.state import SchedulerState
 from vgpu_scheduler.model import NVIDIA
@@ -118,7 +119,7 @@ async def env() -> AsyncIterator[Env]:
     cluster = MemoryCluster(seed=1)
     client = KubeClient(MemoryTransport(cluster))
     store = Store()
-    state = SchedulerState(build())
+    state = SchedulerState(Vendors([NvidiaVendor()]))  # NVIDIA's registration; DCU's: tests/devices
     clock = Clock()
     deleted: list[str] = []
     loop = RegistrationLoop(client, state, store, now=clock, tz=UTC, on_node_deleted=deleted.append)

@@ -35,6 +35,8 @@ class Entry:
 REGISTRY: tuple[Entry, ...] = (
     Entry("nvidia", "nvidia"),
 
+    Entry("hygon", "hygon"),
+
 )
 
 
