@@ -4,8 +4,7 @@ HAMi registers every backend except Ascend and Iluvatar whatever the configurati
 missing section leaves empty resource names, so the vendor never matches a container); Ascend
 and Iluvatar need `--enable-ascend` / `--enable-iluvatar`. Each line names the section and the
 module under `vgpu_scheduler.devices` whose `vendors(config, flags)` builds that section's
-vendors (several for sections such as `iluvatars`). Lines are kept one blank line apart so that
-vendors added side by side merge without conflicts.
+vendors (several for sections such as `iluvatars`).
 """
 
 from __future__ import annotations
@@ -30,12 +29,34 @@ class Entry:
     """`VendorFlags` attribute that must be true for the section to register ("" = always)."""
 
 
-# HAMi's order: nvidia, cambricon, hygon, enflame, mthreads, metax, kunlun, awsneuron, amd, vastai,
-# biren, vnpus (gate enable_ascend), iluvatars (gate enable_iluvatar).
+# HAMi's order. A vendor's line is uncommented when its module exists; the blank lines between
+# entries let vendors written side by side merge without conflicts.
 REGISTRY: tuple[Entry, ...] = (
     Entry("nvidia", "nvidia"),
 
+    # Entry("cambricon", "cambricon"),
+
     Entry("hygon", "hygon"),
+
+    # Entry("enflame", "enflame"),
+
+    # Entry("mthreads", "mthreads"),
+
+    # Entry("metax", "metax"),
+
+    # Entry("kunlun", "kunlun"),
+
+    # Entry("awsneuron", "awsneuron"),
+
+    # Entry("amd", "amd"),
+
+    # Entry("vastai", "vastai"),
+
+    # Entry("biren", "biren"),
+
+    # Entry("vnpus", "ascend", gate="enable_ascend"),
+
+    # Entry("iluvatars", "iluvatar", gate="enable_iluvatar"),
 
 )
 
