@@ -21,13 +21,13 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from vgpu_scheduler.config import NvidiaConfig
+from vgpu_scheduler.devices.registry import build
 from vgpu_scheduler.engine.decide import Chosen, NoFit, decide
 from vgpu_scheduler.engine.state import SchedulerState
 from vgpu_scheduler.model import DeviceInfo
 from vgpu_scheduler.wire import keys
 
-CFG = NvidiaConfig()
+VENDORS = build()
 GPUS_PER_NODE = 8
 ALLOCS_PER_GPU = 10
 
@@ -95,7 +95,7 @@ def pct(values: list[float], q: float) -> float:
 
 def run(n_nodes: int, decisions: int, seed: int = 1) -> Figures:
     rng = random.Random(seed)
-    state = SchedulerState(CFG)
+    state = SchedulerState(VENDORS)
     names = [f"node-{n:05d}" for n in range(n_nodes)]
     for n, name in enumerate(names):
         state.set_node_devices(name, [gpu(n, i) for i in range(GPUS_PER_NODE)])
@@ -139,7 +139,6 @@ def run(n_nodes: int, decisions: int, seed: int = 1) -> Figures:
                 pod,
                 names,
                 state,
-                CFG,
                 default_node_policy="binpack",
                 default_gpu_policy="spread",
                 now=1764400000 + d,
@@ -162,7 +161,7 @@ def run(n_nodes: int, decisions: int, seed: int = 1) -> Figures:
         start = time.perf_counter()
         assert isinstance(
             decide(
-                huge, names, state, CFG, default_node_policy="binpack", default_gpu_policy="spread", now=0
+                huge, names, state, default_node_policy="binpack", default_gpu_policy="spread", now=0
             ),
             NoFit,
         )
@@ -172,12 +171,12 @@ def run(n_nodes: int, decisions: int, seed: int = 1) -> Figures:
     repeat = []
     for r in range(3):
         first = decide(
-            huge, names, state, CFG, default_node_policy="binpack", default_gpu_policy="spread", now=0
+            huge, names, state, default_node_policy="binpack", default_gpu_policy="spread", now=0
         )
         state.on_pod(existing_pod(rng, r, 0, ALLOCS_PER_GPU + r))
         start = time.perf_counter()
         again = decide(
-            huge, names, state, CFG, default_node_policy="binpack", default_gpu_policy="spread", now=0
+            huge, names, state, default_node_policy="binpack", default_gpu_policy="spread", now=0
         )
         repeat.append(time.perf_counter() - start)
         assert isinstance(again, NoFit) and again == first
@@ -189,7 +188,6 @@ def run(n_nodes: int, decisions: int, seed: int = 1) -> Figures:
             pod,
             names,
             state,
-            CFG,
             default_node_policy="binpack",
             default_gpu_policy="spread",
             now=0,

@@ -155,8 +155,8 @@ async def _serve_child(
     await process.registration.flush_writes()
     sync_s = time.perf_counter() - t0
     settle_heap()  # as server.main.start() does after the first sync
-    plugin = attach_device_plugin(cluster)
-    app = make_app(process.extender, webhook_handler(opts, process.cfg))
+    plugin = attach_device_plugin(cluster, process.vendors)
+    app = make_app(process.extender, webhook_handler(opts, process.vendors))
 
     async def counts(_request: web.Request) -> web.Response:
         return web.json_response({"counts": dict(counting.counts), "sync_s": sync_s})

@@ -22,6 +22,8 @@ from typing import Any
 import yaml
 
 from vgpu_scheduler.config import DeviceConfig, MigProfileAllowlist, NvidiaConfig
+from vgpu_scheduler.devices import registry
+from vgpu_scheduler.devices.protocol import VendorConfigError
 
 # ---------------------------------------------------------------------------------------------
 # Loading and validation of the device config file (`--device-config-file`, §2).
@@ -305,7 +307,12 @@ def parse_device_config(text: str, source: str = "<string>") -> DeviceConfig:
             raise DeviceConfigError(source, key, f"expected a {_KIND[wanted]}, got {_describe(value)}")
     if all(_is_empty(v) for v in data.values()):
         raise DeviceConfigError(source, "", "all configurations are empty")
-    return DeviceConfig(nvidia=nvidia, other_vendors={k: v for k, v in data.items() if k != "nvidia"})
+    config = DeviceConfig(nvidia=nvidia, other_vendors={k: v for k, v in data.items() if k != "nvidia"})
+    try:  # each registered vendor reads its own section
+        registry.build(config)
+    except VendorConfigError as exc:
+        raise DeviceConfigError(source, exc.key, exc.problem) from None
+    return config
 
 
 _KIND = {list: "list", dict: "mapping"}

@@ -14,6 +14,10 @@ NVIDIA = "NVIDIA"
 PERCENTAGE_UNSET = 101
 """Sentinel for "no memory percentage requested" (§5.1)."""
 
+MIG_MODE = "mig"
+"""Device mode of a GPU split into MIG instances: one container may take several instances of one
+device, placements are tracked per device (§5.3 "MIG devices")."""
+
 
 @dataclass(slots=True, frozen=True)
 class MigPlacement:
@@ -50,6 +54,24 @@ class DeviceInfo:
     device_vendor: str = ""
     # Pair scores from hami.io/node-nvidia-score: other device id -> link score (higher is better).
     pair_scores: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class DeviceUsage:
+    """What is taken of one device (§5.2); the engine keeps one per device, aligned with the
+    node's inventory, and a fit works on copies."""
+
+    used: int = 0
+    usedmem: int = 0
+    usedcores: int = 0
+    # MIG placements already taken on this device, as (profile name, placement).
+    mig_taken: list[tuple[str, MigPlacement]] = field(default_factory=list)
+    # Set when a MIG allocation names a hami-core device (or a MIG device is used without a
+    # reservation): HAMi then treats the device as unhealthy (§5.2).
+    mig_conflict: bool = False
+
+    def copy(self) -> DeviceUsage:
+        return DeviceUsage(self.used, self.usedmem, self.usedcores, list(self.mig_taken), self.mig_conflict)
 
 
 @dataclass(slots=True, frozen=True)

@@ -8,17 +8,15 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from vgpu_scheduler.cluster.handshake import (
-    UNSEEN,
+from vgpu_scheduler.devices.handshake import (
     HandshakeResult,
-    NodeCounters,
     check_handshake,
-    check_nvidia,
     format_requesting,
     format_timestamp,
     parse_timestamp,
     requesting_patch,
 )
+from vgpu_scheduler.devices.nvidia.health import UNSEEN, NodeCounters, check_nvidia
 
 CST = timezone(timedelta(hours=8))
 NOW = datetime(2026, 11, 29, 21, 3, 30, tzinfo=UTC)

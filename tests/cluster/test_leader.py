@@ -19,6 +19,7 @@ from vgpu_scheduler.cluster.memory import MemoryCluster
 from vgpu_scheduler.cluster.registration import RegistrationLoop
 from vgpu_scheduler.cluster.store import Store
 from vgpu_scheduler.cluster.transport import MemoryTransport
+from vgpu_scheduler.devices.registry import build
 from vgpu_scheduler.engine.state import SchedulerState
 from vgpu_scheduler.wire import keys
 
@@ -260,7 +261,7 @@ async def test_leadership_drives_the_registration_loop(env: Env) -> None:
     t = env.tracker(pod_name="me", pod_namespace=NS)
     loop = RegistrationLoop(
         env.client,
-        SchedulerState(),
+        SchedulerState(build()),
         Store(),
         now=env.clock,
         tz=UTC,

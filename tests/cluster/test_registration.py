@@ -13,21 +13,20 @@ import pytest
 
 from tests.builders import assigned_annotations, container, node, pod
 from vgpu_scheduler.cluster.client import KubeClient
-from vgpu_scheduler.cluster.handshake import NodeCounters, format_requesting
 from vgpu_scheduler.cluster.memory import MemoryCluster
 from vgpu_scheduler.cluster.reflector import Reflector
-from vgpu_scheduler.cluster.registration import (
-    NodeAnnotationWriter,
-    RegistrationLoop,
-    allocatable_count,
-    decode_nvidia_inventory,
-)
+from vgpu_scheduler.cluster.registration import NodeAnnotationWriter, RegistrationLoop
 from vgpu_scheduler.cluster.store import Store
 from vgpu_scheduler.cluster.transport import MemoryTransport
-from vgpu_scheduler.config import NvidiaConfig
+from vgpu_scheduler.devices.handshake import allocatable_count, format_requesting
+from vgpu_scheduler.devices.nvidia import NvidiaVendor
+from vgpu_scheduler.devices.nvidia.health import NodeCounters
+from vgpu_scheduler.devices.protocol import Vendors
+from vgpu_scheduler.devices.registry import build
 from vgpu_scheduler.engine.state import SchedulerState
+from vgpu_scheduler.model import NVIDIA
 from vgpu_scheduler.wire import keys
-from vgpu_scheduler.wire.inventory import InventoryError
+from vgpu_scheduler.wire.inventory import InventoryError, decode_nvidia_inventory
 
 Obj = dict[str, Any]
 
@@ -106,17 +105,22 @@ class Env:
         self.sync()
 
 
+def nvidia(env: Env) -> NvidiaVendor:
+    """The registered NVIDIA vendor (it keeps the health counters)."""
+    vendor = env.state.vendors[NVIDIA]
+    assert isinstance(vendor, NvidiaVendor)
+    return vendor
+
+
 @pytest.fixture
 async def env() -> AsyncIterator[Env]:
     cluster = MemoryCluster(seed=1)
     client = KubeClient(MemoryTransport(cluster))
     store = Store()
-    state = SchedulerState(NvidiaConfig())
+    state = SchedulerState(Vendors([NvidiaVendor()]))  # NVIDIA's registration; DCU's: tests/devices
     clock = Clock()
     deleted: list[str] = []
-    loop = RegistrationLoop(
-        client, state, store, NvidiaConfig(), now=clock, tz=UTC, on_node_deleted=deleted.append
-    )
+    loop = RegistrationLoop(client, state, store, now=clock, tz=UTC, on_node_deleted=deleted.append)
     e = Env(cluster, client, store, state, clock, loop, deleted)
     yield e
     await loop.stop()
@@ -181,7 +185,7 @@ async def test_first_pass_registers_and_stamps_handshake(env: Env) -> None:
     await env.loop.flush_writes()
     assert env.annotation("gpu-1") == "Requesting_2026-11-29 21:03:30"
     assert env.annotation("cpu-1") == "Requesting_2026-11-29 21:03:30"
-    assert env.loop.counters("gpu-1") == NodeCounters(2, INV_2)
+    assert nvidia(env).counters("gpu-1") == NodeCounters(2, INV_2)
 
 
 async def test_handshake_stamp_uses_local_zone_by_default(env: Env) -> None:
@@ -235,7 +239,7 @@ async def test_allocatable_change_is_picked_up(env: Env) -> None:
     env.patch("gpu-1", gpus="1")
     report = await env.loop.run_pass()
     assert report.updated == ["gpu-1"]
-    assert env.loop.counters("gpu-1") == NodeCounters(1, INV_2)
+    assert nvidia(env).counters("gpu-1") == NodeCounters(1, INV_2)
 
 
 async def test_decode_error_keeps_registered_devices(env: Env, caplog: pytest.LogCaptureFixture) -> None:
@@ -293,7 +297,7 @@ async def test_allocatable_drop_to_zero_cleans_up_on_next_pass(env: Env) -> None
     await env.loop.flush_writes()
     assert report.cleaned == ["gpu-1"] and env.devices("gpu-1") is None
     assert env.annotation("gpu-1") is None  # cleanup deletes the handshake
-    assert env.loop.counters("gpu-1") == NodeCounters()  # and forgets the counters
+    assert nvidia(env).counters("gpu-1") == NodeCounters()  # and forgets the counters
     assert env.annotation("gpu-1", keys.NODE_NVIDIA_REGISTER) == INV_2  # the inventory is the plugin's
 
 
@@ -389,7 +393,7 @@ async def test_node_deletion_forgets_everything(env: Env) -> None:
     assert obj is not None
     env.loop.handler.on_delete(obj)
     assert env.devices("gpu-1") is None
-    assert env.loop.counters("gpu-1") == NodeCounters()
+    assert nvidia(env).counters("gpu-1") == NodeCounters()
     assert env.deleted == ["gpu-1"]
 
 
@@ -443,7 +447,7 @@ async def eventually(cond: Callable[[], bool]) -> None:
 async def test_loop_wakes_on_node_events_waits_for_ready_and_leader() -> None:
     cluster = MemoryCluster(seed=2)
     client = KubeClient(MemoryTransport(cluster))
-    state = SchedulerState()
+    state = SchedulerState(build())
     flags = {"ready": False, "leader": True}
     hooks: list[int] = []
 
@@ -507,7 +511,7 @@ async def test_loop_ticker_runs_passes_without_events() -> None:
     cluster = MemoryCluster(seed=3)
     client = KubeClient(MemoryTransport(cluster))
     store = Store()
-    loop = RegistrationLoop(client, SchedulerState(), store, now=Clock(), tz=UTC, interval=0.01)
+    loop = RegistrationLoop(client, SchedulerState(build()), store, now=Clock(), tz=UTC, interval=0.01)
     loop.start()
     try:
         await eventually(lambda: loop.passes >= 3)

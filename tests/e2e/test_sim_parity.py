@@ -42,12 +42,12 @@ from standin import DevicePluginStandIn, create_node
 from tests import builders
 from vgpu_scheduler.cluster import api
 from vgpu_scheduler.cluster.client import KubeClient
-from vgpu_scheduler.cluster.handshake import format_requesting
 from vgpu_scheduler.cluster.nodelock import format_lock
-from vgpu_scheduler.engine.reasons import parse_reason
+from vgpu_scheduler.devices.handshake import format_requesting
 from vgpu_scheduler.model import DeviceInfo, MigPlacement, MigProfile
 from vgpu_scheduler.simulate.loop import Simulation, SimulationOptions
 from vgpu_scheduler.wire import keys
+from vgpu_scheduler.wire.reasons import parse_reason
 
 pytestmark = pytest.mark.e2e
 

@@ -12,7 +12,7 @@ import pytest
 from tests.builders import assigned_annotations, device, gpu_quota, inventory, pod
 from tests.builders import gpu_container as ctr
 from tests.builders import node as node_object
-from vgpu_scheduler.config import NvidiaConfig
+from vgpu_scheduler.devices.registry import build
 from vgpu_scheduler.engine.decide import (
     Chosen,
     Decision,
@@ -26,7 +26,7 @@ from vgpu_scheduler.engine.state import SchedulerState
 from vgpu_scheduler.model import DeviceInfo, MigPlacement, MigProfile
 from vgpu_scheduler.wire import keys
 
-CFG = NvidiaConfig()
+VENDORS = build()
 NOW = 1764400000
 
 
@@ -45,7 +45,7 @@ def scheduled(name: str, node: str, allocated: str) -> dict[str, Any]:
 
 
 def cluster(*nodes: tuple[str, list[DeviceInfo]]) -> SchedulerState:
-    s = SchedulerState(CFG)
+    s = SchedulerState(VENDORS)
     for name, devices in nodes:
         s.set_node_devices(name, devices)
     return s
@@ -55,12 +55,11 @@ def run(pod: dict[str, Any], s: SchedulerState, names: list[str], policy: str = 
         gpu_policy: str = "spread") -> Decision:
     """Decide with early stop, check it matches the evaluate-all reference, and return it."""
     reference_state = copy.deepcopy(s)
-    got = decide(pod, names, s, CFG, default_node_policy=policy, default_gpu_policy=gpu_policy, now=NOW)
+    got = decide(pod, names, s, default_node_policy=policy, default_gpu_policy=gpu_policy, now=NOW)
     want = decide(
         pod,
         names,
         reference_state,
-        CFG,
         default_node_policy=policy,
         default_gpu_policy=gpu_policy,
         now=NOW,
@@ -186,7 +185,7 @@ def test_no_request_is_an_echo_without_side_effects() -> None:
     pod = make_pod("p", ctr(gpus=None, name="plain"))
     pod["metadata"]["annotations"][keys.DEVICE_SCORING_WEIGHTS] = "broken"
     assert (
-        decide(pod, ["a"], s, CFG, default_node_policy="binpack", default_gpu_policy="spread", now=NOW)
+        decide(pod, ["a"], s, default_node_policy="binpack", default_gpu_policy="spread", now=NOW)
         == NoRequest()
     )
     assert s.allocation("uid-p") is not None
@@ -196,7 +195,7 @@ def test_invalid_scoring_weights_is_an_error() -> None:
     s = cluster(("a", [gpu("GPU-a")]))
     pod = make_pod("p", annotations={keys.DEVICE_SCORING_WEIGHTS: "slot=1"})
     assert decide(
-        pod, ["a"], s, CFG, default_node_policy="binpack", default_gpu_policy="spread", now=NOW
+        pod, ["a"], s, default_node_policy="binpack", default_gpu_policy="spread", now=NOW
     ) == Error(
         'calcScore failed invalid hami.io/device-scoring-weights annotation "slot=1": '
         "expected slot, core, and memory weights for pod p"
@@ -231,7 +230,7 @@ def test_annotations_and_label_are_exact() -> None:
 def test_reserve_then_confirm_counts_the_collapsed_allocation_once() -> None:
     s = cluster(("n1", [gpu("GPU-0")]))
     pod = make_pod("p", ctr(mem=1000, cores=30), init=[ctr(mem=2000)])
-    d = decide(pod, ["n1"], s, CFG, default_node_policy="binpack", default_gpu_policy="spread", now=NOW)
+    d = decide(pod, ["n1"], s, default_node_policy="binpack", default_gpu_policy="spread", now=NOW)
     assert isinstance(d, Chosen)
     s.reserve(pod, d)
     view = s.ledger.view("n1")
@@ -241,7 +240,7 @@ def test_reserve_then_confirm_counts_the_collapsed_allocation_once() -> None:
     s.on_pod(pod)
     assert (view.usage[0].used, view.usage[0].usedmem, view.usage[0].usedcores) == (1, 2000, 30)
     # Filtered again: the reservation is dropped before the new decision.
-    d2 = decide(pod, ["n1"], s, CFG, default_node_policy="binpack", default_gpu_policy="spread", now=NOW + 1)
+    d2 = decide(pod, ["n1"], s, default_node_policy="binpack", default_gpu_policy="spread", now=NOW + 1)
     assert isinstance(d2, Chosen) and (view.usage[0].used, view.usage[0].usedmem) == (0, 0)
 
 
@@ -287,7 +286,9 @@ def test_simulation_path_reads_inventory_from_node_objects() -> None:
         node_object("t-f", annotations=register(gpu("GPU-f")) | {keys.DEVICE_CORDON: "GPU-f"}, typed=True),
     ]
     pod = make_pod("p", ctr(mem=1000))
-    d = decide_on_nodes(pod, nodes, CFG, default_node_policy="binpack", default_gpu_policy="spread", now=NOW)
+    d = decide_on_nodes(
+        pod, nodes, VENDORS, default_node_policy="binpack", default_gpu_policy="spread", now=NOW
+    )
     assert isinstance(d, Chosen) and d.node == "t-b"
     # All scores are 0 without usage: the tie goes to the first name. Every node is evaluated, so
     # the answer reports every node that does not fit, with its detailed reason (§5.7).
@@ -303,7 +304,7 @@ def test_simulation_path_reads_inventory_from_node_objects() -> None:
     nofit = decide_on_nodes(
         make_pod("p", ctr(mem=9000)),
         nodes,
-        CFG,
+        VENDORS,
         default_node_policy="binpack",
         default_gpu_policy="spread",
         now=NOW,
@@ -324,7 +325,7 @@ def test_simulation_path_has_no_usage_and_no_request_echo() -> None:
         decide_on_nodes(
             make_pod("p", ctr(gpus=None)),
             nodes,
-            CFG,
+            VENDORS,
             default_node_policy="binpack",
             default_gpu_policy="spread",
             now=NOW,
@@ -335,7 +336,7 @@ def test_simulation_path_has_no_usage_and_no_request_echo() -> None:
         d = decide_on_nodes(
             make_pod("p", ctr(mem=8000)),
             nodes,
-            CFG,
+            VENDORS,
             default_node_policy="binpack",
             default_gpu_policy="spread",
             now=NOW,
@@ -343,6 +344,8 @@ def test_simulation_path_has_no_usage_and_no_request_echo() -> None:
         assert isinstance(d, Chosen)
     bad = make_pod("p", annotations={keys.DEVICE_SCORING_WEIGHTS: "x"})
     assert isinstance(
-        decide_on_nodes(bad, nodes, CFG, default_node_policy="binpack", default_gpu_policy="spread", now=NOW),
+        decide_on_nodes(
+            bad, nodes, VENDORS, default_node_policy="binpack", default_gpu_policy="spread", now=NOW
+        ),
         Error,
     )

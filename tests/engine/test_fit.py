@@ -13,21 +13,19 @@ from hypothesis import strategies as st
 
 from tests.builders import container_requests, device, device_request
 from tests.builders import pod as shared_pod
+from vgpu_scheduler.devices.nvidia import NvidiaVendor
+from vgpu_scheduler.devices.protocol import Vendors
+from vgpu_scheduler.engine import fit
 from vgpu_scheduler.engine.fit import (
     DEVICE_TYPE_NOT_FOUND,
     NodeFailure,
     NodeFit,
     PodFitContext,
-    evaluate_node,
     fit_container,
-    fit_request,
     node_verdict,
-    pod_fit_context,
-    vendor_positions,
 )
-from vgpu_scheduler.engine.nodeview import DeviceUsage, NodeView
+from vgpu_scheduler.engine.nodeview import DeviceUsage, NodeView, vendor_positions
 from vgpu_scheduler.engine.policy import sort_devices
-from vgpu_scheduler.engine.reasons import gen_reason, parse_reason
 from vgpu_scheduler.engine.scores import ScoringWeightsError, device_scores
 from vgpu_scheduler.model import (
     NVIDIA,
@@ -36,6 +34,12 @@ from vgpu_scheduler.model import (
     ContainerRequests,
     DeviceInfo,
 )
+from vgpu_scheduler.wire.reasons import gen_reason, parse_reason
+
+NVIDIA_VENDOR = NvidiaVendor()
+VENDORS = Vendors([NVIDIA_VENDOR])
+evaluate_node = partial(fit.evaluate_node, vendors=VENDORS)
+pod_fit_context = partial(fit.pod_fit_context, vendors=VENDORS)
 
 # --------------------------------------------------------------------------------------------
 # builders
@@ -422,7 +426,9 @@ def test_other_vendor_devices_do_not_count_in_total() -> None:
 def test_fit_request_rejects_other_request_type() -> None:
     node = make_node([gpu(0)])
     req = device_request(mem=100, type="OtherType")
-    result = fit_request(req, node.devices, node.usage, [0], ctx=PodFitContext())
+    result = NVIDIA_VENDOR.fit(
+        req, node.devices, node.usage, [0], ctx=PodFitContext(), cordoned=frozenset(), allocated=()
+    )
     assert (result.ok, result.reason) == (False, "1/1 CardTypeMismatch")
 
 
@@ -830,7 +836,7 @@ def test_fast_path_matches_ordered_fit(
 ) -> None:
     ctx = pod_fit_context(pod(annotations=annotations))
     req = creqs[NVIDIA]
-    positions = vendor_positions(node.devices)
+    positions = vendor_positions(node.devices, NVIDIA)
     sub = [node.devices[p] for p in positions]
     us = [node.usage[p] for p in positions]
     values = device_scores(
@@ -842,7 +848,8 @@ def test_fast_path_matches_ordered_fit(
         scores[p] = v
     order = sort_devices(positions, scores, node.devices, node.usage, policy=ctx.policy,
         numa_bind=ctx.numa_bind)
-    ordered = fit_request(req, node.devices, node.usage, order, ctx=ctx, cordoned=node.cordoned)
+    ordered = NVIDIA_VENDOR.fit(req, node.devices, node.usage, order, ctx=ctx, cordoned=node.cordoned,
+        allocated=())
 
     result = evaluate_node([creqs], 0, node, ctx=ctx)
     if req.nums > len(positions):
@@ -872,7 +879,11 @@ def test_node_verdict_matches_evaluate_node(
 
 def test_fit_container_other_request_type_is_a_type_mismatch() -> None:
     node = make_node([gpu(0), gpu(1)])
-    result, _ = fit_container(
-        device_request(mem=100, type="OtherType"), node, PodFitContext()
+    other = device_request(mem=100, type="OtherType")
+    result = NVIDIA_VENDOR.fit(
+        other, node.devices, node.usage, [0, 1], ctx=PodFitContext(), cordoned=frozenset(), allocated=()
     )
     assert (result.ok, result.reason) == (False, "2/2 CardTypeMismatch")
+    # A request of a vendor that is not registered fails the node as HAMi's fitInDevices does.
+    failed, _ = fit_container(other, node, pod_fit_context(pod()))
+    assert (failed.ok, failed.reason) == (False, DEVICE_TYPE_NOT_FOUND)

@@ -8,8 +8,10 @@ import pytest
 
 from tests.builders import container_requests, device
 from tests.builders import pod as shared_pod
-from vgpu_scheduler.engine.fit import NodeFailure, NodeFit, evaluate_node
-from vgpu_scheduler.engine.migfit import mig_feasible, select_mig
+from vgpu_scheduler.devices.nvidia.mig import mig_feasible, select_mig
+from vgpu_scheduler.devices.registry import build
+from vgpu_scheduler.engine import fit
+from vgpu_scheduler.engine.fit import NodeFailure, NodeFit
 from vgpu_scheduler.engine.nodeview import DeviceUsage, NodeView
 from vgpu_scheduler.model import (
     NVIDIA,
@@ -23,6 +25,7 @@ from vgpu_scheduler.model import (
 
 # The shared builder with this module's defaults: pod "p" in "ns", empty annotations.
 pod = partial(shared_pod, namespace="ns", annotations={})
+evaluate_node = partial(fit.evaluate_node, vendors=build())
 
 
 def pl(*starts_sizes: tuple[int, int]) -> tuple[MigPlacement, ...]:

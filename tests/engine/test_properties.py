@@ -22,6 +22,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 
 from tests.builders import container, device, gpu_limits, gpu_quota, pod
 from vgpu_scheduler.config import NvidiaConfig
+from vgpu_scheduler.devices.registry import build
 from vgpu_scheduler.engine.decide import Chosen, NoRequest, decide
 from vgpu_scheduler.engine.ledger import DeviceLedger
 from vgpu_scheduler.engine.podinfo import PodAllocation, pod_allocation, pod_allocation_from_pod
@@ -30,6 +31,7 @@ from vgpu_scheduler.model import DeviceInfo, MigPlacement, MigProfile
 from vgpu_scheduler.wire import keys
 
 CFG = NvidiaConfig()
+VENDORS = build()
 NS = "team"
 
 
@@ -107,7 +109,7 @@ class _PodModel:
 class SchedulingMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
-        self.state = SchedulerState(CFG)
+        self.state = SchedulerState(VENDORS)
         self.state.on_quota(gpu_quota(mem=120000, namespace=NS))
         self.registered: dict[str, tuple[list[DeviceInfo], frozenset[str]]] = {}
         self.pods: dict[str, _PodModel] = {}
@@ -150,7 +152,6 @@ class SchedulingMachine(RuleBasedStateMachine):
             pod,
             NODES,
             self.state,
-            CFG,
             default_node_policy="binpack",
             default_gpu_policy="spread",
             now=self.now,
@@ -159,7 +160,6 @@ class SchedulingMachine(RuleBasedStateMachine):
             pod,
             NODES,
             reference,
-            CFG,
             default_node_policy="binpack",
             default_gpu_policy="spread",
             now=self.now,
@@ -273,10 +273,10 @@ def test_reservation_collapse_matches_decoded_annotations() -> None:
     spec = {"init": [{"gpus": 1, "mem": 3000, "pct": None, "cores": 10}],
             "app": [{"gpus": 1, "mem": 1000, "pct": None, "cores": 20}] * 2,
             "node_policy": "binpack", "gpu_policy": "binpack"}
-    state = SchedulerState(CFG)
+    state = SchedulerState(VENDORS)
     state.set_node_devices("n1", copy.deepcopy(INVENTORY["n1"]))
     pod = _pod("p", spec)
-    d = decide(pod, ["n1"], state, CFG, default_node_policy="binpack", default_gpu_policy="spread", now=1)
+    d = decide(pod, ["n1"], state, default_node_policy="binpack", default_gpu_policy="spread", now=1)
     assert isinstance(d, Chosen)
     reserved = pod_allocation(pod, d.node, d.devices, d.mig)
     pod["metadata"]["annotations"].update(d.annotations)

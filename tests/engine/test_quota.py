@@ -7,7 +7,8 @@ from typing import Any
 import pytest
 
 from tests.builders import container_requests, gpu_quota, grant, pod_devices, quota
-from vgpu_scheduler.config import NvidiaConfig
+from vgpu_scheduler.config import DeviceConfig, NvidiaConfig
+from vgpu_scheduler.devices.registry import build
 from vgpu_scheduler.engine.quota import QuotaEntry, QuotaManager
 from vgpu_scheduler.model import (
     NVIDIA,
@@ -25,7 +26,7 @@ def devices(*mem_cores: tuple[int, int]) -> PodDevices:
 
 
 def manager(memory_factor: int = 1) -> QuotaManager:
-    return QuotaManager.for_config(NvidiaConfig(memory_factor=memory_factor))
+    return QuotaManager.for_vendors(build(DeviceConfig(NvidiaConfig(memory_factor=memory_factor))))
 
 
 @pytest.mark.parametrize(

@@ -8,8 +8,9 @@ import pytest
 
 from tests.builders import container, device_request, pod
 from vgpu_scheduler.config import NvidiaConfig
+from vgpu_scheduler.devices.nvidia.requests import nvidia_request
+from vgpu_scheduler.devices.registry import build
 from vgpu_scheduler.engine.requests import (
-    container_requests,
     init_container_count,
     pod_has_device_requests,
     pod_requests,
@@ -17,6 +18,7 @@ from vgpu_scheduler.engine.requests import (
 from vgpu_scheduler.model import NVIDIA, ContainerDeviceRequest
 
 CFG = NvidiaConfig()
+VENDORS = build()
 
 
 def ctr(limits: dict[str, Any] | None = None, requests: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -115,7 +117,7 @@ CORES = "nvidia.com/gpucores"
 def test_container_requests(
     container: dict[str, Any], cfg: NvidiaConfig, expected: ContainerDeviceRequest
 ) -> None:
-    assert container_requests(container, cfg) == expected
+    assert nvidia_request(container, cfg) == expected
 
 
 @pytest.mark.parametrize(
@@ -139,7 +141,7 @@ def test_container_requests(
     ],
 )
 def test_container_requests_nothing(container: dict[str, Any], cfg: NvidiaConfig) -> None:
-    assert container_requests(container, cfg) is None
+    assert nvidia_request(container, cfg) is None
 
 
 def test_pod_requests_init_first_and_empty_entries() -> None:
@@ -148,7 +150,7 @@ def test_pod_requests_init_first_and_empty_entries() -> None:
         init_containers=[ctr({GPU: "1", MEM: "100"}), ctr({})],
         containers=[ctr({}), ctr({GPU: "2", PCT: "25"}), ctr({GPU: "0"}), ctr({GPU: "1", MEM: "16Gi"})],
     )
-    assert pod_requests(p, CFG) == [
+    assert pod_requests(p, VENDORS) == [
         {NVIDIA: req(1, 100, 101, 0)},
         {},
         {},
@@ -173,4 +175,4 @@ def test_pod_requests_init_first_and_empty_entries() -> None:
     ],
 )
 def test_pod_has_device_requests(p: dict[str, Any], expected: bool) -> None:
-    assert pod_has_device_requests(pod_requests(p, CFG)) is expected
+    assert pod_has_device_requests(pod_requests(p, VENDORS)) is expected

@@ -16,13 +16,14 @@ from tests.builders import (
     pod,
     pod_devices,
 )
-from vgpu_scheduler.config import NvidiaConfig
+from vgpu_scheduler.devices.registry import build
 from vgpu_scheduler.engine.decide import Chosen, filter_annotations
 from vgpu_scheduler.engine.state import SchedulerState
 from vgpu_scheduler.model import NVIDIA, PodDevices
 from vgpu_scheduler.wire import keys
 
 MEM = "nvidia.com/gpumem"
+VENDORS = build()
 
 
 gpu = partial(device, devmem=8000)
@@ -41,7 +42,7 @@ def scheduled(name: str, node: str, allocated: str, **kw: Any) -> dict[str, Any]
 
 
 def state() -> SchedulerState:
-    s = SchedulerState(NvidiaConfig())
+    s = SchedulerState(VENDORS)
     s.set_node_devices("n1", [gpu("GPU-0"), gpu("GPU-1")])
     return s
 
@@ -53,7 +54,8 @@ def usage(s: SchedulerState, node: str = "n1") -> list[tuple[int, int, int]]:
 
 
 def chosen(node: str, devices: PodDevices, now: int = 200) -> Chosen:
-    return Chosen(node, devices, (), filter_annotations(node, devices, (), now), {keys.VGPU_NODE: node}, 0.0)
+    annotations = filter_annotations(node, devices, (), now, vendors=VENDORS)
+    return Chosen(node, devices, (), annotations, {keys.VGPU_NODE: node}, 0.0)
 
 
 def one_gpu(uuid: str, mem: int, cores: int = 0) -> PodDevices:

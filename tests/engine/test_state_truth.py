@@ -10,17 +10,18 @@ from typing import Any
 import pytest
 
 from tests.builders import container, device, grant, pod, pod_devices
-from vgpu_scheduler.config import NvidiaConfig
+from vgpu_scheduler.devices.registry import build
 from vgpu_scheduler.engine.decide import Chosen, filter_annotations
 from vgpu_scheduler.engine.state import SchedulerState
 from vgpu_scheduler.model import PodDevices
 from vgpu_scheduler.wire import keys
 
+VENDORS = build()
 _gpu = partial(device, devmem=8000)
 
 
 def _state() -> SchedulerState:
-    s = SchedulerState(NvidiaConfig())
+    s = SchedulerState(VENDORS)
     s.set_node_devices("n1", [_gpu("GPU-A0"), _gpu("GPU-A1")])
     s.set_node_devices("n2", [_gpu("GPU-B0"), _gpu("GPU-B1")])
     return s
@@ -32,7 +33,8 @@ def _devices(uuid: str, mem: int) -> PodDevices:
 
 def _chosen(node: str, uuid: str, mem: int, now: int = 200) -> Chosen:
     devices = _devices(uuid, mem)
-    return Chosen(node, devices, (), filter_annotations(node, devices, (), now), {keys.VGPU_NODE: node}, 0.0)
+    annotations = filter_annotations(node, devices, (), now, vendors=VENDORS)
+    return Chosen(node, devices, (), annotations, {keys.VGPU_NODE: node}, 0.0)
 
 
 def _pod(annotations: dict[str, str] | None = None, node_name: str = "") -> dict[str, Any]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from vgpu_scheduler.engine.topology import PairScores, best_combination, worst_single
+from vgpu_scheduler.devices.nvidia.topology import PairScores, best_combination, worst_single
 
 # HAMi's own example: totals gpu0=300, gpu1=250, gpu2=350; best pair [gpu0, gpu2]=200.
 THREE: PairScores = {

@@ -32,6 +32,7 @@ from tests.builders import (
 from tests.builders import gpu_container as ctr
 from tests.builders import pod as pod_object
 from vgpu_scheduler.config import NvidiaConfig
+from vgpu_scheduler.devices.registry import build
 from vgpu_scheduler.engine import decide as decide_module
 from vgpu_scheduler.engine.decide import Chosen, Decision, NoFit, NoRequest, decide
 from vgpu_scheduler.engine.fit import evaluate_node, pod_fit_context
@@ -45,6 +46,7 @@ from vgpu_scheduler.model import DeviceInfo, MigPlacement, MigProfile
 from vgpu_scheduler.wire import keys
 
 CFG = NvidiaConfig()
+VENDORS = build()
 NOW = 1764400000
 MEM = CFG.resource_memory_name
 
@@ -72,7 +74,7 @@ def alloc(uid: str, node: str, uuid: str, mem: int, namespace: str = "team") -> 
 
 
 def run(pod: dict[str, Any], state: SchedulerState, nodes: list[str]) -> Decision:
-    return decide(pod, nodes, state, CFG, default_node_policy="binpack", default_gpu_policy="spread", now=NOW)
+    return decide(pod, nodes, state, default_node_policy="binpack", default_gpu_policy="spread", now=NOW)
 
 
 # --- generations -----------------------------------------------------------------------------
@@ -112,7 +114,7 @@ def test_node_generation_is_never_reused_after_removal() -> None:
 
 
 def test_quota_generation_follows_usage_and_limits_of_its_namespace() -> None:
-    q = QuotaManager.for_config(CFG)
+    q = QuotaManager.for_vendors(VENDORS)
     devices = pod_devices([grant("GPU-a", usedmem=1000, usedcores=10)])
     seen = {"x": q.generation("x"), "y": q.generation("y")}
 
@@ -229,7 +231,8 @@ def test_a_group_larger_than_the_cache_keeps_what_fits() -> None:
 def test_fingerprint_is_what_the_fit_reads() -> None:
     def fp(pod: dict[str, Any]) -> Any:
         n_init = len(pod["spec"]["initContainers"])
-        return pod_fingerprint(pod_requests(pod, CFG), n_init, pod_fit_context(pod, n_init=n_init))
+        ctx = pod_fit_context(pod, vendors=VENDORS, n_init=n_init)
+        return pod_fingerprint(pod_requests(pod, VENDORS), n_init, ctx)
 
     base = fp(pending("p", ctr(mem=1000)))
     assert fp(pending("other-name", ctr(mem=1000), annotations={"unrelated": "x"})) == base
@@ -249,7 +252,7 @@ def test_fingerprint_is_what_the_fit_reads() -> None:
 
 
 def test_quota_token_ignores_namespaces_without_limits() -> None:
-    q = QuotaManager.for_config(CFG)
+    q = QuotaManager.for_vendors(VENDORS)
     q.add_usage("free", pod_devices([grant("GPU-a", usedmem=1000, usedcores=10)]))
     assert quota_token(q, "free") is None
     q.upsert_quota(gpu_quota(namespace="free", cores=50))
@@ -280,7 +283,7 @@ TOO_BIG = ctr(mem=9000)  # every device has 8000
 
 
 def three_nodes() -> SchedulerState:
-    s = SchedulerState(CFG)
+    s = SchedulerState(VENDORS)
     for n in NODES:
         s.set_node_devices(n, [gpu(f"GPU-{n}0"), gpu(f"GPU-{n}1", index=1)])
     return s
@@ -478,7 +481,7 @@ def _counting_fits() -> Iterator[list[str]]:
 class CachedDecisionMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
-        self.state = SchedulerState(CFG)
+        self.state = SchedulerState(VENDORS)
         self.pending: dict[str, dict[str, Any]] = {}
         self.now = NOW
 
@@ -537,7 +540,6 @@ class CachedDecisionMachine(RuleBasedStateMachine):
                     pod,
                     CLUSTER,
                     self.state,
-                    CFG,
                     default_node_policy="binpack",
                     default_gpu_policy="spread",
                     now=self.now,
@@ -546,7 +548,6 @@ class CachedDecisionMachine(RuleBasedStateMachine):
                 pod,
                 CLUSTER,
                 reference,
-                CFG,
                 default_node_policy="binpack",
                 default_gpu_policy="spread",
                 now=self.now,

@@ -115,7 +115,7 @@ class It:
     @staticmethod
     def rebuilt_usage(cluster: MemoryCluster, process: SchedulerProcess) -> dict[str, list[Usage]]:
         """What a fresh ledger says: the same node inventories, every pod of the cluster fed once."""
-        fresh = SchedulerState(process.cfg)
+        fresh = SchedulerState(process.vendors)
         for name in process.state.ledger.node_names():
             view = process.state.ledger.view(name)
             assert view is not None

@@ -17,7 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests import builders
 from tests.builders import assigned_annotations, container, device, gpu_quota, grant, pod_allocation
-from vgpu_scheduler.config import NvidiaConfig
+from vgpu_scheduler.devices.registry import build
 from vgpu_scheduler.engine.state import SchedulerState
 from vgpu_scheduler.model import DeviceInfo, MigPlacement, MigProfile
 from vgpu_scheduler.server.metrics import (
@@ -121,7 +121,7 @@ def mig_json(*, realized: bool) -> str:
 
 
 def make_state() -> SchedulerState:
-    state = SchedulerState(NvidiaConfig())
+    state = SchedulerState(build())
     state.set_node_devices("n1", [gpu("GPU-0", 0), gpu("GPU-1", 1)])
     profile = MigProfile("1g.5gb", 4864, 15, 1, (MigPlacement(6, 1), MigPlacement(5, 1)))
     state.set_node_devices("mig-1", [gpu("GPU-M", 3, mode="mig", mig_profiles=(profile,))])

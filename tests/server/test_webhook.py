@@ -18,7 +18,9 @@ from aiohttp import web
 from tests import builders
 from tests.builders import container_requests
 from tests.fixtures import KUBE_1_36
-from vgpu_scheduler.config import NvidiaConfig
+from vgpu_scheduler.config import DeviceConfig, NvidiaConfig
+from vgpu_scheduler.devices.protocol import Vendors
+from vgpu_scheduler.devices.registry import build
 from vgpu_scheduler.model import ContainerRequests
 from vgpu_scheduler.scheduler.options import SchedulerOptions
 from vgpu_scheduler.server.webhook import MAX_REQUEST_BYTES, handle_admission_review, webhook_handler
@@ -30,6 +32,10 @@ V1BETA1 = "admission.k8s.io/v1beta1"
 UNTYPED = (None, None)
 OPTS = dataclasses.replace(SchedulerOptions(), scheduler_name="hami-scheduler")
 CFG = NvidiaConfig()
+
+
+def vendors(cfg: NvidiaConfig = CFG) -> Vendors:
+    return build(DeviceConfig(cfg))
 
 GPU, MEM, PCT, CORES, PRIO = (
     "nvidia.com/gpu",
@@ -67,7 +73,7 @@ def run(
     cfg: NvidiaConfig = CFG,
     quota_fits: Callable[[str, Sequence[ContainerRequests], int], bool] | None = None,
 ) -> dict[str, Any]:
-    status, body = handle_admission_review(review(obj), opts, cfg, quota_fits)
+    status, body = handle_admission_review(review(obj), opts, vendors(cfg), quota_fits)
     assert status == 200
     assert body["apiVersion"] == V1 and body["kind"] == "AdmissionReview"
     assert body["response"]["uid"] == "uid-1"
@@ -505,7 +511,7 @@ def test_quota_namespace_falls_back_to_request() -> None:
         seen.append(ns)
         return True
 
-    handle_admission_review(body, OPTS, CFG, record)
+    handle_admission_review(body, OPTS, vendors(), record)
     assert seen == ["team-a"]
 
 
@@ -515,7 +521,7 @@ def test_quota_namespace_falls_back_to_request() -> None:
 @pytest.mark.parametrize("api_version", [V1, V1BETA1])
 def test_api_version_is_echoed(api_version: str) -> None:
     status, body = handle_admission_review(
-        review(pod(container(limits={GPU: "1", CORES: "1"})), api_version, "abc"), OPTS, CFG
+        review(pod(container(limits={GPU: "1", CORES: "1"})), api_version, "abc"), OPTS, vendors()
     )
     assert status == 200
     assert body["apiVersion"] == api_version
@@ -659,7 +665,7 @@ def test_api_version_is_echoed(api_version: str) -> None:
     ],
 )
 def test_bad_requests(body: bytes, typed: tuple[str | None, str | None], uid: str, message: str) -> None:
-    status, answer = handle_admission_review(body, OPTS, CFG)
+    status, answer = handle_admission_review(body, OPTS, vendors())
     assert status == 200
     assert (answer.get("apiVersion"), answer.get("kind")) == typed
     response = answer["response"]
@@ -714,7 +720,7 @@ def test_captured_reviews(case: str) -> None:
     sent_ops = load(f"{case}.patch.decoded.json")
     assert json.loads(base64.b64decode(sent["response"]["patch"])) == sent_ops
 
-    status, answer = handle_admission_review(request_body, OPTS, CFG)
+    status, answer = handle_admission_review(request_body, OPTS, vendors())
     assert status == 200
     assert answer["apiVersion"] == sent["apiVersion"]
     assert answer["kind"] == sent["kind"]
@@ -748,7 +754,7 @@ def test_captured_patch_matches_stored_pod() -> None:
 async def post(body: bytes, content_type: str | None = "application/json") -> dict[str, Any]:
     """POST to a real aiohttp server running the handler (the body streamed, as large ones are)."""
     app = web.Application()
-    app.router.add_post("/webhook", webhook_handler(OPTS, CFG))
+    app.router.add_post("/webhook", webhook_handler(OPTS, vendors()))
     async with aiotest.TestClient(aiotest.TestServer(app)) as client:
         headers = {"Content-Type": content_type} if content_type else {}
         resp = await client.post("/webhook?timeout=10s", data=io.BytesIO(body), headers=headers)

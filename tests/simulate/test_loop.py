@@ -9,6 +9,7 @@ from tests import builders
 from vgpu_scheduler.cluster.embedded.fleet import V100_32GB, demo_fleet, fleet
 from vgpu_scheduler.cluster.embedded.runtime import DURATION_ANNOTATION
 from vgpu_scheduler.configfile import default_device_config
+from vgpu_scheduler.devices.registry import build
 from vgpu_scheduler.engine.decide import Chosen, decide
 from vgpu_scheduler.engine.state import SchedulerState
 from vgpu_scheduler.server.app import make_app
@@ -64,7 +65,7 @@ async def test_decisions_match_the_engine_called_directly() -> None:
     pods = [pod(f"p{i}", gpus=1 + i % 2, mem=4096 * (1 + i % 3), cores=10 * (1 + i % 4)) for i in range(12)]
     result = await simulate(nodes, pods)
     # Reference: the engine alone, one decision after the other, on a state built from the inventory.
-    state = SchedulerState(CFG.nvidia)
+    state = SchedulerState(build(CFG))
     for n in nodes:
         inventory = n["metadata"]["annotations"][keys.NODE_NVIDIA_REGISTER]
         state.set_node_devices(n["metadata"]["name"], decode_node_devices(inventory))
@@ -73,7 +74,7 @@ async def test_decisions_match_the_engine_called_directly() -> None:
     for i, p in enumerate(pods):
         p["metadata"]["uid"] = f"uid-{i}"
         d = decide(
-            p, names, state, CFG.nvidia, default_node_policy="binpack", default_gpu_policy="spread", now=0
+            p, names, state, default_node_policy="binpack", default_gpu_policy="spread", now=0
         )
         assert isinstance(d, Chosen)
         state.reserve(p, d)

@@ -5,7 +5,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tests import builders
-from vgpu_scheduler.config import NvidiaConfig
+from vgpu_scheduler.config import DeviceConfig, NvidiaConfig
+from vgpu_scheduler.devices.registry import build
 from vgpu_scheduler.simulate.predicates import (
     DEFAULT_MEMORY_REQUEST,
     PREDICATE_ORDER,
@@ -192,7 +193,7 @@ def test_custom_ignored_resources() -> None:
     p = pod("p", container(limits={"nvidia.com/gpu": 1}))
     assert strict(p, node(), NodeInfo(node())) == "Insufficient nvidia.com/gpu"
     cfg = NvidiaConfig(resource_count_name="example.com/vgpu")
-    assert "example.com/vgpu" in ignored_resources_for(cfg)
+    assert "example.com/vgpu" in ignored_resources_for(build(DeviceConfig(cfg)))
 
 
 def test_malformed_allocatable_entry_counts_as_zero() -> None:

@@ -12,7 +12,7 @@ from vgpu_scheduler.cluster.embedded.runtime import (
     InvalidDurationError,
     duration_seconds,
 )
-from vgpu_scheduler.config import NvidiaConfig
+from vgpu_scheduler.devices.registry import build
 from vgpu_scheduler.engine.decide import Chosen, NoRequest, decide_on_nodes
 from vgpu_scheduler.engine.requests import pod_requests
 from vgpu_scheduler.model import NVIDIA, PERCENTAGE_UNSET
@@ -27,7 +27,7 @@ from vgpu_scheduler.wire.keys import (
     USE_GPUUUID,
 )
 
-CFG = NvidiaConfig()
+VENDORS = build()
 DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?\Z")
 
 
@@ -76,7 +76,7 @@ def test_mix_covers_every_kind_and_feature() -> None:
 
 
 def _nvidia(p: dict[str, Any]) -> list[Any]:
-    return [r.get(NVIDIA) for r in pod_requests(p, CFG)]
+    return [r.get(NVIDIA) for r in pod_requests(p, VENDORS)]
 
 
 def test_each_kind_asks_the_scheduler_for_what_it_says() -> None:
@@ -156,7 +156,7 @@ def test_demo_workload_fits_the_empty_demo_fleet_through_the_engine() -> None:
     checked: Counter[str] = Counter()
     for p in demo_workload(200, 2):
         decision = decide_on_nodes(
-            p, nodes, CFG, default_node_policy="binpack", default_gpu_policy="spread", now=0
+            p, nodes, VENDORS, default_node_policy="binpack", default_gpu_policy="spread", now=0
         )
         annotations = p["metadata"].get("annotations", {})
         if p["metadata"]["labels"][KIND_LABEL] == "cpu":

@@ -5,7 +5,7 @@ from typing import Any
 
 import pytest
 
-from vgpu_scheduler.config import NvidiaConfig
+from vgpu_scheduler.devices.registry import build
 from vgpu_scheduler.engine import podinfo, requests
 from vgpu_scheduler.wire import objects
 
@@ -82,7 +82,7 @@ def test_one_init_container_count_everywhere() -> None:
     assert webhook.objects.init_container_count is objects.init_container_count
     # fit.pod_fit_context defaults n_init from the same function.
     pod = {"spec": {"initContainers": [{}, "junk", {"name": "b"}], "containers": [{}]}}
-    assert fit.pod_fit_context(pod).n_init == 2
+    assert fit.pod_fit_context(pod, vendors=build()).n_init == 2
 
 
 @pytest.mark.parametrize(
@@ -94,7 +94,7 @@ def test_init_count_agrees_with_pod_requests(init: Any) -> None:
     """The count is the number of leading `pod_requests` entries that are init containers."""
     gpu = {"resources": {"limits": {"nvidia.com/gpu": "1"}}}
     pod = {"spec": {"initContainers": init, "containers": [gpu, "junk", {}]}}
-    reqs = requests.pod_requests(pod, NvidiaConfig())
+    reqs = requests.pod_requests(pod, build())
     n_init = objects.init_container_count(pod)
     assert len(reqs) == n_init + 2
     assert reqs[n_init]  # the first app container is the GPU one

@@ -2,18 +2,20 @@
 
 One pass per wake-up (15 s ticker, node add/delete, leadership acquired), skipped until the
 informers have synced and while this instance is not the leader. A pass reads every node of the
-node informer's Store (already restricted by --node-label-selector) and, for NVIDIA:
+node informer's Store (already restricted by --node-label-selector) and, for each registered
+vendor in registration order (`Vendor` in `devices.protocol`):
 
-1. decodes `hami.io/node-nvidia-register` (JSON or legacy), attaches `hami.io/node-nvidia-score`
-   pair scores and reads `hami.io/device-cordon`;
-2. runs the handshake/health check of §3.4 (`cluster.handshake`), which may ask for a
-   `Requesting_<now>` stamp on the node;
-3. unhealthy ⇒ if the node is registered: clean up (delete the handshake annotation, forget the
-   counters, drop its devices) and go on; decode error ⇒ keep what is registered (logged with the
-   node name); zero devices ⇒ drop the node's devices; no update needed ⇒ keep the registered
-   devices (only cordon/annotations are refreshed, see below); else store the new devices.
+1. reads the vendor's inventory (`node_devices`, e.g. `hami.io/node-nvidia-register` with its pair
+   scores);
+2. runs the vendor's health check (`check_health`, §3.4), which may ask for a `Requesting_<now>`
+   stamp on the vendor's handshake annotation;
+3. unhealthy ⇒ if the node has this vendor's devices: clean up (delete the handshake annotation,
+   the vendor forgets the node, its devices are dropped) and go on; decode error ⇒ keep what is
+   registered (logged with the node name); zero devices ⇒ drop the vendor's devices; no update
+   needed ⇒ keep them; else store the new ones.
 
-After the pass `synced` is set; the filter waits for it.
+The node's inventory in the state is every vendor's devices, in registration order, with the
+node's `hami.io/device-cordon` list. After the pass `synced` is set; the filter waits for it.
 
 Choices that differ in form (not in results) from HAMi:
 * Handshake writes (`Requesting_<now>` and the cleanup's `null`) go through a small background
@@ -37,16 +39,15 @@ from dataclasses import dataclass, field
 from datetime import datetime, tzinfo
 from typing import Any
 
-from vgpu_scheduler.cluster import handshake as hs
 from vgpu_scheduler.cluster.client import KubeClient
 from vgpu_scheduler.cluster.errors import ApiError, is_not_found
 from vgpu_scheduler.cluster.store import Store
-from vgpu_scheduler.config import NvidiaConfig
+from vgpu_scheduler.devices import handshake as hs
+from vgpu_scheduler.devices.protocol import Vendor
 from vgpu_scheduler.engine.state import SchedulerState
 from vgpu_scheduler.model import DeviceInfo
 from vgpu_scheduler.wire import keys, objects
-from vgpu_scheduler.wire.inventory import InventoryError, decode_cordon, decode_nvidia_inventory
-from vgpu_scheduler.wire.quantity import quantity_as_int64
+from vgpu_scheduler.wire.inventory import InventoryError, decode_cordon
 
 log = logging.getLogger(__name__)
 
@@ -72,49 +73,41 @@ def node_annotations(node: Mapping[str, Any]) -> dict[str, str]:
     return dict(objects.annotations(node))
 
 
-def allocatable_count(node: Mapping[str, Any], resource: str) -> int:
-    """`status.allocatable[resource]` as an integer; absent or not an integer ⇒ 0."""
-    alloc = objects.status(node).get("allocatable")
-    value = alloc.get(resource) if isinstance(alloc, Mapping) else None
-    if not isinstance(value, str | int):
-        return 0
-    count = quantity_as_int64(value)
-    return count if count is not None else 0
-
-
 # ---------------------------------------------------------------------------------------------
 # Handshake writes, off the pass
 
 
 class NodeAnnotationWriter:
-    """Merge-patches one annotation on nodes in the background, a few at a time.
+    """Merge-patches single node annotations (handshake keys) in the background, a few at a time.
 
-    While a write for a node is still queued a newer value replaces it (only the latest matters);
-    a node is never written by two requests at once. Failures are logged, never retried: the next
-    pass asks again if it still has to."""
+    While a write of one (node, key) is still queued a newer value replaces it (only the latest
+    matters); a node is never written by two requests at once. Failures are logged, never retried:
+    the next pass asks again if it still has to."""
 
-    def __init__(self, client: KubeClient, key: str, concurrency: int = 4) -> None:
+    def __init__(self, client: KubeClient, key: str = keys.NODE_HANDSHAKE, concurrency: int = 4) -> None:
         self.client = client
         self.key = key
+        """The key `submit` writes when it is given none."""
         self.concurrency = max(1, concurrency)
-        self._queued: dict[str, str | None] = {}
+        self._queued: dict[tuple[str, str], str | None] = {}
         self._inflight: set[str] = set()
         self._running: set[asyncio.Task[None]] = set()
         self._task: asyncio.Task[None] | None = None
         self.written = 0
         self.failed = 0
 
-    def submit(self, node: str, value: str | None) -> None:
-        self._queued[node] = value
+    def submit(self, node: str, value: str | None, key: str | None = None) -> None:
+        self._queued[(node, key or self.key)] = value
         if self._task is None or self._task.done():
-            self._task = asyncio.get_running_loop().create_task(self._drain(), name=f"write {self.key}")
+            self._task = asyncio.get_running_loop().create_task(self._drain(), name="write node annotations")
 
     def discard(self, node: str) -> None:
-        """Forget a queued write (the node was deleted)."""
-        self._queued.pop(node, None)
+        """Forget the node's queued writes (the node was deleted)."""
+        for queued in [q for q in self._queued if q[0] == node]:
+            del self._queued[queued]
 
     def pending(self, node: str) -> bool:
-        return node in self._queued or node in self._inflight
+        return any(q[0] == node for q in self._queued) or node in self._inflight
 
     async def flush(self) -> None:
         """Wait until every submitted write has been attempted."""
@@ -132,29 +125,31 @@ class NodeAnnotationWriter:
 
     async def _drain(self) -> None:
         while self._queued or self._running:
-            for node in [n for n in self._queued if n not in self._inflight]:
+            for node, key in [q for q in self._queued if q[0] not in self._inflight]:
                 if len(self._running) >= self.concurrency:
                     break
-                value = self._queued.pop(node)
+                if node in self._inflight:
+                    continue  # another key of this node is being written
+                value = self._queued.pop((node, key))
                 self._inflight.add(node)
-                task = asyncio.get_running_loop().create_task(self._write(node, value))
+                task = asyncio.get_running_loop().create_task(self._write(node, key, value))
                 self._running.add(task)
                 task.add_done_callback(self._running.discard)
             if self._running:
                 await asyncio.wait(set(self._running), return_when=asyncio.FIRST_COMPLETED)
 
-    async def _write(self, node: str, value: str | None) -> None:
+    async def _write(self, node: str, key: str, value: str | None) -> None:
         try:
-            await self.client.patch_node(node, hs.requesting_patch(self.key, value))
+            await self.client.patch_node(node, hs.requesting_patch(key, value))
             self.written += 1
-            log.debug("node %s: %s set to %r", node, self.key, value)
+            log.debug("node %s: %s set to %r", node, key, value)
         except ApiError as exc:
             self.failed += 1
             level = logging.DEBUG if is_not_found(exc) else logging.WARNING
-            log.log(level, "node %s: failed to patch %s: %s", node, self.key, exc)
+            log.log(level, "node %s: failed to patch %s: %s", node, key, exc)
         except Exception as exc:  # connection errors, timeouts: logged only, the next pass retries
             self.failed += 1
-            log.warning("node %s: failed to patch %s: %s", node, self.key, exc)
+            log.warning("node %s: failed to patch %s: %s", node, key, exc)
         finally:
             self._inflight.discard(node)
 
@@ -176,17 +171,24 @@ class PassReport:
     """Registered nodes found unhealthy and cleaned up."""
     unhealthy: list[str] = field(default_factory=list)
     errors: dict[str, str] = field(default_factory=dict)
-    """Node -> inventory decode error (registered devices kept)."""
+    """Node -> inventory errors, "; "-joined over vendors (registered devices kept). A vendor
+    whose inventory annotation is absent counts only on a node with no device at all (then the
+    first such vendor's "annos not found …")."""
     requested: list[str] = field(default_factory=list)
     """Nodes a `Requesting_<now>` stamp was asked for."""
 
 
 @dataclass(slots=True)
 class _Decoded:
-    register: str | None
-    score: str | None
+    source: tuple[str | None, ...]
+    """The values of the vendor's inventory annotations this was decoded from."""
     devices: list[DeviceInfo] | None
     error: str | None
+
+
+def _note(names: list[str], name: str) -> None:
+    if name not in names:
+        names.append(name)
 
 
 class _NodeEvents:
@@ -214,7 +216,6 @@ class RegistrationLoop:
         client: KubeClient,
         state: SchedulerState,
         nodes: Store,
-        cfg: NvidiaConfig | None = None,
         *,
         is_leader: Callable[[], bool] = lambda: True,
         ready: Callable[[], bool] = lambda: True,
@@ -227,7 +228,8 @@ class RegistrationLoop:
         synced: asyncio.Event | None = None,
     ) -> None:
         """
-        nodes: the node informer's Store. ready: True once the informers have synced.
+        nodes: the node informer's Store; the vendors are the state's. ready: True once the
+        informers have synced.
         is_leader: passes are skipped while it is False. on_node_deleted: called with the node name
         when the informer reports a deletion (the node locker forgets the node). on_pass: awaited
         after each pass, e.g. LeaderTracker.label_pods; its failures are logged. now/tz: clock and
@@ -237,7 +239,7 @@ class RegistrationLoop:
         self.client = client
         self.state = state
         self.nodes = nodes
-        self.cfg = cfg or NvidiaConfig()
+        self.vendors = state.vendors
         self.is_leader = is_leader
         self.ready = ready
         self.on_node_deleted = on_node_deleted
@@ -252,9 +254,10 @@ class RegistrationLoop:
         self.handler = _NodeEvents(self)
         """Give this to the node Reflector as its handler."""
         self.writer = NodeAnnotationWriter(client, keys.NODE_HANDSHAKE, write_concurrency)
-        self._counters: dict[str, hs.NodeCounters] = {}
-        self._decoded: dict[str, _Decoded] = {}
-        self._last_error: dict[str, str] = {}
+        # node -> vendor key -> devices stored for it; the state holds their concatenation.
+        self._inventory: dict[str, dict[str, list[DeviceInfo]]] = {}
+        self._decoded: dict[tuple[str, str], _Decoded] = {}
+        self._last_error: dict[tuple[str, str], str] = {}
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
 
@@ -272,11 +275,13 @@ class RegistrationLoop:
             self.synced.clear()
 
     def forget_node(self, name: str) -> None:
-        """The node was deleted: drop its devices, counters and pending handshake write."""
+        """The node was deleted: drop its devices, the vendors' state and pending handshake writes."""
         self.state.remove_node(name)
-        self._counters.pop(name, None)
-        self._decoded.pop(name, None)
-        self._last_error.pop(name, None)
+        self._inventory.pop(name, None)
+        for vendor in self.vendors:
+            vendor.forget_node(name)
+            self._decoded.pop((name, vendor.key), None)
+            self._last_error.pop((name, vendor.key), None)
         self.writer.discard(name)
         if self.on_node_deleted is not None:
             try:
@@ -359,62 +364,85 @@ class RegistrationLoop:
         """Wait for the handshake writes asked for so far (tests, shutdown)."""
         await self.writer.flush()
 
-    def counters(self, name: str) -> hs.NodeCounters:
-        return self._counters.get(name, hs.UNSEEN)
-
     def _register(self, name: str, node: Obj, now: datetime, report: PassReport) -> None:
         annotations = node_annotations(node)
-        register = annotations.get(keys.NODE_NVIDIA_REGISTER)
-        decoded = self._decode(name, register, annotations.get(keys.NODE_NVIDIA_SCORE))
-
-        current = allocatable_count(node, self.cfg.resource_count_name)
-        generic = hs.check_handshake(annotations.get(keys.NODE_HANDSHAKE), now, current, self.tz)
-        if generic.write_requesting:
-            self.writer.submit(name, hs.format_requesting(now, self.tz))
-            report.requested.append(name)
-        health = hs.check_nvidia(self.counters(name), current, register or "", generic)
-        self._counters[name] = health.counters
-
-        if not health.healthy:
-            report.unhealthy.append(name)
-            if name in self.state.ledger:
-                log.warning("node %s: NVIDIA devices are unhealthy, cleaning up node", name)
-                self.writer.submit(name, None)
-                self._counters.pop(name, None)
-                self.state.remove_node(name)
-                report.cleaned.append(name)
-            return
-        if decoded.error is not None:
-            self._log_error(name, register, decoded.error)
-            report.errors[name] = decoded.error
-            return
-        self._last_error.pop(name, None)
-        devices = decoded.devices or []
-        if not devices:
-            if name in self.state.ledger:
-                log.info("node %s: no NVIDIA devices registered any more", name)
-            self.state.remove_node(name)
-            report.removed.append(name)
-            return
+        stored = self._inventory.get(name, {})
+        changed = updated = current = False
+        errors: list[str] = []
+        absent: list[str] = []
+        for vendor in self.vendors:
+            key = vendor.key
+            decoded = self._decode(name, vendor, node, annotations)
+            health = vendor.check_health(node, now, self.tz)
+            if health.write_requesting and vendor.handshake_key is not None:
+                self.writer.submit(name, hs.format_requesting(now, self.tz), vendor.handshake_key)
+                _note(report.requested, name)
+            if not health.healthy:
+                _note(report.unhealthy, name)
+                if key in stored:
+                    log.warning("node %s: %s devices are unhealthy, cleaning up node", name, key)
+                    if vendor.cleanup_key is not None:
+                        self.writer.submit(name, None, vendor.cleanup_key)
+                    vendor.forget_node(name)
+                    del stored[key]
+                    changed = True
+                    _note(report.cleaned, name)
+                continue
+            if decoded.error is not None:
+                self._log_error(name, vendor, decoded.error, annotations)
+                has_inventory = any(k in annotations for k in vendor.inventory_keys)
+                (errors if has_inventory or not vendor.inventory_keys else absent).append(decoded.error)
+                continue
+            self._last_error.pop((name, key), None)
+            devices = decoded.devices or []
+            if not devices:
+                if key in stored:
+                    log.info("node %s: no %s devices registered any more", name, key)
+                    del stored[key]
+                changed = True
+                _note(report.removed, name)
+                continue
+            if not health.need_update:
+                current = True  # registered devices still right: only cordon/annotations may move
+                continue
+            if key not in stored:
+                log.info("node %s: registered %d %s devices", name, len(devices), key)
+            stored[key] = devices
+            changed = updated = True
+        if errors:
+            report.errors[name] = "; ".join(errors)
+        elif absent and not stored:
+            report.errors[name] = absent[0]
+        if stored:
+            self._inventory[name] = stored
+        else:
+            self._inventory.pop(name, None)
         cordon = decode_cordon(annotations.get(keys.DEVICE_CORDON))
-        if not health.need_update:
-            self._refresh(name, cordon, annotations)
+        if not stored:
+            if changed:
+                self.state.remove_node(name)
             return
-        if name not in self.state.ledger:
-            log.info("node %s: registered %d NVIDIA devices", name, len(devices))
+        if not changed:
+            if current:
+                self._refresh(name, cordon, annotations)
+            return
+        devices = [d for vendor in self.vendors for d in stored.get(vendor.key, ())]
         self.state.set_node_devices(name, devices, cordon, annotations)
-        report.updated.append(name)
+        if updated:
+            _note(report.updated, name)
 
-    def _decode(self, name: str, register: str | None, score: str | None) -> _Decoded:
-        """Decode once per distinct (register, score) value of a node."""
-        cached = self._decoded.get(name)
-        if cached is not None and cached.register == register and cached.score == score:
+    def _decode(self, name: str, vendor: Vendor, node: Obj, annotations: dict[str, str]) -> _Decoded:
+        """The vendor's inventory, decoded once per distinct value of its inventory annotations."""
+        source = tuple(annotations.get(k) for k in vendor.inventory_keys)
+        cached = self._decoded.get((name, vendor.key)) if source else None
+        if cached is not None and cached.source == source:
             return cached
         try:
-            result = _Decoded(register, score, decode_nvidia_inventory(register, score), None)
+            result = _Decoded(source, vendor.node_devices(node), None)
         except InventoryError as exc:
-            result = _Decoded(register, score, None, str(exc))
-        self._decoded[name] = result
+            result = _Decoded(source, None, str(exc))
+        if source:
+            self._decoded[(name, vendor.key)] = result
         return result
 
     def _refresh(self, name: str, cordon: frozenset[str], annotations: dict[str, str]) -> None:
@@ -424,10 +452,12 @@ class RegistrationLoop:
         # Same device list ⇒ the ledger keeps the usage and only swaps cordon/annotations.
         self.state.set_node_devices(name, view.devices, cordon, annotations)
 
-    def _log_error(self, name: str, register: str | None, error: str) -> None:
-        if register is None:
-            # Nodes without NVIDIA devices: normal, would be noise at every pass.
+    def _log_error(self, name: str, vendor: Vendor, error: str, annotations: dict[str, str]) -> None:
+        if not any(k in annotations for k in vendor.inventory_keys):
+            # Nodes without this vendor's devices: normal, would be noise at every pass.
             log.debug("node %s: %s", name, error)
-        elif self._last_error.get(name) != error:
-            log.warning("node %s: unusable NVIDIA inventory (registered devices kept): %s", name, error)
-        self._last_error[name] = error
+        elif self._last_error.get((name, vendor.key)) != error:
+            log.warning(
+                "node %s: unusable %s inventory (registered devices kept): %s", name, vendor.key, error
+            )
+        self._last_error[(name, vendor.key)] = error

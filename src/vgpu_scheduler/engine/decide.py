@@ -1,10 +1,11 @@
 """The filter decision: pick one node and concrete devices for a pod (§5.7, §4.1).
 
 HAMi evaluates every candidate node, then takes the best node score among the nodes that fit
-(binpack: highest, spread: lowest). The node score (§5.5 ComputeDefaultScore, plus 0 for NVIDIA)
-depends only on the usage already on the node — never on the pod — and the ledger keeps it up to
-date. So the same answer is found by visiting nodes **in policy order** and stopping at the first
-one that fits:
+(binpack: highest, spread: lowest). The node score (§5.5 ComputeDefaultScore, plus each allocated
+vendor's ScoreNode, which is 0 for most vendors) then depends only on the usage already on the
+node — never on the pod — and the ledger keeps it up to date. So the same answer is found by
+visiting nodes **in policy order** and stopping at the first one that fits (a pod asking a vendor
+whose ScoreNode is not always 0 is evaluated on every node instead):
 
 * binpack: score descending, spread: score ascending; equal scores by node name ascending — the
   deterministic tie-break (HAMi's is goroutine completion order, i.e. random);
@@ -33,20 +34,19 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from vgpu_scheduler.config import NvidiaConfig
+from vgpu_scheduler.devices.protocol import QuotaCheck, Vendors
 from vgpu_scheduler.engine.fit import NodeFit, PodFitContext, evaluate_node, pod_fit_context
 from vgpu_scheduler.engine.ledger import DeviceLedger, NodeSummary
-from vgpu_scheduler.engine.nodeview import DeviceUsage, NodeView, QuotaCheck
+from vgpu_scheduler.engine.nodeview import DeviceUsage, NodeView
 from vgpu_scheduler.engine.podinfo import init_container_count, pod_annotations, pod_key
 from vgpu_scheduler.engine.requests import pod_has_device_requests, pod_requests
 from vgpu_scheduler.engine.scores import ScoringWeightsError
 from vgpu_scheduler.engine.state import SchedulerState
 from vgpu_scheduler.engine.verdicts import pod_fingerprint, quota_token
 from vgpu_scheduler.model import PERCENTAGE_UNSET, ContainerRequests, MigAllocation, PodDevices
-from vgpu_scheduler.wire import keys
-from vgpu_scheduler.wire.allocation import AllocationError, encode_pod_devices
-from vgpu_scheduler.wire.inventory import InventoryError, decode_cordon, decode_nvidia_inventory
-from vgpu_scheduler.wire.mig import encode_mig_allocations
+from vgpu_scheduler.wire import keys, objects
+from vgpu_scheduler.wire.allocation import AllocationError
+from vgpu_scheduler.wire.inventory import InventoryError, decode_cordon
 
 log = logging.getLogger(__name__)
 
@@ -103,13 +103,16 @@ def node_policy(annotations: Mapping[str, str], default: str) -> str:
 
 
 def filter_annotations(
-    node: str, devices: PodDevices, mig: Sequence[MigAllocation], now: int
+    node: str, devices: PodDevices, mig: Sequence[MigAllocation], now: int, *, vendors: Vendors
 ) -> dict[str, str]:
-    """The §4.1 filter patch annotations (the caller adds label hami.io/vgpu-node = node)."""
+    """The §4.1 filter patch annotations (the caller adds label hami.io/vgpu-node = node): node
+    and time, then each vendor's PatchAnnotations of its part of the allocation."""
     out = {keys.VGPU_NODE: node, keys.VGPU_TIME: str(now)}
-    out.update(encode_pod_devices(devices))
-    if mig:
-        out[keys.VGPU_MIG_ALLOCATIONS] = encode_mig_allocations(mig)
+    for key, per_container in devices.items():
+        vendor = vendors.get(key)
+        if vendor is None:
+            raise AllocationError(f"no allocation annotation keys for vendor {key!r}")
+        out.update(vendor.patch_annotations(per_container, mig, node=node, now=now))
     return out
 
 
@@ -125,12 +128,41 @@ class _Need:
     cores: int
 
 
-def _needs(requests: Sequence[ContainerRequests]) -> tuple[_Need, ...]:
-    return tuple(
-        _Need(r.nums, r.memreq, r.mem_percentage_req, min(r.coresreq, 100))
-        for creq in requests
-        for r in creq.values()
-    )
+def _needs(requests: Sequence[ContainerRequests], vendors: Vendors) -> tuple[_Need, ...]:
+    """The requests the node summary may bound: those of vendors whose requests are lower bounds
+    of what one device needs (`Vendor.prefilter`)."""
+    out = []
+    for creq in requests:
+        for key, r in creq.items():
+            vendor = vendors.get(key)
+            if vendor is not None and vendor.prefilter:
+                out.append(_Need(r.nums, r.memreq, r.mem_percentage_req, min(r.coresreq, 100)))
+    return tuple(out)
+
+
+def _scoring_vendors(requests: Sequence[ContainerRequests], vendors: Vendors) -> list[str]:
+    """Keys of the requested vendors whose ScoreNode may be non-zero (the node score then depends
+    on the pod, so every node must be evaluated)."""
+    out: list[str] = []
+    for creq in requests:
+        for key in creq:
+            vendor = vendors.get(key)
+            if vendor is not None and vendor.scores_nodes and key not in out:
+                out.append(key)
+    return out
+
+
+def _vendor_score(fit: NodeFit, view: NodeView, vendors: Vendors, policy: str) -> float:
+    """Σ ScoreNode of the vendors in the allocation (HAMi `OverrideScore`), on the usage before the pod."""
+    total = 0.0
+    for key, per_container in fit.devices.items():
+        vendor = vendors.get(key)
+        if vendor is not None and vendor.scores_nodes:
+            total += vendor.score_node(
+                per_container, annotations=view.annotations, devices=view.devices, previous=view.usage,
+                policy=policy,
+            )
+    return total
 
 
 def _may_fit(needs: tuple[_Need, ...], s: NodeSummary) -> bool:
@@ -175,7 +207,6 @@ def decide(
     pod: Mapping[str, Any],
     node_names: Sequence[str],
     state: SchedulerState,
-    cfg: NvidiaConfig,
     *,
     default_node_policy: str,
     default_gpu_policy: str,
@@ -190,31 +221,38 @@ def decide(
     its node lock is held, so a bind there would wait or fail); among themselves such nodes keep
     the policy order. With no such node the choice is exactly HAMi's.
 
-    `requests`: the pod's `pod_requests(pod, cfg)` when the caller has computed them already.
+    `requests`: the pod's `pod_requests(pod, state.vendors)` when the caller has computed them.
 
     Side effect (§5.2): the pod's own earlier allocation or reservation is dropped from `state`
     first, so a pod filtered again is never counted twice. The decision itself is not recorded:
     the caller calls `state.reserve(pod, chosen)` and then patches the pod.
     """
+    vendors = state.vendors
     if requests is None:
-        requests = pod_requests(pod, cfg)
+        requests = pod_requests(pod, vendors)
     if not pod_has_device_requests(requests):
         return NoRequest()
     uid, _, name = pod_key(pod)
     state.forget(uid)
     n_init = init_container_count(pod)
+    # A namespace without a managed limit fits any amount: no quota step, and the verdict may come
+    # from the order-free check (`Vendor.quick_verdict`).
+    quota = state.quota if state.quota.has_limits(objects.namespace(pod)) else None
     try:
-        ctx = pod_fit_context(pod, default_policy=default_gpu_policy, quota=state.quota, n_init=n_init)
+        ctx = pod_fit_context(
+            pod, vendors=vendors, default_policy=default_gpu_policy, quota=quota, n_init=n_init
+        )
     except ScoringWeightsError as exc:
         return Error(f"calcScore failed {exc} for pod {name}")
     annotations = pod_annotations(pod)
-    descending = node_policy(annotations, default_node_policy) == BINPACK
+    policy = node_policy(annotations, default_node_policy)
+    descending = policy == BINPACK
     ledger = state.ledger
 
     candidates, unregistered = ledger.partition(node_names)
     failed = dict.fromkeys(unregistered, NODE_UNREGISTERED)
 
-    if evaluate_all:
+    if evaluate_all or _scoring_vendors(requests, vendors):
         return _decide_all(
             requests,
             n_init,
@@ -222,13 +260,13 @@ def decide(
             ctx,
             ledger=ledger,
             candidates=candidates,
-            descending=descending,
+            policy=policy,
             failed=failed,
             now=now,
             deprioritized=deprioritized,
         )
 
-    needs = _needs(requests)
+    needs = _needs(requests, vendors)
     verdicts = state.verdicts.group(
         pod_fingerprint(requests, n_init, ctx), quota_token(state.quota, ctx.namespace)
     )
@@ -260,7 +298,8 @@ def decide(
         result = fit_or_reason(node)
         if isinstance(result, NodeFit):
             return _chosen(
-                node, result, ledger.score(node), {node: ledger.score(node)}, failed=failed, now=now
+                node, result, ledger.score(node), {node: ledger.score(node)}, failed=failed, now=now,
+                vendors=vendors,
             )
         failed[node] = result
     # Nothing free fits: the deferred nodes in the same order, then the skipped ones, which still
@@ -271,7 +310,8 @@ def decide(
             if node in skipped:  # cannot happen if the summary bounds are right
                 log.error("node %s was skipped as hopeless but fits pod %s; choosing it", node, name)
             return _chosen(
-                node, result, ledger.score(node), {node: ledger.score(node)}, failed=failed, now=now
+                node, result, ledger.score(node), {node: ledger.score(node)}, failed=failed, now=now,
+                vendors=vendors,
             )
         failed[node] = result
     return NoFit(failed)
@@ -285,13 +325,15 @@ def _decide_all(
     *,
     ledger: DeviceLedger,
     candidates: list[str],
-    descending: bool,
+    policy: str,
     failed: dict[str, str],
     now: int,
     deprioritized: Callable[[str], bool] | None = None,
 ) -> Decision:
     fits: dict[str, NodeFit] = {}
     scores: dict[str, float] = {}
+    vendors = ctx.vendors
+    scored = bool(_scoring_vendors(requests, vendors))
     for node in candidates:
         view = ledger.view(node)
         assert view is not None
@@ -299,6 +341,8 @@ def _decide_all(
         if isinstance(result, NodeFit):
             fits[node] = result
             scores[node] = ledger.score(node)
+            if scored:
+                scores[node] += _vendor_score(result, view, vendors, policy)
         else:
             failed[node] = result.reason
     if not fits:
@@ -307,8 +351,8 @@ def _decide_all(
     if deprioritized is not None:
         free = {node: score for node, score in scores.items() if not deprioritized(node)}
         preferred = free or scores
-    best = _best(preferred, descending)
-    return _chosen(best, fits[best], scores[best], scores, failed=failed, now=now)
+    best = _best(preferred, policy == BINPACK)
+    return _chosen(best, fits[best], scores[best], scores, failed=failed, now=now, vendors=vendors)
 
 
 def _best(scores: Mapping[str, float], descending: bool) -> str:
@@ -325,9 +369,10 @@ def _chosen(
     *,
     failed: dict[str, str],
     now: int,
+    vendors: Vendors,
 ) -> Decision:
     try:
-        annotations = filter_annotations(node, fit.devices, fit.mig, now)
+        annotations = filter_annotations(node, fit.devices, fit.mig, now, vendors=vendors)
     except AllocationError as exc:
         return Error(str(exc))
     return Chosen(
@@ -346,21 +391,21 @@ def _chosen(
 # Simulation path
 
 
-def node_view_from_object(node: Mapping[str, Any]) -> NodeView | None:
-    """Inventory read straight from a Node object's annotations, with no usage; None if absent/bad."""
+def node_view_from_object(node: Mapping[str, Any], vendors: Vendors) -> NodeView | None:
+    """Inventory read straight from a Node object (every vendor's GetNodeDevices, in registration
+    order), with no usage; None when no vendor finds a device."""
     meta = node.get("metadata")
     meta = meta if isinstance(meta, Mapping) else {}
     name = str(meta.get("name") or "")
     raw = meta.get("annotations")
     annotations = {k: v for k, v in raw.items() if isinstance(v, str)} if isinstance(raw, Mapping) else {}
-    register = annotations.get(keys.NODE_NVIDIA_REGISTER)
-    if register is None:
-        return None
-    try:
-        devices = decode_nvidia_inventory(register, annotations.get(keys.NODE_NVIDIA_SCORE))
-    except InventoryError as exc:
-        log.warning("node %s: unusable device inventory: %s", name, exc)
-        return None
+    devices = []
+    for vendor in vendors:
+        try:
+            devices.extend(vendor.node_devices(node))
+        except InventoryError as exc:
+            if any(k in annotations for k in vendor.inventory_keys):  # else: no such devices, normal
+                log.warning("node %s: unusable %s inventory: %s", name, vendor.key, exc)
     if not devices:
         return None
     cordoned = decode_cordon(annotations.get(keys.DEVICE_CORDON))
@@ -370,7 +415,7 @@ def node_view_from_object(node: Mapping[str, Any]) -> NodeView | None:
 def decide_on_nodes(
     pod: Mapping[str, Any],
     nodes: Iterable[Mapping[str, Any]],
-    cfg: NvidiaConfig,
+    vendors: Vendors,
     *,
     default_node_policy: str,
     default_gpu_policy: str,
@@ -381,21 +426,24 @@ def decide_on_nodes(
 
     Inventory comes from each node object, usage is empty, nothing is recorded. Every node is
     evaluated (HAMi fits all candidates) so the answer lists every node that does not fit. With no
-    usage every node score is 0, so the first fitting node by name is chosen.
+    usage every node's default score is 0, so without vendor node scores the first fitting node by
+    name is chosen.
     """
-    requests = pod_requests(pod, cfg)
+    requests = pod_requests(pod, vendors)
     if not pod_has_device_requests(requests):
         return NoRequest()
     _, _, name = pod_key(pod)
     n_init = init_container_count(pod)
     try:
-        ctx = pod_fit_context(pod, default_policy=default_gpu_policy, quota=quota, n_init=n_init)
+        ctx = pod_fit_context(
+            pod, vendors=vendors, default_policy=default_gpu_policy, quota=quota, n_init=n_init
+        )
     except ScoringWeightsError as exc:
         return Error(f"calcScore failed {exc} for pod {name}")
     failed: dict[str, str] = {}
     views: dict[str, NodeView] = {}
     for node in nodes:
-        view = node_view_from_object(node)
+        view = node_view_from_object(node, vendors)
         meta = node.get("metadata")
         node_name = str(meta.get("name") or "") if isinstance(meta, Mapping) else ""
         if view is None:
@@ -403,13 +451,16 @@ def decide_on_nodes(
         elif node_name not in views:
             views[node_name] = view
     fits: dict[str, NodeFit] = {}
+    scores: dict[str, float] = {}
+    policy = node_policy(pod_annotations(pod), default_node_policy)
     for node_name in sorted(views):
         result = evaluate_node(requests, n_init, views[node_name], pod, ctx=ctx)
         if isinstance(result, NodeFit):
             fits[node_name] = result
+            scores[node_name] = _vendor_score(result, views[node_name], vendors, policy)
         else:
             failed[node_name] = result.reason
     if not fits:
         return NoFit(failed)
-    best = next(iter(fits))  # every score is 0: the first name wins the tie
-    return _chosen(best, fits[best], 0.0, dict.fromkeys(fits, 0.0), failed=failed, now=now)
+    best = _best(scores, policy == BINPACK)  # equal scores: the first name wins the tie
+    return _chosen(best, fits[best], scores[best], scores, failed=failed, now=now, vendors=vendors)

@@ -17,11 +17,10 @@ from bisect import bisect_left, insort
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
-from vgpu_scheduler.engine.migfit import MIG_MODE
 from vgpu_scheduler.engine.nodeview import DeviceUsage, NodeView
 from vgpu_scheduler.engine.podinfo import PodAllocation
 from vgpu_scheduler.engine.scores import node_default_score
-from vgpu_scheduler.model import DeviceInfo
+from vgpu_scheduler.model import MIG_MODE, DeviceInfo
 
 
 @dataclass(slots=True, frozen=True)

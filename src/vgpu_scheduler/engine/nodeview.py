@@ -8,24 +8,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Protocol
 
-from vgpu_scheduler.model import DeviceInfo, MigPlacement
-
-
-@dataclass(slots=True)
-class DeviceUsage:
-    used: int = 0
-    usedmem: int = 0
-    usedcores: int = 0
-    # MIG placements already taken on this device, as (profile name, placement).
-    mig_taken: list[tuple[str, MigPlacement]] = field(default_factory=list)
-    # Set when a MIG allocation names a hami-core device (or a MIG device is used without a
-    # reservation): HAMi then treats the device as unhealthy (§5.2).
-    mig_conflict: bool = False
-
-    def copy(self) -> DeviceUsage:
-        return DeviceUsage(self.used, self.usedmem, self.usedcores, list(self.mig_taken), self.mig_conflict)
+from vgpu_scheduler.model import DeviceInfo
+from vgpu_scheduler.model import DeviceUsage as DeviceUsage
 
 
 @dataclass(slots=True)
@@ -38,14 +23,25 @@ class NodeView:
     cordoned: frozenset[str] = frozenset()
     """UUIDs from hami.io/device-cordon."""
     annotations: Mapping[str, str] = field(default_factory=dict)
+    _positions: dict[str, list[int]] = field(default_factory=dict, repr=False, compare=False)
 
     def copy(self) -> NodeView:
         return NodeView(
-            self.name, self.devices, [u.copy() for u in self.usage], self.cordoned, self.annotations
+            self.name, self.devices, [u.copy() for u in self.usage], self.cordoned, self.annotations,
+            self._positions,
         )
 
+    def positions(self, vendor: str) -> list[int]:
+        """Positions of the devices a request of `vendor` may use (HAMi `getNodeResources`: the
+        device type contains the vendor key, case-insensitively); cached, the devices never change."""
+        found = self._positions.get(vendor)
+        if found is None:
+            found = self._positions[vendor] = vendor_positions(self.devices, vendor)
+        return found
 
-class QuotaCheck(Protocol):
-    """ResourceQuota test used inside fit (§5.8 FitQuota)."""
 
-    def fits(self, namespace: str, vendor: str, memory: int, cores: int) -> bool: ...
+def vendor_positions(devices: list[DeviceInfo], vendor: str) -> list[int]:
+    """Positions of the devices whose type contains `vendor` (case-insensitive), in inventory order."""
+    needle = vendor.lower()
+    # Registered types usually start with the key ("NVIDIA A100"), so the case-sensitive test decides.
+    return [i for i, d in enumerate(devices) if vendor in d.type or needle in d.type.lower()]

@@ -140,7 +140,10 @@ def pod_allocation(
 
 
 def pod_allocation_from_pod(
-    pod: Mapping[str, Any], *, previously_shrunk: bool = False
+    pod: Mapping[str, Any],
+    *,
+    previously_shrunk: bool = False,
+    allocation_keys: Mapping[str, tuple[str, str]] = keys.ALLOCATION_KEYS,
 ) -> PodAllocation | None:
     """The allocation a watched pod holds, or None when it holds nothing countable.
 
@@ -152,7 +155,9 @@ def pod_allocation_from_pod(
     """
     if is_terminal(pod):
         return None
-    return allocation_from_annotations(pod, pod_key(pod), pod_annotations(pod), previously_shrunk)
+    return allocation_from_annotations(
+        pod, pod_key(pod), pod_annotations(pod), previously_shrunk, allocation_keys=allocation_keys
+    )
 
 
 def allocation_from_annotations(
@@ -160,14 +165,17 @@ def allocation_from_annotations(
     key: tuple[str, str, str],
     annotations: Mapping[str, str],
     previously_shrunk: bool = False,
+    *,
+    allocation_keys: Mapping[str, tuple[str, str]] = keys.ALLOCATION_KEYS,
 ) -> PodAllocation | None:
-    """`pod_allocation_from_pod` for a non-terminal pod whose key and annotations are at hand."""
+    """`pod_allocation_from_pod` for a non-terminal pod whose key and annotations are at hand;
+    `allocation_keys` are the registered vendors' (vendor key -> (to-allocate, allocated))."""
     node = annotations.get(keys.VGPU_NODE)
     if not node:
         return None
     _, namespace, name = key
     try:
-        devices = decode_pod_devices(annotations)
+        devices = decode_pod_devices(annotations, allocation_keys)
     except AllocationError as exc:
         log.warning("ignoring pod %s/%s: bad allocation annotation: %s", namespace, name, exc)
         return None

@@ -12,8 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from functools import lru_cache
 
-from vgpu_scheduler.engine.nodeview import DeviceUsage
-from vgpu_scheduler.model import DeviceInfo
+from vgpu_scheduler.model import DeviceInfo, DeviceUsage
 
 BINPACK = "binpack"
 SPREAD = "spread"

@@ -19,8 +19,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from vgpu_scheduler.config import NvidiaConfig
-from vgpu_scheduler.model import NVIDIA, ContainerRequests, PodDevices
+from vgpu_scheduler.devices.protocol import Vendors
+from vgpu_scheduler.model import ContainerRequests, PodDevices
 from vgpu_scheduler.wire import objects
 from vgpu_scheduler.wire.quantity import quantity_as_int64
 
@@ -44,8 +44,11 @@ class QuotaEntry:
     limit: int | None
 
 
-def vendor_quota_names(cfg: NvidiaConfig) -> dict[str, VendorQuotaNames]:
-    return {NVIDIA: VendorQuotaNames(cfg.resource_memory_name, cfg.resource_core_name, cfg.memory_factor)}
+def vendor_quota_names(vendors: Vendors) -> dict[str, VendorQuotaNames]:
+    """Per vendor key, the memory and core resource names a ResourceQuota may limit."""
+    return {
+        v.key: VendorQuotaNames(v.names.memory, v.names.cores, v.names.memory_factor) for v in vendors
+    }
 
 
 def _meta(obj: Mapping[str, Any]) -> tuple[str, str]:
@@ -68,8 +71,8 @@ class QuotaManager:
         self._gens: dict[str, int] = {}
 
     @classmethod
-    def for_config(cls, cfg: NvidiaConfig) -> QuotaManager:
-        return cls(vendor_quota_names(cfg))
+    def for_vendors(cls, vendors: Vendors) -> QuotaManager:
+        return cls(vendor_quota_names(vendors))
 
     # -- quota objects ---------------------------------------------------------------------------
 

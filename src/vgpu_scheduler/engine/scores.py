@@ -15,8 +15,7 @@ import struct
 from array import array
 from collections.abc import Mapping, Sequence
 
-from vgpu_scheduler.engine.nodeview import DeviceUsage
-from vgpu_scheduler.model import PERCENTAGE_UNSET, ContainerDeviceRequest, DeviceInfo
+from vgpu_scheduler.model import PERCENTAGE_UNSET, ContainerDeviceRequest, DeviceInfo, DeviceUsage
 from vgpu_scheduler.wire.gocompat import go_quote
 
 Weights = tuple[int, int, int]

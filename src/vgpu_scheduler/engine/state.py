@@ -17,7 +17,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from vgpu_scheduler.config import NvidiaConfig
+from vgpu_scheduler.devices.protocol import Vendors
 from vgpu_scheduler.engine.ledger import DeviceLedger
 from vgpu_scheduler.engine.podinfo import (
     PodAllocation,
@@ -39,9 +39,11 @@ log = logging.getLogger(__name__)
 
 
 class SchedulerState:
-    def __init__(self, cfg: NvidiaConfig | None = None, quota: QuotaManager | None = None) -> None:
+    def __init__(self, vendors: Vendors | None = None, quota: QuotaManager | None = None) -> None:
+        self.vendors = vendors if vendors is not None else Vendors(())
+        """The registered vendors (requests, fits, allocation keys); none by default."""
         self.ledger = DeviceLedger()
-        self.quota = quota if quota is not None else QuotaManager.for_config(cfg or NvidiaConfig())
+        self.quota = quota if quota is not None else QuotaManager.for_vendors(self.vendors)
         # uid -> decisions whose annotations have not been seen yet.
         self._reserved: dict[str, Reservation] = {}
         self.verdicts = VerdictCache()
@@ -107,7 +109,9 @@ class SchedulerState:
             self._drop(uid)
         previous = self.ledger.allocation(uid)
         shrunk = previous is not None and previous.init_shrunk
-        alloc = allocation_from_annotations(pod, key, annotations, shrunk)
+        alloc = allocation_from_annotations(
+            pod, key, annotations, shrunk, allocation_keys=self.vendors.allocation_keys
+        )
         if alloc is None:
             self._drop(uid)  # undecodable allocation: the pod is ignored (already logged)
             return

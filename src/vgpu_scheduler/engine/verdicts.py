@@ -6,7 +6,7 @@ nodes did not change, so their verdict did not either. A verdict is a pure funct
 
 * the pod's *fit fingerprint* (`pod_fingerprint`): everything of the pod that `evaluate_node` reads
   — the per-container requests, the number of init containers and the `PodFitContext` fields
-  (namespace, GPU policy, numa-bind, type/uuid/mode filters, scoring weights);
+  (namespace, GPU policy, numa-bind, each vendor's type/uuid/mode filters, scoring weights);
 * the node's inventory, cordon and usage, summarised by the ledger's node *generation*;
 * the namespace's quota limits and usage (ResourceQuotaNotFit), summarised by `quota_token`:
   the quota manager's namespace generation, or None when the namespace has no managed limit (then
@@ -42,18 +42,22 @@ PodFingerprint = tuple[Hashable, ...]
 def pod_fingerprint(requests: Sequence[ContainerRequests], n_init: int, ctx: PodFitContext) -> PodFingerprint:
     """Everything of a pod that a node's fit verdict depends on (two pods with equal fingerprints
     get the same verdict on the same node state). Vendor order within a container is kept: it
-    decides which request fails first."""
+    decides which request fails first. Each requested vendor contributes its selection filters
+    (`Vendor.pod_filters`); a vendor that is not registered contributes nothing (the fit fails the
+    same way for every pod asking for it)."""
+    filters = []
+    for creq in requests:
+        for key in creq:
+            vendor = ctx.vendors.get(key)
+            if vendor is not None:
+                filters.append((key, ctx.filters(vendor)))
     return (
         tuple(tuple(creq.items()) for creq in requests),
         n_init,
         ctx.namespace,
         ctx.policy,
         ctx.numa_bind,
-        ctx.use_types,
-        ctx.nouse_types,
-        ctx.use_uuids,
-        ctx.nouse_uuids,
-        ctx.vgpu_mode,
+        tuple(filters),
         ctx.weights,
         ctx.n_init,
         ctx.quota is not None,

@@ -29,7 +29,7 @@ from typing import Any, Protocol
 from vgpu_scheduler.cluster.errors import ApiConnectionError, ApiError
 from vgpu_scheduler.cluster.instruments import CounterVec, HistogramVec
 from vgpu_scheduler.cluster.nodelock import NodeLockContention, NodeLocker, NodeLockError
-from vgpu_scheduler.config import NvidiaConfig
+from vgpu_scheduler.devices.protocol import Vendors
 from vgpu_scheduler.engine.decide import (
     NODE_UNREGISTERED,
     Chosen,
@@ -40,7 +40,6 @@ from vgpu_scheduler.engine.decide import (
     decide_on_nodes,
 )
 from vgpu_scheduler.engine.podinfo import is_terminal, pod_annotations, pod_key
-from vgpu_scheduler.engine.reasons import parse_reason
 from vgpu_scheduler.engine.requests import pod_has_device_requests, pod_requests
 from vgpu_scheduler.engine.state import SchedulerState
 from vgpu_scheduler.wire import keys, objects
@@ -51,6 +50,7 @@ from vgpu_scheduler.wire.extender import (
     encode_binding_result,
     encode_filter_result,
 )
+from vgpu_scheduler.wire.reasons import parse_reason
 
 log = logging.getLogger(__name__)
 
@@ -155,7 +155,6 @@ class Extender:
         self,
         *,
         state: SchedulerState,
-        cfg: NvidiaConfig,
         api: BindApi,
         locker: NodeLocker,
         events: EventSink,
@@ -171,7 +170,6 @@ class Extender:
         now: Callable[[], float] = time.time,
     ) -> None:
         self.state = state
-        self.cfg = cfg
         self.api = api
         self.locker = locker
         self.events = events
@@ -272,7 +270,7 @@ class Extender:
             log.info("filter %s/%s: the pod has been deleted", namespace, name)
             outcome.set("error", "pod_deleted")
             return encode_filter_result(error=f'pods "{name}" not found')
-        requests = pod_requests(pod, self.cfg)
+        requests = pod_requests(pod, self.state.vendors)
         if not pod_has_device_requests(requests):
             outcome.set("no_request", "no_device_request")
             return encode_filter_result(node_names=node_names)  # echoed as sent, null included
@@ -298,7 +296,6 @@ class Extender:
             pod,
             candidates,
             self.state,
-            self.cfg,
             default_node_policy=policies.node,
             default_gpu_policy=policies.gpu,
             now=int(self.now()),
@@ -391,7 +388,7 @@ class Extender:
         decision = decide_on_nodes(
             pod,
             items,
-            self.cfg,
+            self.state.vendors,
             default_node_policy=self.policies.node,
             default_gpu_policy=self.policies.gpu,
             now=int(self.now()),
@@ -507,7 +504,7 @@ class Extender:
         if error:
             self.events.record(pod, WARNING, "BindingFailed", error)
             return error
-        locked = chosen is not None and _regular_containers_request(pod, self.cfg)
+        locked = chosen is not None and _locking_request(pod, self.state.vendors)
         annotations: dict[str, Any] = {}
         labels: dict[str, str] = {}
         if chosen is not None:
@@ -665,7 +662,6 @@ class Extender:
             pod,
             [node],
             self.state,
-            self.cfg,
             default_node_policy=self.policies.node,
             default_gpu_policy=self.policies.gpu,
             now=int(self.now()),
@@ -758,10 +754,15 @@ def _error_text(exc: Exception) -> str:
     return exc.message if isinstance(exc, ApiError) else str(exc)
 
 
-def _regular_containers_request(pod: Mapping[str, Any], cfg: NvidiaConfig) -> bool:
-    """HAMi locks the node only when a regular (non-init) container requests a device (§6.1)."""
+def _locking_request(pod: Mapping[str, Any], vendors: Vendors) -> bool:
+    """HAMi locks the node for a vendor only when a regular (non-init) container requests it and
+    the vendor locks (§6.1). Every locking vendor shares `hami.io/mutex.lock`: one lock, re-entered."""
     n_init = objects.init_container_count(pod)
-    return any(pod_requests(pod, cfg)[n_init:])
+    return any(
+        (vendor := vendors.get(key)) is not None and vendor.lock_key is not None
+        for creq in pod_requests(pod, vendors)[n_init:]
+        for key in creq
+    )
 
 
 def pod_policy_annotations(pod: Mapping[str, Any]) -> Mapping[str, str]:

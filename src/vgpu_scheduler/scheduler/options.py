@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from vgpu_scheduler.devices.protocol import VendorFlags
+
 # Deliberate difference from HAMi (client-go defaults 5/10): one scheduler serving a whole cluster
 # does a lot of pod patches and Bindings at filter/bind time; 5 QPS throttles it visibly.
 DEFAULT_KUBE_QPS = 200.0
@@ -87,3 +89,26 @@ class SchedulerOptions:
     stderrthreshold: int = 2  # klog severity number: 0 INFO, 1 WARNING, 2 ERROR, 3 FATAL
     v: int = 0
     vmodule: str = ""
+
+
+
+LEGACY_VENDOR_FLAGS: tuple[str, ...] = (
+    "cambricon_mlu_name", "cambricon_mlu_memory", "cambricon_mlu_cores",
+    "dcu_name", "dcu_memory", "dcu_cores",
+    "mthreads_name", "mthreads_memory", "mthreads_cores",
+    "metax_name", "metax_vcount", "metax_vcore", "metax_vmemory", "sgpu_topology_aware",
+    "kunlun_name", "kunlun_vcount", "kunlun_vmemory",
+    "enflame_gcu_resource_name", "enflame_drs_gcu_resource_name", "enflame_gcu_memory_resource_name",
+    "enflame_gcu_core_resource_name", "enflame_vgcu_legacy_resource_name",
+    "enflame_vgcu_percentage_resource_name",
+)
+"""The per-vendor global flags (§1.2), handed to the vendors by option name."""
+
+
+def vendor_flags(opts: SchedulerOptions) -> VendorFlags:
+    """What the vendors read of the command line: the two gates and the legacy per-vendor flags."""
+    return VendorFlags(
+        enable_ascend=opts.enable_ascend,
+        enable_iluvatar=opts.enable_iluvatar,
+        legacy={name: getattr(opts, name) for name in LEGACY_VENDOR_FLAGS},
+    )

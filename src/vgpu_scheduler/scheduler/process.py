@@ -24,9 +24,10 @@ from vgpu_scheduler.cluster.nodelock import NodeLocker
 from vgpu_scheduler.cluster.reflector import Reflector
 from vgpu_scheduler.cluster.registration import RegistrationLoop
 from vgpu_scheduler.config import DeviceConfig
+from vgpu_scheduler.devices import registry
 from vgpu_scheduler.engine.state import SchedulerState
 from vgpu_scheduler.scheduler.extender import EventSink, Extender, Policies
-from vgpu_scheduler.scheduler.options import SchedulerOptions
+from vgpu_scheduler.scheduler.options import SchedulerOptions, vendor_flags
 from vgpu_scheduler.wire import objects
 
 log = logging.getLogger(__name__)
@@ -90,12 +91,12 @@ class SchedulerProcess:
             raise ValueError("hostname is empty: the scheduler needs it as its leader identity")
         self.opts = opts
         self.device_config = device_config
-        self.cfg = device_config.nvidia
+        self.vendors = registry.build(device_config, vendor_flags(opts))
         self.client = client
         self.hostname = hostname
         self.now = now
         self._now_datetime = now_datetime or (lambda: datetime.fromtimestamp(self.now()).astimezone())
-        self.state = SchedulerState(self.cfg)
+        self.state = SchedulerState(self.vendors)
         self.synced = asyncio.Event()
         self.recorder: EventRecorder | None = None
         self.events: EventSink
@@ -125,7 +126,6 @@ class SchedulerProcess:
         self.pods = Reflector(client, "pods")
         self.extender = Extender(
             state=self.state,
-            cfg=self.cfg,
             api=client,
             locker=self.locker,
             events=self.events,
@@ -144,7 +144,6 @@ class SchedulerProcess:
             client,
             self.state,
             self.nodes.store,
-            self.cfg,
             is_leader=self.leader.is_leader,
             ready=self._informers_synced,
             on_node_deleted=self.locker.forget_node,

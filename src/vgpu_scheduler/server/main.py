@@ -24,6 +24,7 @@ from aiohttp import web
 from vgpu_scheduler.cluster.client import KubeClient
 from vgpu_scheduler.config import DeviceConfig
 from vgpu_scheduler.configfile import DeviceConfigError, default_device_config, load_device_config
+from vgpu_scheduler.devices.protocol import VendorConfigError
 from vgpu_scheduler.logsetup import setup_logging
 from vgpu_scheduler.scheduler.options import SchedulerOptions
 from vgpu_scheduler.scheduler.process import SchedulerProcess
@@ -135,19 +136,22 @@ async def start(opts: SchedulerOptions) -> Running:
     hostname = socket.gethostname()
     if not hostname:
         raise StartupError("failed to get hostname: empty")
-    process = SchedulerProcess(
-        opts,
-        device_config,
-        client,
-        hostname,
-        pod_name=os.environ.get("POD_NAME"),
-        pod_namespace=os.environ.get("POD_NAMESPACE"),
-    )
+    try:
+        process = SchedulerProcess(
+            opts,
+            device_config,
+            client,
+            hostname,
+            pod_name=os.environ.get("POD_NAME"),
+            pod_namespace=os.environ.get("POD_NAMESPACE"),
+        )
+    except VendorConfigError as exc:  # a section only a gate (--enable-…) registers
+        raise StartupError(f"failed to initialize devices: {exc}", code=2) from exc
     running = Running(process)
     if cluster is not None:
         from vgpu_scheduler.cluster.embedded.deviceplugin import attach_device_plugin
 
-        running.extras.append(attach_device_plugin(cluster))
+        running.extras.append(attach_device_plugin(cluster, process.vendors))
         if opts.embedded_api_bind:
             running.extras.append(await _serve_embedded_api(cluster, opts.embedded_api_bind))
     await process.start()
@@ -166,7 +170,7 @@ async def start(opts: SchedulerOptions) -> Running:
     quota = process.state.quota
     app = make_app(
         process.extender,
-        webhook_handler(opts, process.cfg, quota.admission_fits),
+        webhook_handler(opts, process.vendors, quota.admission_fits),
         readyz=_readyz(process),
         profiling=opts.profiling,
     )

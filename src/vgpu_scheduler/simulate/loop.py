@@ -44,6 +44,7 @@ from vgpu_scheduler.cluster.memory import MemoryCluster
 from vgpu_scheduler.cluster.transport import MemoryTransport
 from vgpu_scheduler.config import DeviceConfig
 from vgpu_scheduler.configfile import default_device_config
+from vgpu_scheduler.devices.protocol import Vendors
 from vgpu_scheduler.engine.requests import pod_requests
 from vgpu_scheduler.scheduler.options import SchedulerOptions
 from vgpu_scheduler.scheduler.process import SchedulerProcess
@@ -206,8 +207,8 @@ class Simulation:
             events=_NoEvents(),
         )
         self.endpoint: ExtenderEndpoint = self.process.extender
-        self.device_plugin = SimDevicePlugin(self.client, cfg.nvidia)
-        self._managed = ignored_resources_for(cfg.nvidia)
+        self.device_plugin = SimDevicePlugin(self.client, self.process.vendors)
+        self._managed = ignored_resources_for(self.process.vendors)
         self.provider: AlgorithmProvider = get_provider(
             self.options.provider, ignored_resources=self._managed
         )
@@ -477,7 +478,7 @@ class Simulation:
     # -- report ------------------------------------------------------------------------------------
 
     async def _report(self) -> dict[str, Any]:
-        cfg = self.options.device_config.nvidia
+        vendors = self.process.vendors
         outcomes: list[PodOutcome] = []
         demands: list[DeviceDemand] = []
         for pod_in, key in zip(self._input, self._keys, strict=True):
@@ -490,7 +491,7 @@ class Simulation:
             node = (pod.get("spec") or {}).get("nodeName") or None
             outcomes.append(PodOutcome(pod, node, self._reasons.get(key, {}) if node is None else {}))
             if node is None:
-                demands.extend(_demands(pod, cfg))
+                demands.extend(_demands(pod, vendors))
         ledger = self.process.state.ledger
         devices: list[DeviceState] = []
         for node_name in sorted(ledger.node_names()):
@@ -510,12 +511,12 @@ class Simulation:
         )
 
 
-def _demands(pod: Mapping[str, Any], cfg: Any) -> list[DeviceDemand]:
+def _demands(pod: Mapping[str, Any], vendors: Vendors) -> list[DeviceDemand]:
     annotations = (pod.get("metadata") or {}).get("annotations") or {}
     use = str(annotations.get(keys.USE_GPUTYPE, "")).split(",")
     nouse = str(annotations.get(keys.NOUSE_GPUTYPE, "")).split(",")
     out = []
-    for container in pod_requests(pod, cfg):
+    for container in pod_requests(pod, vendors):
         for request in container.values():
             out.append(DeviceDemand.from_request(request, use_types=use, nouse_types=nouse))
     return out

@@ -19,7 +19,7 @@ from typing import Any, TypeGuard
 
 import msgspec
 
-from vgpu_scheduler.config import NvidiaConfig
+from vgpu_scheduler.devices.protocol import Vendors
 from vgpu_scheduler.simulate.queue import pod_key
 from vgpu_scheduler.wire import objects
 from vgpu_scheduler.wire.quantity import ResourceError, quantity_units
@@ -49,12 +49,9 @@ REASON_TOO_MANY_PODS = "Too many pods"
 UNSCHEDULABLE_TAINT_KEY = "node.kubernetes.io/unschedulable"
 
 
-def ignored_resources_for(config: NvidiaConfig) -> frozenset[str]:
-    """The managed resources of a device config (what the chart lists for the extender)."""
-    return frozenset(
-        {config.resource_count_name, config.resource_memory_name, config.resource_memory_percentage_name,
-         config.resource_core_name, config.resource_priority_name} - {""}
-    )
+def ignored_resources_for(vendors: Vendors) -> frozenset[str]:
+    """The managed resources of the registered vendors (what the chart lists for the extender)."""
+    return vendors.managed_resources()
 
 
 def extender_interested(pod: Mapping[str, Any], managed: frozenset[str]) -> bool:

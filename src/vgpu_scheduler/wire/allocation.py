@@ -88,7 +88,9 @@ def pad_pod_devices(per_container: Sequence[Mapping[str, ContainerDevices]]) -> 
     return {vendor: [list(grants.get(vendor, ())) for grants in per_container] for vendor in vendors}
 
 
-def encode_pod_devices(devices: PodDevices) -> dict[str, str]:
+def encode_pod_devices(
+    devices: PodDevices, allocation_keys: Mapping[str, tuple[str, str]] = ALLOCATION_KEYS
+) -> dict[str, str]:
     """Annotations for a pod's grants: both the to-allocate and the allocated key per vendor.
 
     A vendor with an empty list is skipped (HAMi writes nothing for it); a vendor without known
@@ -98,7 +100,7 @@ def encode_pod_devices(devices: PodDevices) -> dict[str, str]:
     for vendor, per_container in devices.items():
         if not per_container:
             continue
-        keys = ALLOCATION_KEYS.get(vendor)
+        keys = allocation_keys.get(vendor)
         if keys is None:
             raise AllocationError(f"no allocation annotation keys for vendor {vendor!r}")
         to_allocate, allocated = keys
@@ -109,10 +111,13 @@ def encode_pod_devices(devices: PodDevices) -> dict[str, str]:
     return out
 
 
-def decode_pod_devices(annotations: Mapping[str, str]) -> PodDevices:
-    """Grants recorded in the `-allocated` key of every known vendor present on the pod."""
+def decode_pod_devices(
+    annotations: Mapping[str, str], allocation_keys: Mapping[str, tuple[str, str]] = ALLOCATION_KEYS
+) -> PodDevices:
+    """Grants recorded in the `-allocated` key of every known vendor present on the pod
+    (`allocation_keys`: vendor key -> (to-allocate, allocated), the registered vendors')."""
     out: PodDevices = {}
-    for vendor, (_, allocated) in ALLOCATION_KEYS.items():
+    for vendor, (_, allocated) in allocation_keys.items():
         value = annotations.get(allocated)
         if value is None:
             continue

@@ -309,9 +309,11 @@ def _legacy_field(name: str, text: str, parse: Callable[[str], _T]) -> _T:
 # Public API
 
 
-def decode_node_devices(value: str) -> list[DeviceInfo]:
-    """Decode a register annotation in either dialect (JSON if it starts with `[`)."""
-    if value.lstrip().startswith("["):
+def decode_node_devices(value: str, dialect: str = "auto") -> list[DeviceInfo]:
+    """Decode a register annotation: `dialect` "auto" reads either (JSON if it starts with `[`),
+    "legacy" only the comma form (HAMi's `DecodeNodeDevices`), "json" only JSON
+    (`UnMarshalNodeDevices`)."""
+    if dialect == "json" or (dialect == "auto" and value.lstrip().startswith("[")):
         return _decode_json(value)
     return _decode_legacy(value)
 

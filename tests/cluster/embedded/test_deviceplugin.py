@@ -16,7 +16,7 @@ from vgpu_scheduler.cluster.embedded.deviceplugin import (
 )
 from vgpu_scheduler.cluster.memory import MemoryCluster
 from vgpu_scheduler.cluster.transport import MemoryTransport
-from vgpu_scheduler.config import NvidiaConfig
+from vgpu_scheduler.devices.nvidia import NvidiaVendor
 from vgpu_scheduler.wire import keys
 
 A = "GPU-a,NVIDIA,1000,30:"
@@ -69,7 +69,7 @@ def test_requested_counts_init_first() -> None:
             ],
         }
     }
-    assert requested_counts(pod, NvidiaConfig()) == [1, 0, 2]
+    assert requested_counts(pod, NvidiaVendor()) == [1, 0, 2]
 
 
 def _bound_pod(cluster: MemoryCluster, to_allocate: str, gpus: int) -> dict[str, Any]:

@@ -1,12 +1,13 @@
-"""A simulated HAMi NVIDIA device plugin + kubelet, reacting to a bound pod (§4.3, §6.2).
+"""Simulated HAMi device plugins + kubelet, reacting to a bound pod (§4.3, §6.2).
 
-What the real pair does once kube-scheduler has created the Binding, and what this does the same way
-on the wire:
+What the real ones do once kube-scheduler has created the Binding, and what this does the same way
+on the wire, for every registered vendor with a to-allocate annotation:
 
-* kubelet calls `Allocate` once per container asking for `nvidia.com/gpu`, init containers first;
-  the plugin pops the **first non-empty** container entry of `hami.io/vgpu-devices-to-allocate`,
-  which must hold exactly as many devices as kubelet asked for (else "device number not matched");
-* the rewritten to-allocate value (consumed entries emptied, e.g. `;`) and `hami.io/bind-phase:
+* kubelet calls `Allocate` once per container asking for the vendor's count resource, init
+  containers first; the plugin pops the **first non-empty** container entry of the vendor's
+  to-allocate annotation (NVIDIA: `hami.io/vgpu-devices-to-allocate`), which must hold exactly as
+  many devices as kubelet asked for (else "device number not matched");
+* the rewritten to-allocate values (consumed entries emptied, e.g. `;`) and `hami.io/bind-phase:
   success` (or `failed`) are merge-patched onto the pod;
 * the node lock `hami.io/mutex.lock` is deleted if it names this pod (`NodeLocker.release`, the same
   code the scheduler uses);
@@ -33,8 +34,8 @@ from vgpu_scheduler.cluster.errors import ApiError
 from vgpu_scheduler.cluster.nodelock import NodeLocker
 from vgpu_scheduler.cluster.reflector import Reflector
 from vgpu_scheduler.cluster.transport import MemoryTransport
-from vgpu_scheduler.config import NvidiaConfig
-from vgpu_scheduler.engine.requests import container_requests
+from vgpu_scheduler.devices.protocol import Vendor, Vendors
+from vgpu_scheduler.devices.registry import build
 from vgpu_scheduler.wire import keys, objects
 
 if TYPE_CHECKING:
@@ -53,12 +54,12 @@ class AllocateError(ValueError):
     """kubelet's Allocate for one container failed; the pod gets `bind-phase: failed`."""
 
 
-def requested_counts(pod: Mapping[str, Any], cfg: NvidiaConfig) -> list[int]:
-    """Device count kubelet asks for, per container (init first), 0 for containers without GPUs."""
+def requested_counts(pod: Mapping[str, Any], vendor: Vendor) -> list[int]:
+    """Devices of `vendor` kubelet asks for, per container (init first), 0 for containers without."""
     # Positions as engine.requests.pod_requests counts them: only container objects take one.
     counts: list[int] = []
     for c in (*objects.init_containers(pod), *objects.containers(pod)):
-        req = container_requests(c, cfg)
+        req = vendor.request(c)
         counts.append(req.nums if req is not None and req.nums > 0 else 0)
     return counts
 
@@ -86,8 +87,8 @@ def consume(to_allocate: str, counts: Sequence[int]) -> str:
     return ";".join(entries)
 
 
-def fully_consumed(to_allocate: str) -> bool:
-    return not any(v in to_allocate for v in VENDOR_KEYS)
+def fully_consumed(to_allocate: str, vendor_keys: Sequence[str] = VENDOR_KEYS) -> bool:
+    return not any(v in to_allocate for v in vendor_keys)
 
 
 @dataclass(slots=True, frozen=True)
@@ -101,9 +102,9 @@ class Admission:
 class SimDevicePlugin:
     """The device plugins and kubelets of every node of one cluster, driven per pod."""
 
-    def __init__(self, client: KubeClient, cfg: NvidiaConfig | None = None) -> None:
+    def __init__(self, client: KubeClient, vendors: Vendors | None = None) -> None:
         self.client = client
-        self.cfg = cfg or NvidiaConfig()
+        self.vendors = vendors if vendors is not None else build()
         # The plugin is another process than the scheduler: its own locker (only release is used).
         self.locker = NodeLocker(client)
 
@@ -113,16 +114,23 @@ class SimDevicePlugin:
         node = objects.node_name(pod)
         annotations = objects.annotations(pod)
         error = ""
-        if keys.VGPU_TO_ALLOCATE in annotations:
-            value = str(annotations[keys.VGPU_TO_ALLOCATE])
+        written: dict[str, str] = {}
+        vendor_keys = self.vendors.keys
+        for vendor in self.vendors:
+            to_allocate = vendor.allocation_keys[0]
+            if not to_allocate or to_allocate not in annotations or error:
+                continue
+            value = str(annotations[to_allocate])
             try:
-                value = consume(value, requested_counts(pod, self.cfg))
-                if not fully_consumed(value):
+                value = consume(value, requested_counts(pod, vendor))
+                if not fully_consumed(value, vendor_keys):
                     raise AllocateError(f"{DEVICE_NUMBER_NOT_MATCHED}: allocation left unconsumed: {value!r}")
-                phase = keys.BIND_PHASE_SUCCESS
             except AllocateError as exc:
-                error, phase = str(exc), keys.BIND_PHASE_FAILED
-            patch = {"metadata": {"annotations": {keys.VGPU_TO_ALLOCATE: value, keys.BIND_PHASE: phase}}}
+                error = str(exc)
+            written[to_allocate] = value
+        if written:
+            phase = keys.BIND_PHASE_FAILED if error else keys.BIND_PHASE_SUCCESS
+            patch = {"metadata": {"annotations": {**written, keys.BIND_PHASE: phase}}}
             await self.client.patch_pod(namespace, name, patch)
             if node:
                 await self.locker.release(node, namespace, name)
@@ -169,8 +177,8 @@ class _Handler:
 class BackgroundDevicePlugin:
     """Watches pods and admits each bound, allocating pod once; run times in wall-clock seconds."""
 
-    def __init__(self, client: KubeClient, cfg: NvidiaConfig | None = None) -> None:
-        self.plugin = SimDevicePlugin(client, cfg)
+    def __init__(self, client: KubeClient, vendors: Vendors | None = None) -> None:
+        self.plugin = SimDevicePlugin(client, vendors)
         self.reflector = Reflector(client, "pods", handler=_Handler(self))
         self._seen: set[str] = set()
         self._tasks: set[asyncio.Task[None]] = set()
@@ -206,8 +214,9 @@ class BackgroundDevicePlugin:
                 await task
 
 
-def attach_device_plugin(cluster: MemoryCluster, cfg: NvidiaConfig | None = None) -> BackgroundDevicePlugin:
-    """Start a background device plugin on `cluster` (call from a running event loop); `.stop()` it."""
-    runner = BackgroundDevicePlugin(KubeClient(MemoryTransport(cluster)), cfg)
+def attach_device_plugin(cluster: MemoryCluster, vendors: Vendors | None = None) -> BackgroundDevicePlugin:
+    """Start a background device plugin on `cluster` (call from a running event loop); `.stop()` it.
+    `vendors`: the scheduler's (default: the default device configuration's)."""
+    runner = BackgroundDevicePlugin(KubeClient(MemoryTransport(cluster)), vendors)
     runner.start()
     return runner

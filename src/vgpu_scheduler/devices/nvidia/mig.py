@@ -12,9 +12,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from functools import lru_cache
 
+from vgpu_scheduler.model import MIG_MODE as MIG_MODE
 from vgpu_scheduler.model import MigPlacement, MigProfile
-
-MIG_MODE = "mig"
 
 
 @lru_cache(maxsize=1024)

@@ -6,18 +6,21 @@ count is 0 means the device plugin is gone: the node's devices are unhealthy. An
 annotation (absent, the ≤ v2.7 plugins' `Reported <time>`, the ≤ v2.6 `Deleted_<time>`) is answered
 by a fresh `Requesting_<now>` and a re-read of the inventory.
 
-NVIDIA wraps that generic check with per-node counters (allocatable count and register annotation
-last seen), so an inventory change or a drop of the allocatable count to 0 is noticed on the next
-pass even though v2.8+ plugins never touch the handshake.
-
-Nothing here does I/O or reads a clock: the registration loop passes `now` and performs the writes.
+Vendors with a handshake annotation use `check_node` as their CheckHealth (NVIDIA wraps it with
+per-node counters, `devices.nvidia.health`). Nothing here does I/O or reads a clock: the
+registration loop passes `now` and performs the writes.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from collections.abc import Mapping
 from datetime import datetime, timedelta, tzinfo
+from typing import Any
+
+from vgpu_scheduler.devices.protocol import Health
+from vgpu_scheduler.wire import objects
+from vgpu_scheduler.wire.quantity import quantity_as_int64
 
 REQUESTING = "Requesting"
 REQUESTING_PREFIX = "Requesting_"
@@ -66,13 +69,26 @@ def requesting_patch(key: str, value: str | None) -> dict[str, object]:
     return {"metadata": {"annotations": {key: value}}}
 
 
-@dataclass(frozen=True, slots=True)
-class HandshakeResult:
-    healthy: bool
-    need_update: bool
-    """The inventory must be (re-)read and stored."""
-    write_requesting: bool = False
-    """The caller must merge-patch `Requesting_<now>` into the handshake annotation."""
+HandshakeResult = Health
+"""What the generic check answers (the protocol's health verdict)."""
+
+
+def allocatable_count(node: Mapping[str, Any], resource: str) -> int:
+    """`status.allocatable[resource]` as an integer; absent or not an integer ⇒ 0."""
+    alloc = objects.status(node).get("allocatable")
+    value = alloc.get(resource) if isinstance(alloc, Mapping) else None
+    if not isinstance(value, str | int):
+        return 0
+    count = quantity_as_int64(value)
+    return count if count is not None else 0
+
+
+def check_node(
+    node: Mapping[str, Any], key: str, count_resource: str, now: datetime, *, tz: tzinfo | None = None
+) -> Health:
+    """HAMi's `device.CheckHealth` for a vendor with handshake annotation `key` on a node object."""
+    value = objects.annotations(node).get(key)
+    return check_handshake(value, now, allocatable_count(node, count_resource), tz)
 
 
 def check_handshake(
@@ -103,44 +119,3 @@ def _as_comparable(now: datetime, other: datetime) -> datetime:
     if now.tzinfo is None and other.tzinfo is not None:
         return now.astimezone()
     return now
-
-
-@dataclass(frozen=True, slots=True)
-class NodeCounters:
-    """What NVIDIA remembers per node between passes."""
-
-    reported: int = 0
-    """Allocatable count seen at the last change."""
-    register: str = ""
-    """Register annotation value seen at the last change."""
-
-
-UNSEEN = NodeCounters()
-"""A node NVIDIA never stored anything for behaves like one with zero counters (Go zero values)."""
-
-
-@dataclass(frozen=True, slots=True)
-class NvidiaHealth:
-    healthy: bool
-    need_update: bool
-    counters: NodeCounters
-    """What to remember for the node after this check."""
-
-
-def check_nvidia(
-    counters: NodeCounters, current: int, register: str, generic: HandshakeResult
-) -> NvidiaHealth:
-    """NVIDIA's CheckHealth (§3.4) on top of the generic result (computed first, always).
-
-    current: allocatable count of the configured count resource now; register: the register
-    annotation now ("" when absent)."""
-    if current == 0:
-        if counters.reported == 0:
-            return NvidiaHealth(generic.healthy, generic.need_update, counters)
-        # The plugin withdrew its devices: clean the node up now.
-        return NvidiaHealth(False, generic.need_update, NodeCounters(0, register))
-    if counters.reported != current:
-        return NvidiaHealth(True, True, NodeCounters(current, register))
-    if counters.register != register:
-        return NvidiaHealth(generic.healthy, True, NodeCounters(current, register))
-    return NvidiaHealth(generic.healthy, generic.need_update, counters)

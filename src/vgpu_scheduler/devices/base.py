@@ -1,0 +1,507 @@
+"""`GenericVendor`: the behaviour most of HAMi's backends repeat, written once.
+
+HAMi copies one pattern into nearly every `pkg/device/<vendor>/device.go`: an inventory in a node
+annotation, the generic handshake, a request of count/memory/cores, the same per-device check
+ladder in `Fit`, `AddResourceUsage` adding the entry, the allocation list written under two keys,
+`hami.io/mutex.lock` taken when a regular container asks, a node score of 0. A vendor module
+subclasses `GenericVendor`, sets its keys and options, and overrides only what differs.
+
+The ladder (`ladder`) is HAMi's NVIDIA `Fit` with each NVIDIA-only step behind an option, so one
+loop serves both the ordered walk (`fit`) and the order-free verdict (`quick_verdict`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, tzinfo
+from typing import Any
+
+from vgpu_scheduler.devices import handshake
+from vgpu_scheduler.devices import resources as res
+from vgpu_scheduler.devices.protocol import (
+    FitResult,
+    Health,
+    Obj,
+    PodFitContext,
+    ResourceNames,
+)
+from vgpu_scheduler.model import (
+    PERCENTAGE_UNSET,
+    ContainerDevice,
+    ContainerDeviceRequest,
+    ContainerDevices,
+    DeviceInfo,
+    DeviceUsage,
+    MigAllocation,
+    PodSingleDevice,
+)
+from vgpu_scheduler.wire import keys, objects
+from vgpu_scheduler.wire import reasons as R
+from vgpu_scheduler.wire.allocation import encode_container_list
+from vgpu_scheduler.wire.inventory import InventoryError, decode_node_devices
+
+Collected = list[tuple[int, int, int]]
+"""(node position, memory, cores) of the devices a fit took so far."""
+
+
+# --------------------------------------------------------------------------------------------
+# Selection annotations (HAMi CheckType / CheckUUID)
+
+
+def type_list(value: str | None) -> tuple[str, ...] | None:
+    """use/nouse type members upper-cased, empties dropped; None = no constraint (absent or blank)."""
+    if value is None or not value.strip():
+        return None
+    return tuple(m.strip().upper() for m in value.split(",") if m.strip())
+
+
+def uuid_set(value: str | None) -> frozenset[str] | None:
+    """use/nouse uuid members trimmed; None = no constraint (absent or blank)."""
+    if value is None or not value.strip():
+        return None
+    return frozenset(m.strip() for m in value.split(","))
+
+
+@dataclass(slots=True, frozen=True)
+class SelectionFilters:
+    """A pod's device selection annotations for one vendor; None fields constrain nothing."""
+
+    use_types: tuple[str, ...] | None = None
+    nouse_types: tuple[str, ...] | None = None
+    use_uuids: frozenset[str] | None = None
+    nouse_uuids: frozenset[str] | None = None
+    mode: str | None = None
+    """A device passes only if its `mode` is a substring of this (NVIDIA `nvidia.com/vgpu-mode`)."""
+
+    @property
+    def types_active(self) -> bool:
+        return self.use_types is not None or self.nouse_types is not None or self.mode is not None
+
+    @property
+    def uuids_active(self) -> bool:
+        return self.use_uuids is not None or self.nouse_uuids is not None
+
+    def type_ok(self, dev: DeviceInfo) -> bool:
+        """Type filters (case-insensitive substring) and the mode filter (substring)."""
+        if self.use_types is not None or self.nouse_types is not None:
+            model = dev.type.upper()
+            if self.use_types is not None and not any(t in model for t in self.use_types):
+                return False
+            if self.nouse_types is not None and any(t in model for t in self.nouse_types):
+                return False
+        return self.mode is None or dev.mode in self.mode
+
+    def uuid_ok(self, uuid: str) -> bool:
+        if self.use_uuids is not None and uuid not in self.use_uuids:
+            return False
+        return self.nouse_uuids is None or uuid not in self.nouse_uuids
+
+
+NO_FILTERS = SelectionFilters()
+
+
+# --------------------------------------------------------------------------------------------
+# Helpers shared with vendors that write their own ladder
+
+
+def trunc_div(a: int, b: int) -> int:
+    """Go integer division (truncates toward zero)."""
+    q = abs(a) // b
+    return q if a >= 0 else -q
+
+
+def quota_usage(
+    allocated: Sequence[ContainerDevices],
+    n_init: int,
+    current: Sequence[tuple[str, int, int]],
+) -> tuple[int, int]:
+    """Whole-pod hypothetical (memory, cores) of one vendor, init containers collapsed (§5.8).
+
+    `allocated` is the allocation list being built (HAMi passes its own list: during the init
+    phase the init entries so far, during the app phase the app entries so far — so app
+    container j counts as an init container when j < n_init, as in HAMi); `current` is this
+    container's collected devices plus the candidate, at index len(allocated).
+    """
+    acc: dict[str, list[int]] = {}  # uuid -> [init peak mem, init peak cores, app mem, app cores]
+    for ci, ctr in enumerate(allocated):
+        for dev in ctr:
+            a = acc.setdefault(dev.uuid, [0, 0, 0, 0])
+            if ci < n_init:
+                a[0] = max(a[0], dev.usedmem)
+                a[1] = max(a[1], dev.usedcores)
+            else:
+                a[2] += dev.usedmem
+                a[3] += dev.usedcores
+    init = len(allocated) < n_init
+    for uuid, mem, cores in current:
+        a = acc.setdefault(uuid, [0, 0, 0, 0])
+        if init:
+            a[0] = max(a[0], mem)
+            a[1] = max(a[1], cores)
+        else:
+            a[2] += mem
+            a[3] += cores
+    return sum(max(a[0], a[2]) for a in acc.values()), sum(max(a[1], a[3]) for a in acc.values())
+
+
+# --------------------------------------------------------------------------------------------
+# The shared vendor
+
+
+class GenericVendor:
+    """A vendor following HAMi's common backend pattern; subclasses set the class attributes."""
+
+    # -- identity and wire keys (§3, §4.4) --
+    key: str = ""
+    allocation_keys: tuple[str, str] = ("", "")
+    handshake_key: str | None = None
+    cleanup_key: str | None = None
+    """Defaults to `handshake_key` (set in `__init__`)."""
+    lock_key: str | None = keys.NODE_LOCK
+    register_key: str | None = None
+    """Node annotation holding the inventory."""
+    inventory_dialect: str = "auto"
+    """How it is written: "legacy" (comma form), "json", or "auto" (either, by its first character)."""
+
+    # -- pod selection annotations (§4.7); None = not supported --
+    use_type_key: str | None = None
+    nouse_type_key: str | None = None
+    use_uuid_key: str | None = None
+    nouse_uuid_key: str | None = None
+
+    # -- request defaults (§5.1) --
+    default_cores: int = 100
+    """Cores of a container that names none."""
+
+    # -- fit options: HAMi NVIDIA's extra steps, off unless a vendor does them (§5.3) --
+    honours_cordon: bool = False
+    """Skip devices listed in `hami.io/device-cordon` (CardCordoned)."""
+    groups_by_numa: bool = False
+    """With numa-bind, the devices of one container come from one NUMA node (NumaNotFit)."""
+    checks_quota: bool = False
+    """ResourceQuota inside the fit, over the whole pod (ResourceQuotaNotFit)."""
+    topology_aware: bool = False
+    """Policy topology-aware collects every passing device and `select`s among them."""
+    instance_mode: str | None = None
+    """Devices in this mode hold several instances of one container (NVIDIA MIG): each instance
+    must pass `instance_fits`, and the device is examined again after taking one."""
+
+    prefilter: bool = True
+    scores_nodes: bool = False
+
+    def __init__(self, names: ResourceNames, *, extra_resources: Sequence[str] = ()) -> None:
+        self.names = names
+        self.managed_resources = frozenset(
+            n for n in (names.count, names.memory, names.cores, *extra_resources) if n
+        )
+        self.inventory_keys: tuple[str, ...] = (self.register_key,) if self.register_key else ()
+        if self.cleanup_key is None:
+            self.cleanup_key = self.handshake_key
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.names!r})"
+
+    # -- requests (§5.1) ----------------------------------------------------------------------
+
+    def request(self, container: Obj) -> ContainerDeviceRequest | None:
+        """The common request: count, memory (× memoryFactor) and cores (default `default_cores`);
+        memory 0 means the whole device (percentage 100). Out-of-range values drop the request."""
+        resources = res.resources_of(container)
+        if resources is None:
+            return None
+        count = res.as_int(res.lookup(resources, self.names.count))
+        if count is None or count <= 0 or count > res.INT32_MAX:
+            return None
+        memory = 0
+        raw = res.lookup(resources, self.names.memory)
+        if raw is not res.MISSING:
+            mem = res.as_int(raw)
+            if mem is not None:
+                factor = self.names.memory_factor
+                if mem < 0 or mem > res.INT32_MAX or (factor > 1 and mem * factor > res.INT32_MAX):
+                    return None
+                memory = mem * factor if factor > 1 else mem
+        cores = self.default_cores
+        raw = res.lookup(resources, self.names.cores)
+        if raw is not res.MISSING:
+            parsed = res.as_int(raw)
+            if parsed is not None:
+                if parsed < 0 or parsed > res.INT32_MAX:
+                    return None
+                cores = parsed
+        return ContainerDeviceRequest(
+            nums=count, type=self.key, memreq=memory, mem_percentage_req=100 if memory == 0 else 0,
+            coresreq=cores,
+        )
+
+    # -- registration (§3.2, §3.4) ---------------------------------------------------------------
+
+    def node_devices(self, node: Obj) -> list[DeviceInfo]:
+        key = self.register_key
+        value = objects.annotations(node).get(key) if key else None
+        if value is None:
+            raise InventoryError(f"annos not found {key}")
+        devices = decode_node_devices(value, self.inventory_dialect)
+        for dev in devices:
+            dev.device_vendor = self.key
+        if not devices:
+            raise InventoryError("no gpu found on node")
+        return devices
+
+    def check_health(self, node: Obj, now: datetime, tz: tzinfo | None) -> Health:
+        if self.handshake_key is None:
+            return Health(healthy=True, need_update=True)
+        return handshake.check_node(node, self.handshake_key, self.names.count, now, tz=tz)
+
+    def forget_node(self, name: str) -> None:
+        pass
+
+    # -- fit (§5.3) ------------------------------------------------------------------------------
+
+    def pod_filters(self, annotations: Mapping[str, str]) -> Hashable:
+        def get(key: str | None) -> str | None:
+            return annotations.get(key) if key else None
+
+        filters = SelectionFilters(
+            type_list(get(self.use_type_key)),
+            type_list(get(self.nouse_type_key)),
+            uuid_set(get(self.use_uuid_key)),
+            uuid_set(get(self.nouse_uuid_key)),
+        )
+        return NO_FILTERS if filters == NO_FILTERS else filters
+
+    def fit(
+        self,
+        request: ContainerDeviceRequest,
+        devices: Sequence[DeviceInfo],
+        usage: Sequence[DeviceUsage],
+        order: Sequence[int],
+        *,
+        ctx: PodFitContext,
+        cordoned: frozenset[str],
+        allocated: Sequence[ContainerDevices],
+    ) -> FitResult:
+        result = self.ladder(request, devices, usage, order, ctx=ctx, cordoned=cordoned, allocated=allocated)
+        assert isinstance(result, FitResult)
+        return result
+
+    def quick_verdict(
+        self,
+        request: ContainerDeviceRequest,
+        devices: Sequence[DeviceInfo],
+        usage: Sequence[DeviceUsage],
+        positions: Sequence[int],
+        *,
+        ctx: PodFitContext,
+        cordoned: frozenset[str],
+    ) -> str | None:
+        result = self.ladder(request, devices, usage, positions, ctx=ctx, cordoned=cordoned, quick=True)
+        assert not isinstance(result, FitResult)
+        return result
+
+    def may_exceed_devices(
+        self, request: ContainerDeviceRequest, devices: Sequence[DeviceInfo], positions: Sequence[int],
+        ctx: PodFitContext,
+    ) -> bool:
+        return False
+
+    def ladder(
+        self,
+        request: ContainerDeviceRequest,
+        devices: Sequence[DeviceInfo],
+        usage: Sequence[DeviceUsage],
+        order: Sequence[int],
+        *,
+        ctx: PodFitContext,
+        cordoned: frozenset[str],
+        allocated: Sequence[ContainerDevices] = (),
+        quick: bool = False,
+    ) -> FitResult | str | None:
+        """HAMi's per-device checks over `order`, walked from the END (§5.3).
+
+        The first failing check of a device counts one reason and skips it; the reason total is
+        len(order). Ordered (`quick=False`): HAMi `Fit`, stopping once Nums devices passed, with
+        NUMA groups, quota, instance devices and topology as the options say; returns a
+        FitResult. Quick: without those order-dependent steps every device is judged on its own
+        and the node fits iff Nums devices pass, so `order` may be any order; returns "" (fits,
+        as soon as Nums passed), the reason string, or None when an order-dependent step applies.
+        """
+        numa = self.groups_by_numa and ctx.numa_bind
+        quota = ctx.quota if self.checks_quota else None
+        topology = self.topology_aware and ctx.topology
+        if quick and (numa or quota is not None or topology):
+            return None
+        origin = request.nums
+        coresreq = request.coresreq
+        pct = request.mem_percentage_req
+        req_mem = request.memreq
+        instance_mode = self.instance_mode
+        if quick:
+            coresreq = min(coresreq, 100)  # in Fit the clamp precedes every check that reads it
+        filters = ctx.filters(self)
+        assert isinstance(filters, SelectionFilters)
+        type_filters = filters.types_active
+        uuid_filters = filters.uuids_active
+        type_ok = request.type == self.key
+        cordon = cordoned if self.honours_cordon else None
+        mutex = ctx.mutex
+        by_pct = pct != PERCENTAGE_UNSET and req_mem == 0
+        fixed_mem = max(req_mem, 0)
+        remaining = origin
+        reasons: dict[str, int] = {}
+        collected: Collected = []
+        prevnuma = -1
+
+        i = len(order) - 1
+        while i >= 0:
+            pos = order[i]
+            i -= 1
+            dev = devices[pos]
+            u = usage[pos]
+            if not dev.health or u.mig_conflict:
+                reason = R.CARD_NOT_HEALTH
+            elif cordon and dev.id in cordon:
+                reason = R.CARD_CORDONED
+            elif not type_ok or (type_filters and not filters.type_ok(dev)):
+                reason = R.CARD_TYPE_MISMATCH
+            else:
+                if numa and prevnuma != dev.numa:
+                    # A new NUMA group: what the previous group collected cannot be used together.
+                    if remaining != origin:
+                        reasons[R.NUMA_NOT_FIT] = reasons.get(R.NUMA_NOT_FIT, 0) + len(collected)
+                    remaining = origin
+                    prevnuma = dev.numa
+                    collected = []
+                used = u.used
+                if uuid_filters and not filters.uuid_ok(dev.id):
+                    reason = R.CARD_UUID_MISMATCH
+                elif dev.count <= used:
+                    reason = R.CARD_TIME_SLICING_EXHAUSTED
+                elif mutex and used > 0:
+                    reason = R.EXCLUSIVE_DEVICE_ALLOCATE_CONFLICT
+                else:
+                    if coresreq > 100:
+                        coresreq = 100  # HAMi logs and clamps; the clamp sticks for later devices
+                    memreq = trunc_div(dev.devmem * pct, 100) if by_pct else fixed_mem
+                    devcore = dev.devcore
+                    if quota is not None and not quota.fits(
+                        # HAMi `fitQuota`: the whole pod's would-be usage of this vendor.
+                        ctx.namespace, self.key, *quota_usage(
+                            allocated, ctx.n_init,
+                            [*((devices[p].id, m, c) for p, m, c in collected), (dev.id, memreq, coresreq)],
+                        ),
+                    ):
+                        reason = R.RESOURCE_QUOTA_NOT_FIT
+                    elif dev.devmem - u.usedmem < memreq:
+                        reason = R.CARD_INSUFFICIENT_MEMORY
+                    elif devcore - u.usedcores < coresreq:
+                        reason = R.CARD_INSUFFICIENT_CORE
+                    elif devcore == 100 and coresreq == 100 and used > 0:
+                        # Coresreq 100 asks for the whole card.
+                        reason = R.EXCLUSIVE_DEVICE_ALLOCATE_CONFLICT
+                    elif devcore != 0 and u.usedcores == devcore and coresreq == 0:
+                        reason = R.CARD_COMPUTE_UNITS_EXHAUSTED
+                    elif instance_mode is not None and dev.mode == instance_mode:
+                        if quick:
+                            return None  # instances of one container interact: order matters
+                        if not self.instance_fits(dev, u, [m for p, m, _ in collected if p == pos], memreq):
+                            reason = R.CARD_MIG_TOPOLOGY_INFEASIBLE
+                        else:
+                            if remaining > 0:
+                                if not topology:
+                                    remaining -= 1
+                                collected.append((pos, memreq, coresreq))
+                            if remaining == 0 and not topology:
+                                return self._success(devices, collected)
+                            # Look at this device again for the next instance (until the look that
+                            # fails and counts its reason); bounded so a bad inventory cannot loop.
+                            if sum(1 for c in collected if c[0] == pos) <= self.instance_capacity(dev):
+                                i += 1
+                            continue
+                    else:
+                        if remaining > 0:
+                            if not topology:
+                                remaining -= 1
+                            collected.append((pos, memreq, coresreq))
+                        if remaining == 0 and not topology:
+                            return "" if quick else self._success(devices, collected)
+                        continue
+            reasons[reason] = reasons.get(reason, 0) + 1
+
+        if topology:
+            if len(collected) == origin:
+                return self._success(devices, collected)
+            if len(collected) > origin:
+                return self._success(devices, self.select(devices, collected, origin))
+        if collected:
+            reasons[R.ALLOCATED_CARDS_INSUFFICIENT_REQUEST] = len(collected)
+        reason_text = R.gen_reason(reasons, len(order))
+        return reason_text if quick else FitResult(False, reason=reason_text)
+
+    def instance_fits(self, dev: DeviceInfo, usage: DeviceUsage, earlier: list[int], memreq: int) -> bool:
+        """Can `dev` (in `instance_mode`) host one more instance of `memreq` after `earlier`?"""
+        return True
+
+    def instance_capacity(self, dev: DeviceInfo) -> int:
+        """Upper bound of instances `dev` can hold (guards the re-examination)."""
+        return 0
+
+    def select(self, devices: Sequence[DeviceInfo], collected: Collected, nums: int) -> Collected:
+        """Topology-aware choice of `nums` among more collected devices (default: the first)."""
+        return collected[:nums]
+
+    def entry(self, dev: DeviceInfo, memory: int, cores: int) -> ContainerDevice:
+        """The allocation entry of one chosen device (its type field is the vendor key, §4.5)."""
+        return ContainerDevice(dev.id, self.key, memory, cores, dev.index)
+
+    def _success(self, devices: Sequence[DeviceInfo], chosen: Collected) -> FitResult:
+        out = [self.entry(devices[p], m, c) for p, m, c in chosen]
+        mode = self.instance_mode
+        adjust = mode is not None and any(devices[p].mode == mode for p, _, _ in chosen)
+        return FitResult(True, out, [p for p, _, _ in chosen], adjust=adjust)
+
+    def add_usage(
+        self,
+        device: DeviceInfo,
+        usage: DeviceUsage,
+        entry: ContainerDevice,
+        *,
+        container_index: int,
+        device_index: int,
+        migs: list[MigAllocation],
+    ) -> ContainerDevice:
+        usage.used += 1
+        usage.usedcores += entry.usedcores
+        usage.usedmem += entry.usedmem
+        return entry
+
+    # -- annotations, score, admission -----------------------------------------------------------
+
+    def patch_annotations(
+        self, per_container: PodSingleDevice, migs: Sequence[MigAllocation], *, node: str, now: int
+    ) -> dict[str, str]:
+        if not per_container:
+            return {}
+        to_allocate, allocated = self.allocation_keys
+        encoded = encode_container_list(per_container)
+        out: dict[str, str] = {}
+        if to_allocate:  # some vendors only have an "allocated" key (§4.4)
+            out[to_allocate] = encoded
+        out[allocated] = encoded
+        return out
+
+    def score_node(
+        self,
+        per_container: PodSingleDevice,
+        *,
+        annotations: Mapping[str, str],
+        devices: Sequence[DeviceInfo],
+        previous: Sequence[DeviceUsage],
+        policy: str,
+    ) -> float:
+        return 0.0
+
+    def mutate(self, container: dict[str, Any], pod: dict[str, Any]) -> bool:
+        """The common MutateAdmission: nothing changes; the count in `limits` makes it a device pod."""
+        return res.present(container, "limits", self.names.count)
