@@ -15,12 +15,15 @@ import pytest
 
 from tests.builders import device, pod
 from tests.builders import quota as quota_object
-from vgpu_scheduler.engine.fit import NodeFailure, NodeFit, evaluate_node, fit_request, pod_fit_context
+from vgpu_scheduler.devices.nvidia import NvidiaVendor
+from vgpu_scheduler.devices.protocol import Vendors
+from vgpu_scheduler.engine.fit import NodeFailure, NodeFit, evaluate_node, pod_fit_context
 from vgpu_scheduler.engine.nodeview import DeviceUsage, NodeView
 from vgpu_scheduler.engine.quota import QuotaManager, VendorQuotaNames
 from vgpu_scheduler.model import NVIDIA, PERCENTAGE_UNSET, ContainerDeviceRequest, DeviceInfo
 from vgpu_scheduler.wire import keys
 
+VENDORS = Vendors([NvidiaVendor()])
 NAMESPACE = "team"
 
 
@@ -90,17 +93,23 @@ def _node(case: Case) -> NodeView:
 def test_each_rule_fails_the_ordered_fit_with_its_reason(trigger: str, case: Case, reason: str) -> None:
     extra, with_quota = TRIGGERS[trigger]
     the_pod = pod(namespace=NAMESPACE, annotations={**case.annotations, **extra})
-    ctx = pod_fit_context(the_pod, quota=_quota_with_room() if with_quota else None, n_init=0)
+    ctx = pod_fit_context(
+        the_pod, quota=_quota_with_room() if with_quota else None, n_init=0, vendors=VENDORS
+    )
     request = {NVIDIA: ContainerDeviceRequest(1, NVIDIA, case.mem, PERCENTAGE_UNSET, case.cores)}
     assert evaluate_node([request], 0, _node(case), ctx=ctx) == NodeFailure(reason)
 
 
 @pytest.mark.parametrize(("case", "reason"), list(RULES.values()), ids=list(RULES))
 def test_each_rule_fails_fit_request_itself(case: Case, reason: str) -> None:
-    ctx = pod_fit_context(pod(namespace=NAMESPACE, annotations=dict(case.annotations)), n_init=0)
+    ctx = pod_fit_context(
+        pod(namespace=NAMESPACE, annotations=dict(case.annotations)), n_init=0, vendors=VENDORS
+    )
     request = ContainerDeviceRequest(1, NVIDIA, case.mem, PERCENTAGE_UNSET, case.cores)
     node = _node(case)
-    result = fit_request(request, node.devices, node.usage, [0], ctx=ctx, cordoned=node.cordoned)
+    result = VENDORS[NVIDIA].fit(
+        request, node.devices, node.usage, [0], ctx=ctx, cordoned=node.cordoned, allocated=()
+    )
     assert (result.ok, result.reason) == (False, reason)
 
 
@@ -112,6 +121,7 @@ def test_a_card_advertising_no_cores_is_never_compute_exhausted(trigger: str) ->
         pod(namespace=NAMESPACE, annotations=dict(extra)),
         quota=_quota_with_room() if with_quota else None,
         n_init=0,
+        vendors=VENDORS,
     )
     node = NodeView("node-1", [device("GPU-0", devcore=0)], [DeviceUsage(used=1)])
     request = {NVIDIA: ContainerDeviceRequest(1, NVIDIA, 1000, PERCENTAGE_UNSET, 0)}

@@ -13,11 +13,14 @@ import pytest
 
 from tests.builders import device, pod
 from tests.builders import quota as quota_object
+from vgpu_scheduler.devices.nvidia import NvidiaVendor
+from vgpu_scheduler.devices.protocol import Vendors
 from vgpu_scheduler.engine.fit import NodeFailure, NodeFit, evaluate_node, pod_fit_context
 from vgpu_scheduler.engine.nodeview import DeviceUsage, NodeView
 from vgpu_scheduler.engine.quota import QuotaManager, VendorQuotaNames
 from vgpu_scheduler.model import NVIDIA, PERCENTAGE_UNSET, ContainerDeviceRequest, ContainerRequests
 
+VENDORS = Vendors([NvidiaVendor()])
 NAMESPACE = "team"
 MEM = "nvidia.com/gpumem"
 CORES = "nvidia.com/gpucores"
@@ -50,7 +53,7 @@ def test_three_init_containers_on_one_gpu_count_their_peak(
     hard: dict[str, str], ask: ContainerRequests
 ) -> None:
     quota = _manager(hard)
-    ctx = pod_fit_context(pod(namespace=NAMESPACE), quota=quota, n_init=3)
+    ctx = pod_fit_context(pod(namespace=NAMESPACE), quota=quota, n_init=3, vendors=VENDORS)
     result = evaluate_node([ask, ask, ask, {}], 3, _one_gpu(), ctx=ctx)
     assert isinstance(result, NodeFit), result
     assert [[d.uuid for d in c] for c in result.devices[NVIDIA]] == [["GPU-0"], ["GPU-0"], ["GPU-0"], []]
@@ -59,6 +62,6 @@ def test_three_init_containers_on_one_gpu_count_their_peak(
 def test_the_peak_itself_is_still_held_to_the_limit() -> None:
     # The same pod against a limit below the peak fails on the quota: the collapse is a max, not 0.
     quota = _manager({f"limits.{MEM}": "2999"})
-    ctx = pod_fit_context(pod(namespace=NAMESPACE), quota=quota, n_init=3)
+    ctx = pod_fit_context(pod(namespace=NAMESPACE), quota=quota, n_init=3, vendors=VENDORS)
     result = evaluate_node([_ask(3000), _ask(3000), _ask(3000), {}], 3, _one_gpu(), ctx=ctx)
     assert result == NodeFailure("1/1 ResourceQuotaNotFit")
