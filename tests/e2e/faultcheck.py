@@ -98,32 +98,36 @@ def _last_seen(event: Obj) -> datetime:
     return datetime.fromisoformat(str(stamp)) if stamp else datetime.min.replace(tzinfo=UTC)
 
 
-def allocation_violations(snap: Snapshot) -> list[str]:
-    """Devices on another node than the pod, and over-committed devices (never transient)."""
-    out: list[str] = []
+def allocation_problems(pods: list[Obj], nodes: list[Obj]) -> list[tuple[str, str]]:
+    """(kind, message) for each device on another node than its bound pod (`wrong-node`), each
+    over-committed device (`overcommit`) and each allocation that cannot be read (`bad-annotation`).
+    Shared by the fault tests and bench/burst.py."""
+    out: list[tuple[str, str]] = []
     devices: dict[str, tuple[str, Obj]] = {}  # uuid -> (node, register entry)
-    for node in snap.nodes:
+    for node in nodes:
         for dev in json.loads(_ann(node).get(keys.NODE_NVIDIA_REGISTER, "[]")):
             devices[dev["id"]] = (_name(node), dev)
     used: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0])  # uuid -> count, mem, cores
     holders: dict[str, list[str]] = defaultdict(list)
-    for pod in snap.pods:
+    for pod in pods:
         node = pod["spec"].get("nodeName")
         value = _ann(pod).get(keys.VGPU_ALLOCATED)
         if not node or not value:
             continue  # unbound: its annotations may still change (a new filter decides again)
-        if _ann(pod).get(keys.VGPU_NODE) != node:
-            out.append(f"{_name(pod)}: bound to {node}, vgpu-node says {_ann(pod).get(keys.VGPU_NODE)}")
+        said = _ann(pod).get(keys.VGPU_NODE)
+        if said != node:
+            out.append(("wrong-node", f"{_name(pod)}: bound to {node}, vgpu-node says {said}"))
         try:
             containers = decode_container_list(value)
         except AllocationError as exc:
-            out.append(f"{_name(pod)}: bad allocation annotation: {exc}")
+            out.append(("bad-annotation", f"{_name(pod)}: bad allocation annotation: {exc}"))
             continue
         for container in containers:
             for dev in container:
                 owner = devices.get(dev.uuid)
                 if owner is None or owner[0] != node:
-                    out.append(f"{_name(pod)}: on {node} with device {dev.uuid} of {owner and owner[0]}")
+                    where = owner and owner[0]
+                    out.append(("wrong-node", f"{_name(pod)}: on {node} with device {dev.uuid} of {where}"))
                 u = used[dev.uuid]
                 u[0], u[1], u[2] = u[0] + 1, u[1] + dev.usedmem, u[2] + dev.usedcores
                 holders[dev.uuid].append(_name(pod))
@@ -132,8 +136,14 @@ def allocation_violations(snap: Snapshot) -> list[str]:
             continue
         reg = devices[uuid][1]
         if count > reg["count"] or mem > reg["devmem"] or cores > reg["devcore"]:
-            out.append(f"{uuid} over-committed: {count} pods, {mem} MiB, {cores}% by {sorted(holders[uuid])}")
+            message = f"{uuid} over-committed: {count} pods, {mem} MiB, {cores}% by {sorted(holders[uuid])}"
+            out.append(("overcommit", message))
     return out
+
+
+def allocation_violations(snap: Snapshot) -> list[str]:
+    """Devices on another node than the pod, and over-committed devices (never transient)."""
+    return [message for _, message in allocation_problems(snap.pods, snap.nodes)]
 
 
 def settle_violations(
