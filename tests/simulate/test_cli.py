@@ -9,7 +9,7 @@ import pytest
 from vgpu_scheduler.cli import main as root_main
 from vgpu_scheduler.cluster.embedded.fleet import fleet
 from vgpu_scheduler.cluster.embedded.runtime import DURATION_ANNOTATION
-from vgpu_scheduler.simulate.cli import main
+from vgpu_scheduler.simulate.cli import InputError, build_parser, main
 
 POD = """\
 apiVersion: v1
@@ -135,3 +135,23 @@ def test_plot_without_matplotlib_says_how_to_install(
     assert main(["--plot", str(tmp_path / "p.png"), "--output", str(out)]) == 2
     assert "pip install 'vgpu-scheduler[plot]'" in capsys.readouterr().err
     assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        ([], (False, False)),
+        (["--enable-ascend"], (True, False)),
+        (["--enable-iluvatar=true", "--enable-ascend=false"], (False, True)),
+        (["--enable-ascend", "1", "--enable-iluvatar", "T"], (True, True)),
+    ],
+    ids=["default", "bare", "go-words", "go-letters"],
+)
+def test_vendor_gates_parse_as_go_bools(argv: list[str], expected: tuple[bool, bool]) -> None:
+    args = build_parser().parse_args(argv)
+    assert (args.enable_ascend, args.enable_iluvatar) == expected
+
+
+def test_a_vendor_gate_rejects_a_non_bool() -> None:
+    with pytest.raises(InputError, match="invalid boolean value 'yes'"):
+        build_parser().parse_args(["--enable-ascend=yes"])

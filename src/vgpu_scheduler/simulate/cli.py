@@ -64,6 +64,15 @@ def _gpu_policy(value: str) -> str:
 DEFAULT_COUNT = 200
 
 
+def _go_bool(value: str) -> bool:
+    """`--enable-ascend=true` as the scheduler's Go flag takes it (1, t, T, TRUE, true, True, ...)."""
+    if value in ("1", "t", "T", "TRUE", "true", "True"):
+        return True
+    if value in ("0", "f", "F", "FALSE", "false", "False"):
+        return False
+    raise argparse.ArgumentTypeError(f"invalid boolean value {value!r}")
+
+
 class InputError(ValueError):
     """Bad input; the message is shown as is and the command exits 2."""
 
@@ -87,6 +96,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--count", type=int, default=DEFAULT_COUNT, metavar="N",
                    help=f"pods in the demo workload (default {DEFAULT_COUNT})")
     p.add_argument("--device-config-file", metavar="FILE", help="device config (default: the chart's)")
+    for vendor in ("ascend", "iluvatar"):
+        p.add_argument(f"--enable-{vendor}", nargs="?", const=True, default=False, type=_go_bool,
+                       metavar="BOOL", help=f"register the {vendor} section, as the scheduler's flag does")
     p.add_argument("--node-scheduler-policy", default="binpack", choices=NODE_POLICIES)
     p.add_argument(
         "--gpu-scheduler-policy",
@@ -215,6 +227,8 @@ async def _run(
         gpu_scheduler_policy=args.gpu_scheduler_policy,
         device_config=inputs.device_config,
         seed=args.seed,
+        enable_ascend=args.enable_ascend,
+        enable_iluvatar=args.enable_iluvatar,
     )
     sim = Simulation(
         inputs.nodes, inputs.pods, existing=inputs.existing, added_nodes=inputs.added_nodes,

@@ -134,6 +134,10 @@ class SimulationOptions:
     initial_backoff: float = 1.0
     max_backoff: float = 10.0
     epoch: int = DEFAULT_EPOCH
+    enable_ascend: bool = False
+    """The scheduler's `--enable-ascend`: the `vnpus` section registers only with it (§2)."""
+    enable_iluvatar: bool = False
+    """The scheduler's `--enable-iluvatar`: the `iluvatars` section registers only with it."""
 
 
 @dataclass(slots=True)
@@ -196,6 +200,8 @@ class Simulation:
         sched_opts = SchedulerOptions(
             node_scheduler_policy=self.options.node_scheduler_policy,
             gpu_scheduler_policy=self.options.gpu_scheduler_policy,
+            enable_ascend=self.options.enable_ascend,
+            enable_iluvatar=self.options.enable_iluvatar,
         )
         self.process = SchedulerProcess(
             sched_opts,
