@@ -76,4 +76,4 @@ async def test_the_holder_re_enters_a_lock_exactly_timeout_old_without_refreshin
 def test_live_holder_follows_the_same_boundary(moment: datetime, expected: LockValue | None) -> None:
     cluster = _cluster_with_lock()
     locker = _locker(cluster, moment, cached_node=lambda name: cluster.get("nodes", name))
-    assert locker.live_holder("n1", lambda node, namespace, name: True) == expected
+    assert locker.live_holder("n1", lambda held, node: True) == expected

@@ -10,14 +10,15 @@ import pytest
 
 from tests.builders import api_pod, node
 from vgpu_scheduler.cluster.client import KubeClient
+from vgpu_scheduler.cluster.lockstats import CAUSES
 from vgpu_scheduler.cluster.memory import MemoryCluster
 from vgpu_scheduler.cluster.nodelock import NodeLockContention, NodeLocker, format_lock
 from vgpu_scheduler.cluster.transport import MemoryTransport
-from vgpu_scheduler.wire.keys import NODE_LOCK
+from vgpu_scheduler.wire.keys import BIND_PHASE, BIND_TIME, NODE_LOCK
 
 T0 = datetime(2026, 11, 29, 21, 0, 0, tzinfo=UTC)
 LATER = T0 + timedelta(minutes=5, seconds=1)  # past the default 5-minute timeout of a T0 lock
-ZERO = {("expired",): 0, ("holder_gone",): 0, ("holder_elsewhere",): 0}
+ZERO = {(cause,): 0 for cause in CAUSES}
 HELD = format_lock(T0, "default", "holder")
 
 
@@ -94,3 +95,66 @@ async def test_a_takeover_retried_after_a_conflict_counts_once() -> None:
     taken = cluster.get("nodes", "n1")["metadata"]["annotations"][NODE_LOCK]
     assert taken == format_lock(LATER, "default", "p2")
     assert dict(locker.stats.takeovers.series()) == {**ZERO, ("expired",): 1}
+
+
+def _holder(*, phase: str | None = None, annotations: dict[str, str] | None = None) -> dict[str, Any]:
+    return api_pod("holder", phase=phase, annotations=annotations)
+
+
+T0_UNIX = int(T0.timestamp())
+
+
+@pytest.mark.parametrize(
+    ("holder", "counted"),
+    [
+        pytest.param(_holder(phase="Succeeded"), {("holder_terminal",): 1}, id="holder succeeded"),
+        pytest.param(_holder(phase="Failed"), {("holder_terminal",): 1}, id="holder failed"),
+        pytest.param(
+            _holder(annotations={BIND_PHASE: "failed", BIND_TIME: str(T0_UNIX)}),
+            {("holder_bind_failed",): 1},
+            id="holder's bind failed after it took the lock",
+        ),
+        pytest.param(
+            _holder(annotations={BIND_PHASE: "failed", BIND_TIME: str(T0_UNIX + 3)}),
+            {("holder_bind_failed",): 1},
+            id="holder's bind failed seconds after the lock",
+        ),
+    ],
+)
+async def test_a_holder_that_no_longer_needs_the_lock_is_taken_over_at_once(
+    holder: dict[str, Any], counted: dict[tuple[str], int]
+) -> None:
+    cluster = MemoryCluster()
+    cluster.create("pods", holder, namespace="default")
+    _lock_node(cluster, HELD)
+    locker = _locker(cluster, T0)  # the lock is fresh: HAMi would wait out its 5 minutes
+    await locker.lock("n1", "default", "p2")
+    taken = cluster.get("nodes", "n1")["metadata"]["annotations"][NODE_LOCK]
+    assert taken == format_lock(T0, "default", "p2")
+    assert dict(locker.stats.takeovers.series()) == {**ZERO, **counted}
+
+
+@pytest.mark.parametrize(
+    "holder",
+    [
+        pytest.param(_holder(phase="Running"), id="holder running"),
+        pytest.param(
+            _holder(annotations={BIND_PHASE: "allocating", BIND_TIME: str(T0_UNIX)}), id="holder allocating"
+        ),
+        pytest.param(
+            _holder(annotations={BIND_PHASE: "failed", BIND_TIME: str(T0_UNIX - 1)}),
+            id="failed phase left by an earlier attempt, before this lock",
+        ),
+        pytest.param(
+            _holder(annotations={BIND_PHASE: "failed", BIND_TIME: "soon"}), id="failed phase, bad bind-time"
+        ),
+    ],
+)
+async def test_a_holder_that_may_still_need_the_lock_is_contention(holder: dict[str, Any]) -> None:
+    cluster = MemoryCluster()
+    cluster.create("pods", holder, namespace="default")
+    _lock_node(cluster, HELD)
+    locker = _locker(cluster, T0)
+    with pytest.raises(NodeLockContention):
+        await locker.lock("n1", "default", "p2")
+    assert dict(locker.stats.takeovers.series()) == ZERO

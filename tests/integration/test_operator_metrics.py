@@ -116,6 +116,8 @@ async def test_operator_metrics_after_a_known_sequence(it: Any, cluster: MemoryC
         ("expired",): 1,
         ("holder_gone",): 1,
         ("holder_elsewhere",): 0,
+        ("holder_terminal",): 0,
+        ("holder_bind_failed",): 0,
     }
     # The existing counters agree with the new families.
     assert by(metrics, "vgpu_scheduler_filter_requests_total") == {(): 7}

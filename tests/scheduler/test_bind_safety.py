@@ -307,6 +307,25 @@ async def test_a_lock_of_a_pod_bound_to_another_node_does_not_count_as_busy(
     assert _chosen(await stack.filter(second, ["n1", "n2"])) == chosen
 
 
+@pytest.mark.parametrize(
+    ("status", "chosen"),
+    [({"phase": "Succeeded"}, "n1"), ({"phase": "Failed"}, "n1"), ({"phase": "Running"}, "n2")],
+    ids=["holder succeeded: free", "holder failed: free", "holder running: busy"],
+)
+async def test_a_lock_of_a_finished_pod_does_not_count_as_busy(
+    stack: Stack, status: dict[str, str], chosen: str
+) -> None:
+    first = await stack.create(pod("first"))
+    await stack.filter(first, ["n1"])
+    assert await stack.bind(first, "n1") == ""  # binpack now prefers n1
+    holder: Obj = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "holder", "namespace": "default"},
+                   "spec": {"nodeName": "n1", "containers": [{"name": "c", "image": "x"}]}, "status": status}
+    await stack.create(holder)
+    await stack.lock_node_for("n1", "holder")
+    second = await stack.create(pod("second"))
+    assert _chosen(await stack.filter(second, ["n1", "n2"])) == chosen
+
+
 async def test_filtering_succeed_lists_every_fitting_node_with_its_score(stack: Stack) -> None:
     p = await stack.create(pod("p"))
     await stack.filter(p, ["n1", "n2", "ghost"])

@@ -13,15 +13,22 @@ EXPIRED = "expired"
 HOLDER_GONE = "holder_gone"
 HOLDER_ELSEWHERE = "holder_elsewhere"
 """The holder pod is bound to another node: this node's device plugin will never release the lock."""
+HOLDER_TERMINAL = "holder_terminal"
+"""The holder pod has finished (Succeeded or Failed): it needs no device allocation any more."""
+HOLDER_BIND_FAILED = "holder_bind_failed"
+"""The holder's bind failed after it took the lock (`hami.io/bind-phase: failed`); its release
+was lost (a crash, a dropped write)."""
 UNNOTED = "other"
 """A takeover no rule noted (a rule added without its note): still counted."""
+
+CAUSES = (EXPIRED, HOLDER_GONE, HOLDER_ELSEWHERE, HOLDER_TERMINAL, HOLDER_BIND_FAILED)
 
 
 class NodeLockStats:
     __slots__ = ("_noted", "takeovers")
 
     def __init__(self) -> None:
-        self.takeovers = CounterVec(("cause",), known=[(EXPIRED,), (HOLDER_GONE,), (HOLDER_ELSEWHERE,)])
+        self.takeovers = CounterVec(("cause",), known=[(cause,) for cause in CAUSES])
         self._noted: dict[str, str] = {}  # node -> cause of the takeover about to be written
 
     def note_takeover(self, node: str, cause: str) -> None:

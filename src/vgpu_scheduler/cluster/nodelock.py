@@ -17,17 +17,25 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 from vgpu_scheduler.cluster.errors import ApiError
-from vgpu_scheduler.cluster.lockstats import EXPIRED, HOLDER_ELSEWHERE, HOLDER_GONE, NodeLockStats
+from vgpu_scheduler.cluster.lockstats import (
+    EXPIRED,
+    HOLDER_BIND_FAILED,
+    HOLDER_ELSEWHERE,
+    HOLDER_GONE,
+    HOLDER_TERMINAL,
+    NodeLockStats,
+)
 from vgpu_scheduler.durations import format_go_duration
+from vgpu_scheduler.engine.podinfo import is_terminal
 from vgpu_scheduler.wire import objects
 from vgpu_scheduler.wire.gotime import GoTimeParseError, parse_rfc3339
-from vgpu_scheduler.wire.keys import NODE_LOCK
+from vgpu_scheduler.wire.keys import BIND_PHASE, BIND_PHASE_FAILED, BIND_TIME, NODE_LOCK
 
 log = logging.getLogger(__name__)
 
@@ -104,6 +112,29 @@ def _annotations(node: dict[str, Any]) -> dict[str, str]:
 
 def _resource_version(node: dict[str, Any]) -> str:
     return str(node.get("metadata", {}).get("resourceVersion", ""))
+
+
+def dangling_cause(pod: Mapping[str, Any], node_name: str, held: LockValue) -> str | None:
+    """Why the existing holder pod of `held` on `node_name` can no longer need its lock, else None.
+
+    HAMi waits out the lock timeout (5 minutes) in each of these cases; the lock only guards the
+    window between a bind and its device plugin's Allocate, which is over for a pod that finished,
+    was bound to another node, or whose bind failed after it took this lock. A failed phase from an
+    earlier attempt (bind-time before the lock) says nothing about the current holder's bind."""
+    if is_terminal(pod):
+        return HOLDER_TERMINAL
+    bound_to = objects.node_name(pod)
+    if bound_to and bound_to != node_name:
+        return HOLDER_ELSEWHERE
+    annotations = objects.annotations(pod)
+    if annotations.get(BIND_PHASE) == BIND_PHASE_FAILED:
+        try:
+            failed_bind_started = int(annotations.get(BIND_TIME, ""))
+        except ValueError:
+            return None
+        if failed_bind_started >= int(held.taken_at.timestamp()):
+            return HOLDER_BIND_FAILED
+    return None
 
 
 class NodeLocker:
@@ -185,14 +216,14 @@ class NodeLocker:
     def live_holder(
         self,
         node_name: str,
-        holder_live: Callable[[str, str, str], bool],
+        holder_live: Callable[[LockValue, str], bool],
     ) -> LockValue | None:
         """The holder of a live lock on the node as the informer cache shows it, else None.
 
         No API call: used to rank nodes at filter time, where a slightly stale answer only costs a
         less good spread. A lock that cannot be parsed, has expired, or names a pod the cache no
         longer has, or one bound to another node, is not live (the next bind would fail on it or
-        take it over). `holder_live(namespace, pod, node)` answers for a lock naming a pod."""
+        take it over). `holder_live(lock, node)` answers for a lock naming a pod."""
         if self._cached_node is None:
             return None
         node = self._cached_node(node_name)
@@ -207,7 +238,7 @@ class NodeLocker:
             return None
         if self._now() - held.taken_at > timedelta(seconds=self.timeout):
             return None
-        if held.namespace and held.pod and not holder_live(held.namespace, held.pod, node_name):
+        if held.namespace and held.pod and not holder_live(held, node_name):
             return None
         return held
 
@@ -239,13 +270,13 @@ class NodeLocker:
             log.info("node %s lock holder %s/%s is gone, taking over", node_name, held.namespace, held.pod)
             self.stats.note_takeover(node_name, HOLDER_GONE)
             return False
-        bound_to = objects.node_name(pod)
-        if bound_to and bound_to != node_name:
+        cause = dangling_cause(pod, node_name, held)
+        if cause is not None:
             log.info(
-                "node %s lock holder %s/%s is bound to node %s, taking over",
-                node_name, held.namespace, held.pod, bound_to,
+                "node %s lock holder %s/%s no longer needs it (%s), taking over",
+                node_name, held.namespace, held.pod, cause,
             )
-            self.stats.note_takeover(node_name, HOLDER_ELSEWHERE)
+            self.stats.note_takeover(node_name, cause)
             return False
         return True
 

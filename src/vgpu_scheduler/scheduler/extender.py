@@ -28,7 +28,13 @@ from typing import Any, Protocol
 
 from vgpu_scheduler.cluster.errors import ApiConnectionError, ApiError
 from vgpu_scheduler.cluster.instruments import CounterVec, HistogramVec
-from vgpu_scheduler.cluster.nodelock import NodeLockContention, NodeLocker, NodeLockError
+from vgpu_scheduler.cluster.nodelock import (
+    LockValue,
+    NodeLockContention,
+    NodeLocker,
+    NodeLockError,
+    dangling_cause,
+)
 from vgpu_scheduler.devices.protocol import Vendors
 from vgpu_scheduler.engine.decide import (
     NODE_UNREGISTERED,
@@ -39,7 +45,7 @@ from vgpu_scheduler.engine.decide import (
     decide,
     decide_on_nodes,
 )
-from vgpu_scheduler.engine.podinfo import is_terminal, pod_annotations, pod_key
+from vgpu_scheduler.engine.podinfo import pod_annotations, pod_key
 from vgpu_scheduler.engine.requests import pod_has_device_requests, pod_requests
 from vgpu_scheduler.engine.state import SchedulerState
 from vgpu_scheduler.wire import keys, objects
@@ -358,14 +364,11 @@ class Extender:
 
         return busy
 
-    def _holder_alive(self, namespace: str, name: str, node: str) -> bool:
-        """Can the lock holder namespace/name on `node` still be confirmed there? Not when it is
-        gone, finished, or bound to another node (the lock is dangling: the next bind takes it)."""
-        pod = self.cached_pod(namespace, name)
-        if pod is None or is_terminal(pod):
-            return False
-        bound_to = objects.node_name(pod)
-        return not bound_to or bound_to == node
+    def _holder_alive(self, held: LockValue, node: str) -> bool:
+        """Can the holder of lock `held` on `node` still need it? Not when it is gone, or in a
+        state `dangling_cause` names (the lock is dangling: the next bind takes it over)."""
+        pod = self.cached_pod(held.namespace, held.pod)
+        return pod is not None and dangling_cause(pod, node, held) is None
 
     def _set_pending(self, uid: str, decision: Chosen) -> None:
         self._pop_pending(uid)
