@@ -1,4 +1,4 @@
-"""`vgpu-scheduler`: the scheduler server (HAMi's flags), `version`, and `simulate`."""
+"""`vgpu-scheduler`: the scheduler server (HAMi's flags), `version`, `simulate` and `explain`."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from vgpu_scheduler.scheduler.options import SchedulerOptions
 PROG = "vgpu-scheduler"
 COMMANDS = (
     ("certs", "create or rotate the webhook's TLS Secret and caBundle (an init container)"),
+    ("explain", "why a pod is pending or where it went, per node and device (changes nothing)"),
     ("simulate", "schedule pods on a simulated cluster (no Kubernetes needed)"),
     ("version", "print version"),
 )
@@ -47,6 +48,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from vgpu_scheduler.certs.cli import main as certs_main
 
         return certs_main(args[1:])
+    if args[:1] == ["explain"]:
+        from vgpu_scheduler.explain.cli import main as explain_main
+
+        return explain_main(args[1:])
     if args[:1] == ["simulate"]:
         from vgpu_scheduler.simulate.cli import main as simulate_main
 

@@ -137,6 +137,19 @@ def dangling_cause(pod: Mapping[str, Any], node_name: str, held: LockValue) -> s
     return None
 
 
+def describe_lock(node: Mapping[str, Any]) -> str:
+    """The node lock in words ("" when there is none), for people asking why a pod waits."""
+    value = objects.annotations(node).get(NODE_LOCK)
+    if value is None:
+        return ""
+    try:
+        held = parse_lock(value)
+    except NodeLockError as exc:
+        return f"unparsable {NODE_LOCK} {value!r}: {exc}"
+    since = format_rfc3339(held.taken_at)
+    return f"held by {held.namespace}/{held.pod} since {since}" if held.has_owner else f"held since {since}"
+
+
 class NodeLocker:
     """Takes and releases node locks for binds; one instance per scheduler process."""
 

@@ -258,6 +258,8 @@ class RegistrationLoop:
         self._inventory: dict[str, dict[str, list[DeviceInfo]]] = {}
         self._decoded: dict[tuple[str, str], _Decoded] = {}
         self._last_error: dict[tuple[str, str], str] = {}
+        self.problems: dict[str, str] = {}
+        """Node -> why its inventory is unusable, as of its last registration (explain)."""
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
 
@@ -278,6 +280,7 @@ class RegistrationLoop:
         """The node was deleted: drop its devices, the vendors' state and pending handshake writes."""
         self.state.remove_node(name)
         self._inventory.pop(name, None)
+        self.problems.pop(name, None)
         for vendor in self.vendors:
             vendor.forget_node(name)
             self._decoded.pop((name, vendor.key), None)
@@ -413,6 +416,10 @@ class RegistrationLoop:
             report.errors[name] = "; ".join(errors)
         elif absent and not stored:
             report.errors[name] = absent[0]
+        if name in report.errors:
+            self.problems[name] = report.errors[name]
+        else:
+            self.problems.pop(name, None)
         if stored:
             self._inventory[name] = stored
         else:

@@ -20,11 +20,12 @@ from typing import Any
 from vgpu_scheduler.cluster.client import KubeClient
 from vgpu_scheduler.cluster.events import EventRecorder
 from vgpu_scheduler.cluster.leader import LeaderTracker
-from vgpu_scheduler.cluster.nodelock import NodeLocker
+from vgpu_scheduler.cluster.nodelock import NodeLocker, describe_lock
 from vgpu_scheduler.cluster.reflector import Reflector
 from vgpu_scheduler.cluster.registration import RegistrationLoop
 from vgpu_scheduler.config import DeviceConfig
 from vgpu_scheduler.devices import registry
+from vgpu_scheduler.engine.explain import Explanation, explain_pod
 from vgpu_scheduler.engine.state import SchedulerState
 from vgpu_scheduler.scheduler.extender import EventSink, Extender, Policies
 from vgpu_scheduler.scheduler.options import SchedulerOptions, vendor_flags
@@ -154,6 +155,24 @@ class SchedulerProcess:
         self.nodes.handler = self.registration.handler
         self.leader.add_listener(self.registration.on_leader_change)
         self._sweeper: asyncio.Task[None] | None = None
+
+    def explain(self, namespace: str, name: str) -> Explanation | None:
+        """Why the cached pod is where it is or pending, over every node of the cache (None: no
+        such pod). A dry run: nothing in the state or the cluster changes."""
+        pod = self.pods.store.get(namespace, name)
+        if pod is None:
+            return None
+        nodes = self.nodes.store.list()
+        return explain_pod(
+            pod,
+            sorted(objects.name(n) for n in nodes),
+            self.state,
+            default_node_policy=self.opts.node_scheduler_policy,
+            default_gpu_policy=self.opts.gpu_scheduler_policy,
+            now=int(self.now()),
+            problems=self.registration.problems,
+            locks={objects.name(n): describe_lock(n) for n in nodes if describe_lock(n)},
+        )
 
     def _informers_synced(self) -> bool:
         return all(r.has_synced for r in self.reflectors) and self.leader.has_synced

@@ -1,4 +1,5 @@
-"""The main HTTP(S) server's routes (§1.5): filter, bind, webhook, healthz, readyz.
+"""The main HTTP(S) server's routes (§1.5): filter, bind, webhook, healthz, readyz; and ours:
+explain.
 
 Requests no route takes are answered as HAMi's httprouter does (server/gohttp.py)."""
 
@@ -8,6 +9,7 @@ from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
+from vgpu_scheduler.engine.explain import Explanation, render_text
 from vgpu_scheduler.scheduler.extender import Extender
 from vgpu_scheduler.server.debug import add_pprof_routes
 from vgpu_scheduler.server.gohttp import httprouter_fallback
@@ -46,8 +48,34 @@ async def _ok(_request: web.Request) -> web.StreamResponse:
     return web.Response(status=200)
 
 
+Explainer = Callable[[str, str], Explanation | None]
+
+
+def _explain_route(explainer: Explainer) -> Handler:
+    """GET /explain/{namespace}/{pod}: plain text, or JSON with `?o=json` (`output=json` too)."""
+
+    async def handle(request: web.Request) -> web.StreamResponse:
+        namespace, name = request.match_info["namespace"], request.match_info["pod"]
+        explanation = explainer(namespace, name)
+        if explanation is None:
+            return web.Response(status=404, text=f"pod {namespace}/{name} not found\n")
+        output = request.query.get("o") or request.query.get("output") or "text"
+        if output == "json":
+            return web.Response(text=explanation.dumps(), content_type=JSON)
+        if output != "text":
+            return web.Response(status=400, text=f"unknown output {output!r} (text or json)\n")
+        return web.Response(text=render_text(explanation))
+
+    return handle
+
+
 def make_app(
-    extender: Extender, webhook: Handler, *, readyz: Handler | None = None, profiling: bool = False
+    extender: Extender,
+    webhook: Handler,
+    *,
+    readyz: Handler | None = None,
+    profiling: bool = False,
+    explainer: Explainer | None = None,
 ) -> web.Application:
     # A large client_max_size: body limits are enforced per route, with HAMi's own answers.
     app = web.Application(client_max_size=64 * MAX_BODY_BYTES)
@@ -57,6 +85,8 @@ def make_app(
     # httprouter serves GET routes to GET only (no implicit HEAD).
     app.router.add_get("/healthz", _ok, allow_head=False)
     app.router.add_get("/readyz", readyz or _ok, allow_head=False)
+    if explainer is not None:
+        app.router.add_get("/explain/{namespace}/{pod}", _explain_route(explainer), allow_head=False)
     if profiling:
         add_pprof_routes(app)
     app.middlewares.append(httprouter_fallback(app))

@@ -173,6 +173,7 @@ async def start(opts: SchedulerOptions) -> Running:
         webhook_handler(opts, process.vendors, quota.admission_fits),
         readyz=_readyz(process),
         profiling=opts.profiling,
+        explainer=process.explain,
     )
     ssl_context = None
     if opts.cert_file and opts.key_file:
