@@ -155,3 +155,26 @@ def test_vendor_gates_parse_as_go_bools(argv: list[str], expected: tuple[bool, b
 def test_a_vendor_gate_rejects_a_non_bool() -> None:
     with pytest.raises(InputError, match="invalid boolean value 'yes'"):
         build_parser().parse_args(["--enable-ascend=yes"])
+
+
+def test_explain_puts_the_explanation_on_pending_pods_only(tmp_path: Path) -> None:
+    snap = tmp_path / "snap.json"
+    snap.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": fleet(1, 1)}))
+    big = POD.format(name="big", extra="").replace("nvidia.com/gpumem: 2048", "nvidia.com/gpumem: 999999")
+    pods = tmp_path / "pods.yaml"
+    pods.write_text(POD.format(name="small", extra="") + "---\n" + big)
+    plain, explained = tmp_path / "plain.json", tmp_path / "explained.json"
+    base = ["--snapshot", str(snap), "--pods", str(pods)]
+    assert main([*base, "--output", str(plain)]) == 0
+    assert main([*base, "--explain", "--output", str(explained)]) == 0
+    without = {p["name"]: p for p in json.loads(plain.read_text())["pods"]}
+    with_ = {p["name"]: p for p in json.loads(explained.read_text())["pods"]}
+    assert "explain" not in without["big"] and "explain" not in with_["small"]
+    explanation = with_["big"]["explain"]
+    assert explanation["status"] == "pending" and explanation["node"] is None
+    (node_report,) = explanation["nodes"]
+    assert node_report["reason"] == with_["big"]["reasons"][node_report["node"]]
+    assert {c["verdict"] for d in node_report["devices"] for c in d["checks"]} == {"CardInsufficientMemory"}
+    # Apart from the explanation, the reports are the same.
+    del with_["big"]["explain"]
+    assert with_ == without

@@ -112,6 +112,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--extender-url", metavar="URL",
                    help="send filter/bind to a running server (see the module documentation)")
     p.add_argument("--output", metavar="FILE.json", help="write the JSON report here")
+    p.add_argument("--explain", action="store_true",
+                   help="pending pods in the report carry their explanation (as `explain -o json`)")
     p.add_argument("--plot", metavar="FILE.png", help=f"draw the report (needs matplotlib: {INSTALL_HINT})")
     p.add_argument("--progress", action="store_true", help="progress bar even when stderr is not a terminal")
     return p
@@ -229,6 +231,7 @@ async def _run(
         seed=args.seed,
         enable_ascend=args.enable_ascend,
         enable_iluvatar=args.enable_iluvatar,
+        explain=args.explain,
     )
     sim = Simulation(
         inputs.nodes, inputs.pods, existing=inputs.existing, added_nodes=inputs.added_nodes,

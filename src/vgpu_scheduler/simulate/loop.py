@@ -138,6 +138,8 @@ class SimulationOptions:
     """The scheduler's `--enable-ascend`: the `vnpus` section registers only with it (§2)."""
     enable_iluvatar: bool = False
     """The scheduler's `--enable-iluvatar`: the `iluvatars` section registers only with it."""
+    explain: bool = False
+    """Pending pods in the report carry their explanation (per node and device, engine.explain)."""
 
 
 @dataclass(slots=True)
@@ -483,7 +485,12 @@ class Simulation:
 
     # -- report ------------------------------------------------------------------------------------
 
+    def _explain(self, namespace: str, name: str) -> dict[str, Any] | None:
+        explanation = self.process.explain(namespace, name)
+        return explanation.to_json() if explanation is not None else None
+
     async def _report(self) -> dict[str, Any]:
+        await self.settle()  # explain reads the scheduler's caches
         vendors = self.process.vendors
         outcomes: list[PodOutcome] = []
         demands: list[DeviceDemand] = []
@@ -495,7 +502,10 @@ class Simulation:
                 outcomes.append(PodOutcome(pod_in, None, self._reasons.get(key, {})))
                 continue
             node = (pod.get("spec") or {}).get("nodeName") or None
-            outcomes.append(PodOutcome(pod, node, self._reasons.get(key, {}) if node is None else {}))
+            explained = self._explain(namespace, name) if node is None and self.options.explain else None
+            outcomes.append(
+                PodOutcome(pod, node, self._reasons.get(key, {}) if node is None else {}, explained)
+            )
             if node is None:
                 demands.extend(_demands(pod, vendors))
         ledger = self.process.state.ledger

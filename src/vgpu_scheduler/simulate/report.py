@@ -7,7 +7,9 @@ Schema (every key always present)::
         {"namespace": str, "name": str,
          "node": str | null,                      # null = still pending at the end
          "annotations": {str: str},               # every annotation the pod ends with
-         "reasons": {node: reason}}               # only for pending pods; {} otherwise
+         "reasons": {node: reason},               # only for pending pods; {} otherwise
+         "explain": {...}}                        # only with --explain, for pending pods: what
+                                                  # `vgpu-scheduler explain -o json` prints
       ],
       "summary": {
         "pods": {"total": int, "scheduled": int, "pending": int},
@@ -142,6 +144,8 @@ class PodOutcome:
     pod: Mapping[str, Any]
     node: str | None
     reasons: Mapping[str, str] = field(default_factory=dict)
+    explain: Mapping[str, Any] | None = None
+    """The pod's explanation (engine.explain) when asked for, else None (no key in the report)."""
 
 
 def _ratio(part: int, whole: int) -> float:
@@ -157,6 +161,7 @@ def pod_entry(outcome: PodOutcome) -> dict[str, Any]:
         "node": outcome.node,
         "annotations": {str(k): v for k, v in sorted(annotations.items())},
         "reasons": {str(k): v for k, v in sorted(reasons.items())},
+        **({"explain": outcome.explain} if outcome.explain is not None else {}),
     }
 
 
