@@ -32,9 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-# bench/ on sys.path would let bench/http.py shadow the standard library's `http`: drop it.
 BENCH_DIR = Path(__file__).resolve().parent
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != BENCH_DIR]
 sys.path.insert(0, str(BENCH_DIR.parent / "tests" / "e2e"))
 sys.path.insert(0, str(BENCH_DIR.parent))  # the repository root: standin imports tests.builders
 from controlplane import ControlPlane, ControlPlaneUnavailable, find_binaries_or_raise  # noqa: E402

@@ -9,24 +9,18 @@ Prints wall time, pods/s (pods bound per wall second) and scheduling cycles; not
 
 from __future__ import annotations
 
-import os
+import argparse
+import asyncio
+import hashlib
+import resource
 import sys
+import time
 
-# bench/http.py (a sibling benchmark) would shadow the standard library's `http` that aiohttp imports.
-_HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _HERE]
-
-import argparse  # noqa: E402
-import asyncio  # noqa: E402
-import hashlib  # noqa: E402
-import resource  # noqa: E402
-import time  # noqa: E402
-
-from vgpu_scheduler.cluster.embedded.fleet import fleet  # noqa: E402
-from vgpu_scheduler.simulate.loop import SimulationOptions, simulate  # noqa: E402
-from vgpu_scheduler.simulate.providers import DEFAULT_PROVIDER, provider_names  # noqa: E402
-from vgpu_scheduler.simulate.report import dumps_report  # noqa: E402
-from vgpu_scheduler.simulate.workload import demo_workload  # noqa: E402
+from vgpu_scheduler.cluster.embedded.fleet import fleet
+from vgpu_scheduler.simulate.loop import SimulationOptions, simulate
+from vgpu_scheduler.simulate.providers import DEFAULT_PROVIDER, provider_names
+from vgpu_scheduler.simulate.report import dumps_report
+from vgpu_scheduler.simulate.workload import demo_workload
 
 
 def main(argv: list[str] | None = None) -> int:

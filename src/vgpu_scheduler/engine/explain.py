@@ -21,6 +21,7 @@ from vgpu_scheduler.engine.decide import Chosen, Error, NoFit, NoRequest, decide
 from vgpu_scheduler.engine.fit import pod_fit_context
 from vgpu_scheduler.engine.nodeview import NodeView
 from vgpu_scheduler.engine.podinfo import init_container_count
+from vgpu_scheduler.engine.policy import asked_memory
 from vgpu_scheduler.engine.requests import pod_requests
 from vgpu_scheduler.engine.state import SchedulerState
 from vgpu_scheduler.model import PERCENTAGE_UNSET, ContainerDeviceRequest, DeviceInfo, DeviceUsage
@@ -252,13 +253,6 @@ def _first_reason(reason: str) -> str:
     """`1/1 CardInsufficientMemory` -> `CardInsufficientMemory` (a single device: one entry)."""
     first = reason.split(", ")[0]
     return first.split(" ", 1)[1] if " " in first else first or "unknown"
-
-
-def asked_memory(dev: DeviceInfo, req: ContainerDeviceRequest) -> int:
-    """MiB the request takes of `dev` (a percentage is of the device's memory, §5.3)."""
-    if req.memreq == 0 and req.mem_percentage_req not in (PERCENTAGE_UNSET, 0):
-        return dev.devmem * req.mem_percentage_req // 100
-    return req.memreq
 
 
 def _detail(verdict: str, dev: DeviceInfo, use: DeviceUsage, req: ContainerDeviceRequest) -> str:

@@ -246,7 +246,7 @@ def _fit_container(
         if scores is None:  # once per container, on the usage before any of its requests
             scores = _scores_for(devices, usage.items, order, requests=requests, weights=ctx.weights)
         order = sorted(order, key=sort_key(ctx.policy, ctx.numa_bind, devices=devices, usage=usage.items,
-            scores=scores))
+            scores=scores, request=req))
         if len(positions) == len(devices):
             typed = order
         else:

@@ -12,13 +12,15 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from functools import lru_cache
 
-from vgpu_scheduler.model import DeviceInfo, DeviceUsage
+from vgpu_scheduler.model import PERCENTAGE_UNSET, ContainerDeviceRequest, DeviceInfo, DeviceUsage
 
 BINPACK = "binpack"
 SPREAD = "spread"
 NUMA = "numa"
 MUTEX = "mutex"
 TOPOLOGY_AWARE = "topology-aware"
+BEST_FIT = "best-fit"
+"""Ours, opt-in: the device whose leftover after the pod strands the least (`best_fit_key`)."""
 
 DEFAULT_GPU_POLICY = SPREAD
 """`--gpu-scheduler-policy` default."""
@@ -70,11 +72,15 @@ def sort_key(
     devices: Sequence[DeviceInfo],
     usage: Sequence[DeviceUsage],
     scores: Sequence[float],
+    request: ContainerDeviceRequest | None = None,
 ) -> SortKey:
     """Key function over device positions that orders them as HAMi's `Less` does.
 
-    `scores` is indexed by position like `devices`/`usage`.
+    `scores` is indexed by position like `devices`/`usage`; `request` is the container's request
+    being fitted (only `best-fit` reads it).
     """
+    if policy == BEST_FIT and request is not None and not numa_bind:
+        return best_fit_key(request, devices, usage)
     chain = sort_chain(policy, numa_bind)
     if chain is not None:
         getters: list[Callable[[int], float]] = []
@@ -100,6 +106,55 @@ def sort_key(
         return lambda p: (scores[p], devices[p].numa)
     # spread, topology-aware and any unknown name.
     return lambda p: (-scores[p], devices[p].numa)
+
+
+def asked_memory(dev: DeviceInfo, req: ContainerDeviceRequest) -> int:
+    """MiB one instance of `req` takes of `dev` (a percentage is of the device's memory)."""
+    if req.memreq == 0 and req.mem_percentage_req not in (PERCENTAGE_UNSET, 0):
+        return dev.devmem * req.mem_percentage_req // 100
+    return req.memreq
+
+
+def stranded_after(
+    dev: DeviceInfo, use: DeviceUsage, req: ContainerDeviceRequest
+) -> tuple[float, float] | None:
+    """(stranded, leftover) of `dev` once one instance of `req` is on it, as fractions of the device
+    summed over memory and cores; None when it cannot hold the instance.
+
+    The pods that usually come next look like this one (replicas, jobs of one shape): the leftover
+    holds k more copies, and what remains beyond those k copies — memory beside exhausted cores or
+    shares, cores beside exhausted memory — is stranded."""
+    if dev.count <= 0 or dev.devmem <= 0 or dev.devcore <= 0:
+        return None
+    mem, cores = asked_memory(dev, req), req.coresreq
+    slots = dev.count - use.used - 1
+    free_mem = dev.devmem - use.usedmem - mem
+    free_cores = dev.devcore - use.usedcores - cores
+    if min(slots, free_mem, free_cores) < 0:
+        return None
+    copies = slots
+    if mem > 0:
+        copies = min(copies, free_mem // mem)
+    if cores > 0:
+        copies = min(copies, free_cores // cores)
+    stranded = (free_mem - copies * mem) / dev.devmem + (free_cores - copies * cores) / dev.devcore
+    return stranded, free_mem / dev.devmem + free_cores / dev.devcore
+
+
+def best_fit_key(
+    request: ContainerDeviceRequest, devices: Sequence[DeviceInfo], usage: Sequence[DeviceUsage]
+) -> SortKey:
+    """`best-fit`: the device that strands the least after the pod sorts last (fit takes it first),
+    then the tightest one (binpack's preference); devices that cannot hold it sort first."""
+
+    def key(p: int) -> tuple[float, ...]:
+        after = stranded_after(devices[p], usage[p], request)
+        if after is None:
+            return (0.0, 0.0, 0.0)
+        stranded, leftover = after
+        return (1.0, -round(stranded, 6), -round(leftover, 6))
+
+    return key
 
 
 def sort_devices(

@@ -48,7 +48,7 @@ from vgpu_scheduler.wire import objects
 
 PROG = "vgpu-scheduler simulate"
 NODE_POLICIES = ("binpack", "spread")
-GPU_POLICY_TOKENS = ("binpack", "spread", "topology-aware", "mutex", "numa")
+GPU_POLICY_TOKENS = ("binpack", "spread", "topology-aware", "mutex", "numa", "best-fit")
 
 
 def _gpu_policy(value: str) -> str:
@@ -105,7 +105,8 @@ def build_parser() -> argparse.ArgumentParser:
         default="spread",
         metavar="POLICY",
         type=_gpu_policy,
-        help="binpack, spread, topology-aware, mutex, numa, or a comma chain such as binpack,numa",
+        help="binpack, spread, topology-aware, mutex, numa, best-fit (ours), or a comma chain such as "
+        "binpack,numa",
     )
     p.add_argument("--provider", default=DEFAULT_PROVIDER, choices=provider_names(),
                    help="algorithm provider: the predicates and priorities kube-scheduler runs")

@@ -1,6 +1,6 @@
 """Benchmark of POST /filter and /bind through real HTTP on loopback.
 
-    .venv/bin/python bench/http.py [--nodes 500 5000] [--requests 1000] [--binds 200]
+    .venv/bin/python bench/filter_http.py [--nodes 500 5000] [--requests 1000] [--binds 200]
 
 A child process runs the real server stack (SchedulerProcess + routes) on the embedded cluster,
 seeded with N nodes × 8 GPUs (count 20, 80 GiB) and existing allocations as real pod objects;
@@ -25,10 +25,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-# This file is bench/http.py: with bench/ on sys.path it would shadow the standard library's
-# `http` (and break aiohttp), so drop it and load the engine bench's builders by path.
+# The engine bench's builders, loaded by path (bench/ is no package).
 BENCH_DIR = Path(__file__).resolve().parent
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != BENCH_DIR]
 _spec = importlib.util.spec_from_file_location("bench_engine", BENCH_DIR / "engine.py")
 assert _spec is not None and _spec.loader is not None
 bench_engine = importlib.util.module_from_spec(_spec)
