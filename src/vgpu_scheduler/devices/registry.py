@@ -48,9 +48,9 @@ REGISTRY: tuple[Entry, ...] = (
 
     # Entry("awsneuron", "awsneuron"),
 
-    # Entry("amd", "amd"),
+    Entry("amd", "amd"),
 
-    # Entry("vastai", "vastai"),
+    Entry("vastai", "vastai"),
 
     # Entry("biren", "biren"),
 

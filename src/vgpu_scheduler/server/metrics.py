@@ -118,8 +118,9 @@ class MetricsSnapshot:
     quotas: tuple[QuotaRow, ...] = ()
 
 
-def _is_amd_device(dev_type: str, vendor: str) -> bool:
-    return vendor.upper() == AMD or dev_type.upper().startswith(AMD)
+def _is_amd_device(dev_type: str) -> bool:
+    # HAMi's normalizeAMDCoreMetrics goes by the registered type alone, whatever the vendor.
+    return dev_type.upper().startswith(AMD)
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,7 +169,7 @@ def snapshot_rows(raw: StateSnapshot) -> MetricsSnapshot:
                     used,
                     usedmem,
                     usedcores,
-                    _is_amd_device(dev.type, dev.device_vendor),
+                    _is_amd_device(dev.type),
                 )
             )
     device_of: dict[str, tuple[int, int, bool]] = {}  # uuid -> (index, devcore, AMD), first node wins
