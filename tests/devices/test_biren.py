@@ -68,7 +68,8 @@ def test_chart_section() -> None:
         keys.NODE_LOCK,
         ("hami.io/node-biren-register",),
     )
-    assert v.prefilter is False and v.scores_nodes is False
+    assert v.prefilter is False and v.scores_nodes is False  # ScoreNode is 0
+    assert v.score_node([], annotations={}, devices=[], previous=[], policy="spread") == 0
 
 
 def test_missing_section_registers_biren_with_an_empty_name() -> None:

@@ -81,6 +81,8 @@ def test_chart_list_registers_one_vendor_per_chip_after_the_others() -> None:
         ("hami.io/node-BI-V150-register",),
     )
     assert isinstance(v, IluvatarVendor) and v.chip_name == "BI-V150"
+    assert v.prefilter is True and v.scores_nodes is False  # ScoreNode is 0
+    assert v.score_node([], annotations={}, devices=[], previous=[], policy="binpack") == 0
     assert (v.use_uuid_key, v.nouse_uuid_key) == ("hami.io/use-BI-V150-uuid", "hami.io/no-use-BI-V150-uuid")
 
 
