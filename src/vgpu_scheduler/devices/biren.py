@@ -88,7 +88,7 @@ class BirenVendor(GenericVendor):
         cordoned: frozenset[str],
         allocated: Sequence[ContainerDevices],
     ) -> FitResult:
-        chosen, reason = self._walk(request, devices, usage, order, ctx)
+        chosen, reason = self._walk(request, devices, usage, order, ctx=ctx)
         if reason:
             return FitResult(False, reason=reason)
         entries = [
@@ -107,7 +107,7 @@ class BirenVendor(GenericVendor):
         cordoned: frozenset[str],
     ) -> str | None:
         # Every device is judged on its own, so the outcome does not depend on the order.
-        return self._walk(request, devices, usage, positions, ctx)[1]
+        return self._walk(request, devices, usage, positions, ctx=ctx)[1]
 
     def _walk(
         self,
@@ -115,6 +115,7 @@ class BirenVendor(GenericVendor):
         devices: Sequence[DeviceInfo],
         usage: Sequence[DeviceUsage],
         order: Sequence[int],
+        *,
         ctx: PodFitContext,
     ) -> tuple[list[int], str]:
         """HAMi Biren `Fit` over `order` from the end: (chosen positions, "" or the reason)."""
