@@ -27,6 +27,7 @@ from vgpu_scheduler.devices.protocol import ResourceNames, VendorConfigError, Ve
 from vgpu_scheduler.devices.registry import build
 from vgpu_scheduler.engine.decide import Chosen, NoFit, decide
 from vgpu_scheduler.engine.fit import pod_fit_context
+from vgpu_scheduler.engine.quota import QuotaManager
 from vgpu_scheduler.engine.requests import pod_requests
 from vgpu_scheduler.engine.state import SchedulerState
 from vgpu_scheduler.model import NVIDIA, ContainerDevice, ContainerDeviceRequest, DeviceInfo, DeviceUsage
@@ -575,3 +576,16 @@ async def test_simulated_device_plugin_consumes_chip_allocations() -> None:
     after = cluster.get("pods", "p", "default")["metadata"]["annotations"]
     assert after["hami.io/BI-V150-devices-to-allocate"] == ";;" and after[keys.BIND_PHASE] == "success"
     assert keys.NODE_LOCK not in (cluster.get("nodes", "n1")["metadata"].get("annotations") or {})
+
+
+def test_resource_quota_limits_are_in_256_mib_units() -> None:
+    """The quota names the memory resource in the pod's units; HAMi scales its limit by 256 too."""
+    quota = QuotaManager.for_vendors(VENDORS)
+    quota.upsert_quota({"metadata": {"namespace": "default", "name": "q"},
+                        "spec": {"hard": {"limits.iluvatar.ai/BI-V150.vMem": "16"}}})
+    sixteen = pod_requests(ilu_pod("a", mem="16"), VENDORS)
+    seventeen = pod_requests(ilu_pod("b", mem="17"), VENDORS)
+    assert quota.admission_fits("default", sixteen, 0) is True
+    assert quota.admission_fits("default", seventeen, 0) is False
+    assert quota.fits("default", "BI-V150", 16 * 256, 0)
+    assert not quota.fits("default", "BI-V150", 16 * 256 + 1, 0)
