@@ -47,7 +47,7 @@ COUNT, MEM, CORES = "hygon.com/dcunum", "hygon.com/dcumem", "hygon.com/dcucores"
 NAMES = ResourceNames(COUNT, MEM, CORES)
 DCU = HygonVendor(NAMES)
 CHART = default_device_config()
-VENDORS = build(CHART)  # NVIDIA, DCU (the chart's sections)
+VENDORS = build(CHART)  # NVIDIA, DCU, ... (the chart's sections)
 NOW = datetime(2026, 11, 29, 21, 3, 30, tzinfo=UTC)
 
 

@@ -52,11 +52,11 @@ REGISTRY: tuple[Entry, ...] = (
 
     Entry("vastai", "vastai"),
 
-    # Entry("biren", "biren"),
+    Entry("biren", "biren"),
 
     # Entry("vnpus", "ascend", gate="enable_ascend"),
 
-    # Entry("iluvatars", "iluvatar", gate="enable_iluvatar"),
+    Entry("iluvatars", "iluvatar", gate="enable_iluvatar"),
 
 )
 

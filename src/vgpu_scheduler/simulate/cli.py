@@ -30,6 +30,8 @@ from vgpu_scheduler.cluster.embedded.runtime import InvalidDurationError, durati
 from vgpu_scheduler.cluster.embedded.snapshot import Snapshot, SnapshotError, load_snapshot
 from vgpu_scheduler.config import DeviceConfig
 from vgpu_scheduler.configfile import DeviceConfigError, default_device_config, load_device_config
+from vgpu_scheduler.devices import registry
+from vgpu_scheduler.devices.protocol import VendorConfigError, VendorFlags
 from vgpu_scheduler.scheduler.extender import Extender
 from vgpu_scheduler.simulate.loop import (
     ARRIVAL_ANNOTATION,
@@ -156,6 +158,11 @@ def load_inputs(args: argparse.Namespace) -> Inputs:
             config = default_device_config()
     except DeviceConfigError as exc:
         raise InputError(f"failed to load device config: {exc}") from None
+    try:  # the sections only --enable-ascend / --enable-iluvatar register are read now
+        gates = VendorFlags(enable_ascend=args.enable_ascend, enable_iluvatar=args.enable_iluvatar)
+        registry.build(config, gates)
+    except VendorConfigError as exc:
+        raise InputError(f"failed to initialize devices: {exc}") from None
     try:
         snapshot = load_snapshot(args.snapshot) if args.snapshot else Snapshot(nodes=demo_fleet())
         extra = load_snapshot(args.pods) if args.pods else Snapshot(pods=demo_workload(args.count, args.seed))

@@ -1,0 +1,452 @@
+"""Biren (§2.2, §3.3, §3.4, §4.4, §5.3, §6.2, §7): the vectors of HAMi v2.10.0's
+pkg/device/biren/device_test.go, then the vendor inside the registry, the registration loop, the
+decision, the bind, the webhook and the metrics. The `simulate` CLI end to end is in
+test_iluvatar_biren_cli.py."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from tests.builders import container, node, pod
+from vgpu_scheduler.cluster.client import KubeClient
+from vgpu_scheduler.cluster.embedded.deviceplugin import SimDevicePlugin
+from vgpu_scheduler.cluster.memory import MemoryCluster
+from vgpu_scheduler.cluster.registration import RegistrationLoop
+from vgpu_scheduler.cluster.store import Store
+from vgpu_scheduler.cluster.transport import MemoryTransport
+from vgpu_scheduler.config import DeviceConfig
+from vgpu_scheduler.configfile import DeviceConfigError, default_device_config, parse_device_config
+from vgpu_scheduler.devices import biren
+from vgpu_scheduler.devices.biren import BirenVendor
+from vgpu_scheduler.devices.protocol import ResourceNames, Vendors
+from vgpu_scheduler.devices.registry import build
+from vgpu_scheduler.engine.decide import Chosen, NoFit, decide
+from vgpu_scheduler.engine.fit import pod_fit_context
+from vgpu_scheduler.engine.requests import pod_requests
+from vgpu_scheduler.engine.state import SchedulerState
+from vgpu_scheduler.model import NVIDIA, ContainerDevice, ContainerDeviceRequest, DeviceInfo, DeviceUsage
+from vgpu_scheduler.scheduler.extender import _locking_request
+from vgpu_scheduler.scheduler.options import SchedulerOptions
+from vgpu_scheduler.server.metrics import exposition, metrics_registry
+from vgpu_scheduler.server.webhook import review_pod
+from vgpu_scheduler.wire import keys
+from vgpu_scheduler.wire.inventory import InventoryError
+
+COUNT = "birentech.com/gpu"
+BR = BirenVendor(ResourceNames(COUNT, "", "", 0))
+CHART = default_device_config()
+VENDORS = build(CHART)
+NOW = datetime(2026, 11, 29, 21, 3, 30, tzinfo=UTC)
+
+
+def _readable(value: object) -> str | None:
+    """Case ids for the tables below: objects as compact JSON-ish text."""
+    if isinstance(value, (dict, list, tuple)) or dataclasses.is_dataclass(value):
+        text = json.dumps(value, default=repr, separators=(",", ":"), sort_keys=True)
+        return text if len(text) <= 60 else text[:57] + "..."
+    return None
+
+
+# --------------------------------------------------------------------------------------------
+# Configuration
+
+
+def test_chart_section() -> None:
+    assert "Biren" in VENDORS.keys and VENDORS.keys[:2] == (NVIDIA, "DCU")
+    v = VENDORS["Biren"]
+    assert v.names == ResourceNames(COUNT, "", "", 0)
+    assert v.managed_resources == {COUNT}
+    assert (v.allocation_keys, v.handshake_key, v.cleanup_key, v.lock_key, v.inventory_keys) == (
+        ("hami.io/Biren-devices-to-allocate", "hami.io/Biren-devices-allocated"),
+        "hami.io/node-handshake-biren",
+        "hami.io/node-handshake-biren",
+        keys.NODE_LOCK,
+        ("hami.io/node-biren-register",),
+    )
+    assert v.prefilter is False and v.scores_nodes is False  # ScoreNode is 0
+    assert v.score_node([], annotations={}, devices=[], previous=[], policy="spread") == 0
+
+
+def test_missing_section_registers_biren_with_an_empty_name() -> None:
+    vendors = build(DeviceConfig())
+    assert vendors["Biren"].names == ResourceNames("", "", "", 0)
+    assert vendors["Biren"].managed_resources == frozenset()
+    assert pod_requests(pod(containers=[container(limits={"": "1"})]), vendors) == [{}]
+
+
+def test_custom_section_and_type_errors() -> None:
+    config = parse_device_config("biren:\n  resourceCountName: ex.com/br\n")
+    assert build(config)["Biren"].names.count == "ex.com/br"
+    with pytest.raises(DeviceConfigError) as err:
+        parse_device_config("biren:\n  resourceCountName: [a]\n", "f.yaml")
+    assert err.value.key == "biren.resourceCountName"
+
+
+# --------------------------------------------------------------------------------------------
+# Requests (Test_GenerateResourceRequests): a count only
+
+
+WHOLE = ContainerDeviceRequest(1, "Biren", 0, 100, 0)
+
+
+@pytest.mark.parametrize(
+    ("ctr", "expected"),
+    [
+        (container(limits={}, requests={}), None),
+        (container(limits={COUNT: "1"}, requests={COUNT: "1"}), WHOLE),
+        (container(limits={COUNT: "1"}), WHOLE),
+        (container(requests={COUNT: "1"}), WHOLE),
+        (container(limits={COUNT: "3"}), ContainerDeviceRequest(3, "Biren", 0, 100, 0)),
+        (container(limits={COUNT: "4294967297"}), WHOLE),  # Go's int32 of the count
+        (container(limits={COUNT: "0"}), ContainerDeviceRequest(0, "Biren", 0, 100, 0)),
+        (container(limits={COUNT: "0.5"}), None),
+        (container(limits={"nvidia.com/gpu": "1"}), None),
+    ],
+    ids=_readable,
+)
+def test_requests(ctr: dict[str, Any], expected: ContainerDeviceRequest | None) -> None:
+    assert BR.request(ctr) == expected
+
+
+def test_non_positive_counts_ask_for_nothing() -> None:
+    reqs = pod_requests(pod(containers=[container(limits={COUNT: "0"}), container(limits={COUNT: "-2"})]),
+                        Vendors([BR]))
+    assert reqs == [{}, {}]
+
+
+# --------------------------------------------------------------------------------------------
+# Inventory (Test_GetNodeDevices) and health (Test_CheckHealth)
+
+
+def br_node(register: str | None, *, name: str = "n", allocatable: str | None = "4", **annos: str) -> Any:
+    annotations = dict(annos)
+    if register is not None:
+        annotations[biren.REGISTER] = register
+    return node(name, annotations=annotations, allocatable={COUNT: allocatable} if allocatable else None)
+
+
+def test_inventory_json_with_cores_forced_to_100() -> None:
+    register = '[{"id":"7-0","count":1,"devmem":32768,"type":"Biren","health":true,"devicepairscore":{}}]'
+    devices = BR.node_devices(br_node(register))
+    assert [(d.id, d.count, d.devmem, d.devcore, d.type, d.numa, d.health, d.index, d.device_vendor)
+            for d in devices] == [("7-0", 1, 32768, 100, "Biren", 0, True, 0, "Biren")]
+    register = '[{"id":"a","count":2,"devmem":1,"devcore":7,"type":"Biren","health":false}]'
+    assert [(d.devcore, d.health) for d in BR.node_devices(br_node(register))] == [(100, False)]
+
+
+@pytest.mark.parametrize(
+    ("register", "error"),
+    [
+        (None, "annos not found hami.io/node-biren-register"),
+        (":", "invalid node annotation JSON"),  # HAMi's test names it "no biren device"
+        ("", "invalid node annotation JSON"),
+        ("[]", "no gpu found on node"),
+        ("null", "no gpu found on node"),
+        ("{}", "must be an array"),
+        ("a,1,1024,100,Biren,0,true:", "invalid node annotation JSON"),  # JSON only
+        ('[{"id":"a","count":"1"}]', "field 'count' must be an int32"),
+    ],
+    ids=_readable,
+)
+def test_inventory_errors(register: str | None, error: str) -> None:
+    with pytest.raises(InventoryError, match=error):
+        BR.node_devices(br_node(register))
+
+
+@pytest.mark.parametrize(
+    ("handshake", "allocatable", "healthy", "need_update", "write"),
+    [
+        ("Requesting_2025-01-07 00:00:00", None, False, False, False),
+        ("Requesting_2025-01-07 00:00:00", "4", True, False, False),
+        ("Requesting_2026-11-29 21:03:00", None, True, False, False),
+        ("Unknown", None, True, True, True),
+        (None, None, True, True, True),
+    ],
+    ids=_readable,
+)
+def test_health(
+    handshake: str | None, allocatable: str | None, healthy: bool, need_update: bool, write: bool
+) -> None:
+    annos = {biren.HANDSHAKE: handshake} if handshake is not None else {}
+    health = BR.check_health(br_node(":", allocatable=allocatable, **annos), NOW, UTC)
+    assert (health.healthy, health.need_update, health.write_requesting) == (healthy, need_update, write)
+
+
+# --------------------------------------------------------------------------------------------
+# Fit (TestDevices_Fit, Test_checkType) and usage (TestDevices_AddResourceUsage)
+
+
+@dataclasses.dataclass
+class Dev:
+    id: str
+    count: int = 1
+    totalmem: int = 0
+    totalcore: int = 0
+    used: int = 0
+    usedmem: int = 0
+    usedcores: int = 0
+    health: bool = True
+    index: int = 0
+
+
+def run_fit(
+    devs: list[Dev], request: ContainerDeviceRequest, annos: dict[str, str] | None = None
+) -> tuple[bool, list[ContainerDevice], str]:
+    devices = [DeviceInfo(id=d.id, index=d.index, count=d.count, devmem=d.totalmem, devcore=d.totalcore,
+                          type="Biren", health=d.health) for d in devs]
+    usage = [DeviceUsage(d.used, d.usedmem, d.usedcores) for d in devs]
+    ctx = pod_fit_context(pod(annotations=annos or {}), vendors=Vendors([BR]))
+    order = list(range(len(devs)))
+    result = BR.fit(request, devices, usage, order, ctx=ctx, cordoned=frozenset(), allocated=())
+    quick = BR.quick_verdict(request, devices, usage, order, ctx=ctx, cordoned=frozenset())
+    assert quick == result.reason  # Biren's fit never depends on the order
+    return result.ok, result.devices, result.reason
+
+
+def req(nums: int, mem: int = 0, pct: int = 0, cores: int = 0, type_: str = "Biren"
+        ) -> ContainerDeviceRequest:
+    return ContainerDeviceRequest(nums, type_, mem, pct, cores)
+
+
+@pytest.mark.parametrize(
+    ("devs", "request_", "annos", "ids", "reason"),
+    [
+        ([Dev("dev-0"), Dev("dev-1", index=1)], req(1), {}, ["dev-1"], ""),
+        ([Dev("dev-0")], req(1, 512, 0, 50, "OtherType"), {}, [], "1/1 CardTypeMismatch"),
+        ([Dev("dev-1")], req(1), {biren.USE_UUID: "dev-0"}, [], "1/1 CardUuidMismatch"),
+        ([Dev("dev-0")], req(1), {biren.NOUSE_UUID: "dev-0"}, [], "1/1 CardUuidMismatch"),
+        ([Dev("dev-0", used=1)], req(1), {}, [], "1/1 CardTimeSlicingExhausted"),
+        ([Dev("dev-0")], req(2), {}, [], "1/1 AllocatedCardsInsufficientRequest"),
+        ([Dev("dev-0", count=2, used=1)], req(1), {keys.GPU_SCHEDULER_POLICY: "mutex"}, [],
+         "1/1 ExclusiveDeviceAllocateConflict"),
+        ([Dev("dev-0", count=100, totalmem=1280, totalcore=100),
+          Dev("dev-1", count=100, totalmem=1280, totalcore=100, index=1)], req(3, 512, 0, 20), {}, [],
+         "2/2 AllocatedCardsInsufficientRequest"),
+        ([Dev("dev-0", health=False)], req(1), {}, [], "1/1 CardNotHealth"),
+        # Neither memory nor cores are checked: a full device with a free slot is taken.
+        ([Dev("dev-0", count=4, used=1, totalmem=100, usedmem=100, totalcore=100, usedcores=100)],
+         req(1, 0, 100, 0), {}, ["dev-0"], ""),
+        # the declared but unread birentech.com/use-biren, and other vendors' annotations, mean nothing
+        ([Dev("dev-0")], req(1), {"birentech.com/nouse-biren": "Biren", keys.NOUSE_GPUTYPE: "Biren"},
+         ["dev-0"], ""),
+        ([Dev("dev-0"), Dev("dev-1", index=1)], req(1), {biren.USE_UUID: "dev-0, x"}, ["dev-0"], ""),
+        ([Dev("dev-0", used=1), Dev("dev-1", health=False), Dev("dev-2", index=2)], req(2), {}, [],
+         "1/3 AllocatedCardsInsufficientRequest, 1/3 CardNotHealth, 1/3 CardTimeSlicingExhausted"),
+    ],
+    ids=_readable,
+)
+def test_fit(
+    devs: list[Dev], request_: ContainerDeviceRequest, annos: dict[str, str], ids: list[str], reason: str
+) -> None:
+    ok, chosen, got_reason = run_fit(devs, request_, annos)
+    assert (ok, got_reason) == (not reason, reason)
+    assert [d.uuid for d in chosen] == ids
+
+
+def test_fit_entries_record_no_memory_and_the_request_cores() -> None:
+    devs = [Dev("a", totalmem=32768, index=5), Dev("b", totalmem=32768, index=6)]
+    ok, chosen, _ = run_fit(devs, req(2, 0, 100))
+    assert ok and chosen == [ContainerDevice("b", "Biren", 0, 0, 6), ContainerDevice("a", "Biren", 0, 0, 5)]
+    u = DeviceUsage(1, 0, 0)
+    BR.add_usage(DeviceInfo(id="dev-0"), u, ContainerDevice("dev-0", "Biren", 0, 0), container_index=0,
+                 device_index=0, migs=[])
+    assert u == DeviceUsage(2, 0, 0)
+
+
+# --------------------------------------------------------------------------------------------
+# Annotations (Test_PatchAnnotations), lock (TestDevices_LockNode), admission (Test_MutateAdmission)
+
+
+def test_patch_annotations() -> None:
+    entries = [[ContainerDevice("test1", "Biren", 2048, 1, 1)]]
+    assert BR.patch_annotations(entries, [], node="n", now=1) == {
+        "hami.io/Biren-devices-to-allocate": "test1,Biren,2048,1:;",
+        "hami.io/Biren-devices-allocated": "test1,Biren,2048,1:;",
+    }
+    assert BR.patch_annotations([], [], node="n", now=1) == {}
+
+
+@pytest.mark.parametrize(
+    ("p", "locks"),
+    [
+        (pod(containers=[]), False),
+        (pod(containers=[container(requests={COUNT: "1"})]), True),
+        (pod(containers=[container(limits={COUNT: "1"})]), True),
+        (pod(init_containers=[container(limits={COUNT: "1"})], containers=[container()]), False),
+    ],
+    ids=_readable,
+)
+def test_lock_only_for_regular_containers(p: dict[str, Any], locks: bool) -> None:
+    assert _locking_request(p, VENDORS) is locks
+
+
+@pytest.mark.parametrize(
+    ("ctr", "has"),
+    [
+        (container(limits={COUNT: "1"}), True),
+        (container(requests={COUNT: "1"}), False),  # MutateAdmission reads limits
+        (container(limits={"nvidia.com/gpu": "1"}), False),
+    ],
+    ids=_readable,
+)
+def test_mutate(ctr: dict[str, Any], has: bool) -> None:
+    before = json.dumps(ctr)
+    assert BR.mutate(ctr, pod()) is has
+    assert json.dumps(ctr) == before  # nothing changes
+
+
+def test_webhook_puts_biren_pods_under_our_scheduler_and_denies_privileged() -> None:
+    opts = dataclasses.replace(SchedulerOptions(), scheduler_name="hami-scheduler")
+    response = review_pod(pod(containers=[container(limits={COUNT: "1"})]), opts, VENDORS)
+    assert response.allowed
+    assert [op["path"] for op in response.patch] == ["/spec/schedulerName"]
+    privileged = pod(containers=[container(limits={COUNT: "1"}, securityContext={"privileged": True})])
+    denied = review_pod(privileged, opts, VENDORS)
+    assert not denied.allowed and denied.message == "container c is privileged"
+
+
+# --------------------------------------------------------------------------------------------
+# In the scheduler: registration, decision, metrics, device plugin
+
+
+def br_devices(n: int = 2, count: int = 1) -> str:
+    return json.dumps([{"id": f"BR-{i}", "count": count, "devmem": 65536, "type": "Biren", "health": True,
+                        "index": i} for i in range(n)])
+
+
+async def test_registration_reads_biren_nodes_and_stamps_the_handshake() -> None:
+    cluster = MemoryCluster(seed=1)
+    client = KubeClient(MemoryTransport(cluster))
+    store = Store()
+    state = SchedulerState(VENDORS)
+    loop = RegistrationLoop(client, state, store, now=lambda: NOW, tz=UTC)
+    try:
+        for obj in (br_node(br_devices(), name="br-1"), br_node("[{", name="br-broken"),
+                    br_node(br_devices(1), name="br-2")):
+            store.upsert(cluster.create("nodes", obj))
+        report = await loop.run_pass()
+        await loop.flush_writes()
+        view = state.ledger.view("br-1")
+        assert view is not None
+        assert [(d.id, d.devcore) for d in view.devices] == [("BR-0", 100), ("BR-1", 100)]
+        assert state.ledger.view("br-2") is not None
+        assert state.ledger.view("br-broken") is None
+        assert list(report.errors) == ["br-broken"]
+        assert report.errors["br-broken"].startswith("invalid node annotation JSON")
+        annotations = cluster.get("nodes", "br-1")["metadata"]["annotations"]
+        assert annotations[biren.HANDSHAKE] == "Requesting_2026-11-29 21:03:30"
+    finally:
+        await loop.stop()
+        await client.close()
+
+
+async def test_unhealthy_biren_is_cleaned_up_and_its_handshake_deleted() -> None:
+    cluster = MemoryCluster(seed=1)
+    client = KubeClient(MemoryTransport(cluster))
+    store = Store()
+    state = SchedulerState(VENDORS)
+    clock = [NOW]
+    loop = RegistrationLoop(client, state, store, now=lambda: clock[0], tz=UTC)
+    gpus = '[{"id":"GPU-0","count":10,"devmem":8000,"devcore":100,"type":"NVIDIA-A100","health":true}]'
+    obj = br_node(br_devices(), name="mixed", **{keys.NODE_NVIDIA_REGISTER: gpus})
+    obj["status"]["allocatable"]["nvidia.com/gpu"] = "10"
+    try:
+        store.upsert(cluster.create("nodes", obj))
+        await loop.run_pass()
+        await loop.flush_writes()
+        cluster.patch("nodes", "mixed", {"status": {"allocatable": {COUNT: "0"}}}, subresource="status")
+        store.upsert(cluster.get("nodes", "mixed"))
+        clock[0] = NOW + timedelta(seconds=61)
+        report = await loop.run_pass()
+        await loop.flush_writes()
+        assert report.cleaned == ["mixed"]
+        view = state.ledger.view("mixed")
+        assert view is not None and [d.id for d in view.devices] == ["GPU-0"]
+        assert biren.HANDSHAKE not in cluster.get("nodes", "mixed")["metadata"]["annotations"]
+    finally:
+        await loop.stop()
+        await client.close()
+
+
+def br_pod(name: str, n: str = "1") -> dict[str, Any]:
+    return pod(name, uid=f"uid-{name}", containers=[container(limits={COUNT: n})],
+               status={"phase": "Pending"})
+
+
+def br_state(count: int = 1) -> SchedulerState:
+    state = SchedulerState(VENDORS)
+    state.set_node_devices("br-1", BR.node_devices(br_node(br_devices(2, count))))
+    return state
+
+
+def test_decision_writes_the_biren_annotations_and_slots_run_out() -> None:
+    state = br_state()
+    first = br_pod("p")
+    d = decide(first, ["br-1"], state, default_node_policy="binpack", default_gpu_policy="spread",
+               now=1700000000)
+    assert isinstance(d, Chosen)
+    assert d.annotations == {
+        keys.VGPU_NODE: "br-1",
+        keys.VGPU_TIME: "1700000000",
+        "hami.io/Biren-devices-to-allocate": "BR-1,Biren,0,0:;",
+        "hami.io/Biren-devices-allocated": "BR-1,Biren,0,0:;",
+    }
+    state.reserve(first, d)
+    second = br_pod("q")
+    d2 = decide(second, ["br-1"], state, default_node_policy="binpack", default_gpu_policy="spread", now=2)
+    assert isinstance(d2, Chosen) and d2.annotations["hami.io/Biren-devices-allocated"] == "BR-0,Biren,0,0:;"
+    state.reserve(second, d2)
+    third = decide(br_pod("r"), ["br-1"], state, default_node_policy="binpack", default_gpu_policy="spread",
+                   now=3)
+    assert third == NoFit({"br-1": "2/2 CardTimeSlicingExhausted"})
+    assert decide(br_pod("s", "3"), ["br-1"], br_state(), default_node_policy="binpack",
+                  default_gpu_policy="spread", now=4) == NoFit({"br-1": "NodeInsufficientDevice"})
+
+
+def test_shared_devices_take_several_pods() -> None:
+    """A device with count 2 holds two pods; no memory is ever reserved."""
+    state = br_state(count=2)
+    for i in range(4):
+        p = br_pod(f"p{i}")
+        d = decide(p, ["br-1"], state, default_node_policy="binpack", default_gpu_policy="binpack", now=i)
+        assert isinstance(d, Chosen)
+        state.reserve(p, d)
+    view = state.ledger.view("br-1")
+    assert view is not None and [(u.used, u.usedmem) for u in view.usage] == [(2, 0), (2, 0)]
+
+
+def test_metrics_list_biren_devices() -> None:
+    state = br_state()
+    p = br_pod("p")
+    d = decide(p, ["br-1"], state, default_node_policy="binpack", default_gpu_policy="spread", now=1)
+    assert isinstance(d, Chosen)
+    state.reserve(p, d)
+    text = exposition(metrics_registry(state)).decode()
+    assert ('hami_gpu_shared_count{device_index="1",device_type="Biren",device_uuid="BR-1",node="br-1",'
+            'zone="vGPU"} 1') in text
+    assert ('hami_gpu_core_limit_ratio{device_index="0",device_type="Biren",device_uuid="BR-0",node="br-1",'
+            'zone="vGPU"} 100') in text
+
+
+async def test_simulated_device_plugin_consumes_biren_allocations() -> None:
+    cluster = MemoryCluster(seed=1)
+    lock = {keys.NODE_LOCK: "2026-01-01T00:00:00Z,default,p"}
+    cluster.create("nodes", {"metadata": {"name": "n1", "annotations": lock}})
+    annotations = {
+        "hami.io/Biren-devices-to-allocate": "BR-0,Biren,0,0:BR-1,Biren,0,0:;",
+        "hami.io/Biren-devices-allocated": "BR-0,Biren,0,0:BR-1,Biren,0,0:;",
+        keys.BIND_PHASE: "allocating",
+    }
+    cluster.create("pods", pod("p", annotations=annotations, containers=[container(limits={COUNT: "2"})]))
+    cluster.bind("default", "p", "n1")
+    plugin = SimDevicePlugin(KubeClient(MemoryTransport(cluster)), VENDORS)
+    result = await plugin.admit(cluster.get("pods", "p", "default"))
+    assert result.phase == "Running"
+    after = cluster.get("pods", "p", "default")["metadata"]["annotations"]
+    assert after["hami.io/Biren-devices-to-allocate"] == ";" and after[keys.BIND_PHASE] == "success"
+    assert keys.NODE_LOCK not in (cluster.get("nodes", "n1")["metadata"].get("annotations") or {})
