@@ -210,6 +210,7 @@ class MetaxSgpuVendor(GenericVendor):
         devices: Sequence[DeviceInfo],
         usage: Sequence[DeviceUsage],
         order: Sequence[int],
+        *,
         ctx: PodFitContext,
     ) -> tuple[list[tuple[int, int]], dict[str, int]]:
         """Every device (walked from the end of `order`) that passes the checks, with its memory,
@@ -291,7 +292,7 @@ class MetaxSgpuVendor(GenericVendor):
         cordoned: frozenset[str],
     ) -> str | None:
         # Each device is judged on its own: whether enough pass does not depend on the order.
-        candidates, reasons = self._candidates(request, devices, usage, positions, ctx)
+        candidates, reasons = self._candidates(request, devices, usage, positions, ctx=ctx)
         if len(candidates) >= request.nums:
             return ""
         return self._failure(len(candidates), reasons, len(positions))
@@ -307,7 +308,7 @@ class MetaxSgpuVendor(GenericVendor):
         cordoned: frozenset[str],
         allocated: Sequence[ContainerDevices],
     ) -> FitResult:
-        candidates, reasons = self._candidates(request, devices, usage, order, ctx)
+        candidates, reasons = self._candidates(request, devices, usage, order, ctx=ctx)
         nums = request.nums
         if len(candidates) < nums:
             return FitResult(False, reason=self._failure(len(candidates), reasons, len(order)))
