@@ -77,10 +77,17 @@ def test_chart_section_registers_both_vendors_after_dcu() -> None:
     assert g.managed_resources == {GPU_COUNT} and s.managed_resources == {SGPU_COUNT, VMEM, VCORE}
     assert (g.allocation_keys, g.handshake_key, g.cleanup_key, g.lock_key, g.inventory_keys) == (
         ("hami.io/metax-gpu-devices-to-allocate", "hami.io/metax-gpu-devices-allocated"),
-        None, None, None, ())
+        None,
+        None,
+        None,
+        (),
+    )
     assert (s.allocation_keys, s.handshake_key, s.cleanup_key, s.lock_key) == (
-        ("hami.io/metax-sgpu-devices-to-allocate", "hami.io/metax-sgpu-devices-allocated"), None, None,
-        keys.NODE_LOCK)
+        ("hami.io/metax-sgpu-devices-to-allocate", "hami.io/metax-sgpu-devices-allocated"),
+        None,
+        None,
+        keys.NODE_LOCK,
+    )
     assert g.scores_nodes and s.scores_nodes and not s.prefilter
 
 
@@ -100,8 +107,9 @@ def test_missing_section_registers_both_with_empty_names() -> None:
 
 def test_config_wins_over_the_legacy_flags() -> None:
     """HAMi assigns the section over --metax-name/--metax-v*/--sgpu-topology-aware unconditionally."""
-    opts = dataclasses.replace(SchedulerOptions(), metax_name="flag/gpu", metax_vcount="flag/sgpu",
-                               sgpu_topology_aware=True)
+    opts = dataclasses.replace(
+        SchedulerOptions(), metax_name="flag/gpu", metax_vcount="flag/sgpu", sgpu_topology_aware=True
+    )
     vendors = build(CHART, vendor_flags(opts))
     assert vendors[gpu.GPU].names.count == GPU_COUNT and vendors[sgpu.SGPU].names.count == SGPU_COUNT
     assert vendors[sgpu.SGPU].topology_aware_default is False  # type: ignore[attr-defined]
@@ -153,8 +161,11 @@ def test_gpu_requests(ctr: dict[str, Any], expected: ContainerDeviceRequest | No
 
 @pytest.mark.parametrize(
     ("ctr", "has"),
-    [(container(limits={GPU_COUNT: "1"}), True), (container(limits={}), False),
-     (container(requests={GPU_COUNT: "1"}), False)],
+    [
+        (container(limits={GPU_COUNT: "1"}), True),
+        (container(limits={}), False),
+        (container(requests={GPU_COUNT: "1"}), False),
+    ],
     ids=_readable,
 )
 def test_gpu_mutate(ctr: dict[str, Any], has: bool) -> None:
@@ -175,8 +186,17 @@ def gpu_node(count: str | None, name: str = "test", **annos: str) -> dict[str, A
 def test_gpu_inventory_from_capacity() -> None:
     devices = GPU.node_devices(gpu_node("2"))
     assert devices == [
-        DeviceInfo(id=f"test-metax-{i}", index=i, count=1, devmem=65536, devcore=100, type="Metax-GPU",
-                   numa=0, health=True, device_vendor="Metax-GPU")
+        DeviceInfo(
+            id=f"test-metax-{i}",
+            index=i,
+            count=1,
+            devmem=65536,
+            devcore=100,
+            type="Metax-GPU",
+            numa=0,
+            health=True,
+            device_vendor="Metax-GPU",
+        )
         for i in range(2)
     ]
 
@@ -214,11 +234,23 @@ def req(nums: int, mem: int, pct: int, cores: int, type_: str = gpu.GPU) -> Cont
 
 
 def run_gpu_fit(
-    devs: list[Dev], request: ContainerDeviceRequest, annos: dict[str, str] | None = None,
+    devs: list[Dev],
+    request: ContainerDeviceRequest,
+    annos: dict[str, str] | None = None,
     allocated: list[list[ContainerDevice]] | None = None,
 ) -> tuple[bool, list[ContainerDevice], str]:
-    devices = [DeviceInfo(id=d.id, index=i, count=d.count, devmem=d.totalmem, devcore=d.totalcore,
-                          type=gpu.GPU, health=d.health) for i, d in enumerate(devs)]
+    devices = [
+        DeviceInfo(
+            id=d.id,
+            index=i,
+            count=d.count,
+            devmem=d.totalmem,
+            devcore=d.totalcore,
+            type=gpu.GPU,
+            health=d.health,
+        )
+        for i, d in enumerate(devs)
+    ]
     usage = [DeviceUsage(d.used, d.usedmem, d.usedcores) for d in devs]
     ctx = pod_fit_context(pod(annotations=annos or {}), vendors=Vendors([GPU]))
     order = list(range(len(devs)))
@@ -232,21 +264,57 @@ def run_gpu_fit(
     [
         ([Dev("dev-0"), Dev("dev-1")], req(1, 64, 0, 50), {}, True, ["dev-1"], ""),
         ([Dev("dev-0")], req(1, 512, 0, 50), {}, False, [], "1/1 CardInsufficientMemory"),
-        ([Dev("dev-0", totalmem=1024, usedcores=100)], req(1, 512, 0, 50), {}, False, [],
-         "1/1 CardInsufficientCore"),
+        (
+            [Dev("dev-0", totalmem=1024, usedcores=100)],
+            req(1, 512, 0, 50),
+            {},
+            False,
+            [],
+            "1/1 CardInsufficientCore",
+        ),
         ([Dev("dev-0")], req(1, 512, 0, 50, "OtherType"), {}, False, [], "1/1 CardTypeMismatch"),
-        ([Dev("dev-0", totalmem=1280, used=100)], req(1, 512, 0, 50), {}, False, [],
-         "1/1 CardTimeSlicingExhausted"),
+        (
+            [Dev("dev-0", totalmem=1280, used=100)],
+            req(1, 512, 0, 50),
+            {},
+            False,
+            [],
+            "1/1 CardTimeSlicingExhausted",
+        ),
         ([Dev("dev-0", totalmem=1280)], req(1, 512, 0, 120), {}, True, ["dev-0"], ""),  # cores clamped
-        ([Dev("dev-0", totalmem=1280, used=20)], req(1, 512, 0, 100), {}, False, [],
-         "1/1 ExclusiveDeviceAllocateConflict"),
-        ([Dev("dev-0", totalmem=1280, used=20, usedcores=100)], req(1, 512, 0, 0), {}, False, [],
-         "1/1 CardComputeUnitsExhausted"),
-        ([Dev("dev-0", totalmem=1280, used=20, usedcores=10)], req(2, 512, 0, 20), {}, False, [],
-         "1/1 AllocatedCardsInsufficientRequest"),
+        (
+            [Dev("dev-0", totalmem=1280, used=20)],
+            req(1, 512, 0, 100),
+            {},
+            False,
+            [],
+            "1/1 ExclusiveDeviceAllocateConflict",
+        ),
+        (
+            [Dev("dev-0", totalmem=1280, used=20, usedcores=100)],
+            req(1, 512, 0, 0),
+            {},
+            False,
+            [],
+            "1/1 CardComputeUnitsExhausted",
+        ),
+        (
+            [Dev("dev-0", totalmem=1280, used=20, usedcores=10)],
+            req(2, 512, 0, 20),
+            {},
+            False,
+            [],
+            "1/1 AllocatedCardsInsufficientRequest",
+        ),
         ([Dev("dev-0", totalmem=1280, used=20, usedcores=10)], req(1, 0, 10, 20), {}, True, ["dev-0"], ""),
-        ([Dev("dev-0", used=1)], req(1, 64, 101, 50), {keys.GPU_SCHEDULER_POLICY: "mutex"}, False, [],
-         "1/1 ExclusiveDeviceAllocateConflict"),
+        (
+            [Dev("dev-0", used=1)],
+            req(1, 64, 101, 50),
+            {keys.GPU_SCHEDULER_POLICY: "mutex"},
+            False,
+            [],
+            "1/1 ExclusiveDeviceAllocateConflict",
+        ),
         ([Dev("dev-0", totalmem=1280, health=False)], req(1, 512, 0, 50), {}, False, [], "1/1 CardNotHealth"),
         # Health is checked before the type (Test_checkType: the type alone decides, no annotations).
         ([Dev("dev-0", health=False)], req(1, 0, 100, 100, "test"), {}, False, [], "1/1 CardNotHealth"),
@@ -256,7 +324,11 @@ def run_gpu_fit(
     ids=_readable,
 )
 def test_gpu_fit(
-    devs: list[Dev], request_: ContainerDeviceRequest, annos: dict[str, str], ok: bool, ids: list[str],
+    devs: list[Dev],
+    request_: ContainerDeviceRequest,
+    annos: dict[str, str],
+    ok: bool,
+    ids: list[str],
     reason: str,
 ) -> None:
     got_ok, got, got_reason = run_gpu_fit(devs, request_, annos)
@@ -304,7 +376,8 @@ TABLE = '{"1":0,"2":110,"3":270,"4":540,"5":580,"6":730,"7":930,"8":1240}'
 
 
 @pytest.mark.parametrize(
-    ("index", "value"), [(1, 0), (2, 110), (3, 270), (4, 540), (5, 580), (6, 730), (7, 930), (8, 1240)],
+    ("index", "value"),
+    [(1, 0), (2, 110), (3, 270), (4, 540), (5, 580), (6, 730), (7, 930), (8, 1240)],
     ids=lambda v: f"n={v}",
 )
 def test_topology_table(index: int, value: int) -> None:
@@ -355,12 +428,23 @@ def test_gpu_patch_annotations_and_no_lock() -> None:
 def sgpu_json(
     n: int = 2, *, zones: tuple[int, ...] = (), qos: str = "best-effort", healthy: bool = True
 ) -> str:
-    return json.dumps([
-        {"uuid": f"GPU-{i}", "bdf": f"0000:{i:02x}:00.0", "model": "C500", "totalDevCount": 16,
-         "totalCompute": 100, "totalVRam": 65536, "numa": 0, "healthy": healthy, "qosPolicy": qos,
-         "linkZone": zones[i] if i < len(zones) else 0}
-        for i in range(n)
-    ])
+    return json.dumps(
+        [
+            {
+                "uuid": f"GPU-{i}",
+                "bdf": f"0000:{i:02x}:00.0",
+                "model": "C500",
+                "totalDevCount": 16,
+                "totalCompute": 100,
+                "totalVRam": 65536,
+                "numa": 0,
+                "healthy": healthy,
+                "qosPolicy": qos,
+                "linkZone": zones[i] if i < len(zones) else 0,
+            }
+            for i in range(n)
+        ]
+    )
 
 
 def sgpu_node(value: str | None, name: str = "s", **annos: str) -> dict[str, Any]:
@@ -399,8 +483,13 @@ async def test_registration_reads_both_vendors_and_one_broken_node_stays_alone()
 
 def metax_pod(name: str, annotations: dict[str, str] | None = None, **limits: str) -> dict[str, Any]:
     names = {"gpu": GPU_COUNT, "sgpu": SGPU_COUNT, "mem": VMEM, "cores": VCORE}
-    return pod(name, uid=f"uid-{name}", annotations=annotations or {}, status={"phase": "Pending"},
-               containers=[container(limits={names[k]: v for k, v in limits.items()})])
+    return pod(
+        name,
+        uid=f"uid-{name}",
+        annotations=annotations or {},
+        status={"phase": "Pending"},
+        containers=[container(limits={names[k]: v for k, v in limits.items()})],
+    )
 
 
 def test_decision_writes_the_gpu_annotations_and_scores_by_losses() -> None:
@@ -408,8 +497,14 @@ def test_decision_writes_the_gpu_annotations_and_scores_by_losses() -> None:
     losses = {gpu.LOSSES: '{"1":300}'}
     state.set_node_devices("g1", GPU.node_devices(gpu_node("2", "g1")), annotations=losses)
     state.set_node_devices("g2", GPU.node_devices(gpu_node("2", "g2")), annotations={gpu.LOSSES: '{"1":100}'})
-    d = decide(metax_pod("p", gpu="1"), ["g1", "g2"], state,
-               default_node_policy="binpack", default_gpu_policy="spread", now=1700000000)
+    d = decide(
+        metax_pod("p", gpu="1"),
+        ["g1", "g2"],
+        state,
+        default_node_policy="binpack",
+        default_gpu_policy="spread",
+        now=1700000000,
+    )
     assert isinstance(d, Chosen) and d.node == "g2"  # lower loss, higher score
     assert d.annotations == {
         keys.VGPU_NODE: "g2",
@@ -418,8 +513,14 @@ def test_decision_writes_the_gpu_annotations_and_scores_by_losses() -> None:
         "hami.io/metax-gpu-devices-allocated": "g2-metax-1,Metax-GPU,65536,100:;",
     }
     state.reserve(metax_pod("p", gpu="1"), d)
-    nofit = decide(metax_pod("q", gpu="2"), ["g2"], state,
-                   default_node_policy="binpack", default_gpu_policy="spread", now=1700000001)
+    nofit = decide(
+        metax_pod("q", gpu="2"),
+        ["g2"],
+        state,
+        default_node_policy="binpack",
+        default_gpu_policy="spread",
+        now=1700000001,
+    )
     assert nofit == NoFit({"g2": "1/2 AllocatedCardsInsufficientRequest, 1/2 CardTimeSlicingExhausted"})
 
 
@@ -438,15 +539,18 @@ def test_decision_writes_the_sgpu_annotations_and_locks() -> None:
         "metax-tech.com/predicate-time": "1700000000000000000",
     }
     assert _locking_request(p, VENDORS)
-    assert not _locking_request(pod(init_containers=[container(limits={SGPU_COUNT: "1"})],
-                                    containers=[container()]), VENDORS)
+    assert not _locking_request(
+        pod(init_containers=[container(limits={SGPU_COUNT: "1"})], containers=[container()]), VENDORS
+    )
     # GPU-1 is switching to fixed-share (inventory still says best-effort): a best-effort pod
     # sharing it is refused until the inventory reports the new policy.
     state.reserve(p, d)
-    q = metax_pod("q", {sgpu.QOS_POLICY: "best-effort", sgpu.USE_UUID: "GPU-1"},
-                  sgpu="1", mem="4", cores="30")
-    refused = decide(q, ["s"], state, default_node_policy="binpack", default_gpu_policy="spread",
-                     now=1700000001)
+    q = metax_pod(
+        "q", {sgpu.QOS_POLICY: "best-effort", sgpu.USE_UUID: "GPU-1"}, sgpu="1", mem="4", cores="30"
+    )
+    refused = decide(
+        q, ["s"], state, default_node_policy="binpack", default_gpu_policy="spread", now=1700000001
+    )
     assert refused == NoFit({"s": "1/2 CardQosPolicyMismatch, 1/2 CardUuidMismatch"})
 
 
@@ -520,27 +624,54 @@ def test_simulate_end_to_end_with_the_chart_section(tmp_path: Path) -> None:
     cfg.write_text("nvidia:\n  resourceCountName: nvidia.com/gpu\n" + CHART_SECTION)
     base = {"cpu": "8", "memory": "32Gi", "pods": "110"}
     nodes = [
-        node("mx-gpu", annotations={gpu.LOSSES: '{"1":0,"2":100}'},
-             capacity={GPU_COUNT: "2", **base}, allocatable={GPU_COUNT: "2", **base}),
-        node("mx-sgpu", annotations={sgpu.REGISTER: sgpu_json(2)},
-             capacity={SGPU_COUNT: "32", **base}, allocatable={SGPU_COUNT: "32", **base}),
+        node(
+            "mx-gpu",
+            annotations={gpu.LOSSES: '{"1":0,"2":100}'},
+            capacity={GPU_COUNT: "2", **base},
+            allocatable={GPU_COUNT: "2", **base},
+        ),
+        node(
+            "mx-sgpu",
+            annotations={sgpu.REGISTER: sgpu_json(2)},
+            capacity={SGPU_COUNT: "32", **base},
+            allocatable={SGPU_COUNT: "32", **base},
+        ),
     ]
     snap = tmp_path / "snap.json"
     items = [{"apiVersion": "v1", "kind": "Node", **n} for n in nodes]
     snap.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": items}))
     pods = [
         POD_YAML.format(name="g", annos="", limits=f"{GPU_COUNT}: 1"),
-        POD_YAML.format(name="s", annos=f"{sgpu.QOS_POLICY}: best-effort",
-                        limits=f"{SGPU_COUNT}: 1, {VCORE}: 30, {VMEM}: 4"),
+        POD_YAML.format(
+            name="s",
+            annos=f"{sgpu.QOS_POLICY}: best-effort",
+            limits=f"{SGPU_COUNT}: 1, {VCORE}: 30, {VMEM}: 4",
+        ),
         POD_YAML.format(name="o", annos=f"{sgpu.APP_CLASS}: online", limits=f"{SGPU_COUNT}: 1, {VMEM}: 2Gi"),
-        POD_YAML.format(name="f", annos=f"{sgpu.QOS_POLICY}: fixed-share",
-                        limits=f"{SGPU_COUNT}: 1, {VCORE}: 10, {VMEM}: 1"),
+        POD_YAML.format(
+            name="f",
+            annos=f"{sgpu.QOS_POLICY}: fixed-share",
+            limits=f"{SGPU_COUNT}: 1, {VCORE}: 10, {VMEM}: 1",
+        ),
     ]
     pods_file = tmp_path / "pods.yaml"
     pods_file.write_text("---\n".join(pods))
     out = tmp_path / "r.json"
-    assert simulate_main(["--snapshot", str(snap), "--pods", str(pods_file), "--device-config-file", str(cfg),
-                          "--output", str(out)]) == 0
+    assert (
+        simulate_main(
+            [
+                "--snapshot",
+                str(snap),
+                "--pods",
+                str(pods_file),
+                "--device-config-file",
+                str(cfg),
+                "--output",
+                str(out),
+            ]
+        )
+        == 0
+    )
     report = {p["name"]: p for p in json.loads(out.read_text())["pods"]}
     g, s, o, f = (report[n] for n in "gsof")
     assert g["node"] == "mx-gpu"
