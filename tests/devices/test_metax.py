@@ -692,3 +692,46 @@ def test_simulate_end_to_end_with_the_chart_section(tmp_path: Path) -> None:
         "mx-gpu": "NodeInsufficientDevice",
         "mx-sgpu": "1/2 CardAppClassMismatch, 1/2 CardQosPolicyMismatch",
     }
+
+
+def test_ledger_lists_the_pods_on_each_device_for_app_classes() -> None:
+    """DeviceUsage.pod_infos (HAMi's PodInfos): each counted pod's annotations, once per device,
+    added and taken back with the pod, equal after a rebuild."""
+    state = SchedulerState(VENDORS)
+    state.set_node_devices("s", VENDORS[sgpu.SGPU].node_devices(sgpu_node(sgpu_json(2))))
+    online = {sgpu.APP_CLASS: "online"}
+    for name in ("a", "b"):
+        p = metax_pod(name, online, sgpu="1", mem="1")
+        d = decide(p, ["s"], state, default_node_policy="binpack", default_gpu_policy="spread", now=1)
+        assert isinstance(d, Chosen)
+        state.reserve(p, d)
+    view = state.ledger.view("s")
+    assert view is not None
+    before = [[dict(a) for a in u.pod_infos] for u in view.usage]
+    assert sorted(len(x) for x in before) == [1, 1]  # online pods spread over the devices
+    assert all(x[0][sgpu.APP_CLASS] == "online" for x in before)
+    state.ledger.rebuild_from(list(state.ledger.pods()))
+    view = state.ledger.view("s")
+    assert view is not None and [[dict(a) for a in u.pod_infos] for u in view.usage] == before
+    state.ledger.remove_pod("uid-a")
+    view = state.ledger.view("s")
+    assert view is not None and sum(len(u.pod_infos) for u in view.usage) == 1
+
+
+def test_online_pods_prefer_nodes_whose_devices_hold_fewer_offline_pods() -> None:
+    """The sGPU node score is weighted ×10000 (negated under spread): an online pod avoids a device
+    running only offline pods (which it would suspend)."""
+    state = SchedulerState(VENDORS)
+    for name in ("off", "on"):
+        state.set_node_devices(name, VENDORS[sgpu.SGPU].node_devices(sgpu_node(sgpu_json(1), name=name)))
+    for name, node_name, cls in (("x", "off", "offline"), ("y", "on", "online")):
+        p = metax_pod(
+            name, {sgpu.APP_CLASS: cls, sgpu.QOS_POLICY: "best-effort"}, sgpu="1", mem="1", cores="10"
+        )
+        d = decide(p, [node_name], state, default_node_policy="binpack", default_gpu_policy="spread", now=1)
+        assert isinstance(d, Chosen)
+        state.reserve(p, d)
+    p = metax_pod("z", {sgpu.APP_CLASS: "online"}, sgpu="1", mem="1")
+    for policy in ("binpack", "spread"):
+        d = decide(p, ["off", "on"], state, default_node_policy=policy, default_gpu_policy="spread", now=2)
+        assert isinstance(d, Chosen) and d.node == "on", policy
