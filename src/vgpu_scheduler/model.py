@@ -6,7 +6,9 @@ the code. Memory is MiB, cores are percent of one device.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 NVIDIA = "NVIDIA"
 """Vendor key of the NVIDIA backend; also the TYPE field of allocation entries."""
@@ -69,9 +71,18 @@ class DeviceUsage:
     # Set when a MIG allocation names a hami-core device (or a MIG device is used without a
     # reservation): HAMi then treats the device as unhealthy (§5.2).
     mig_conflict: bool = False
+    # Annotations of the pods counted on this device, one per pod (HAMi `DeviceUsage.PodInfos`);
+    # read by vendors whose fit depends on who else runs there (Metax sGPU app classes).
+    pod_infos: tuple[Mapping[str, str], ...] = ()
+    # A vendor's per-filter device state (HAMi `DeviceUsage.CustomInfo`, e.g. a QoS policy that
+    # AddResourceUsage changes for the pod's next containers); None = nothing changed yet.
+    custom: dict[str, Any] | None = None
 
     def copy(self) -> DeviceUsage:
-        return DeviceUsage(self.used, self.usedmem, self.usedcores, list(self.mig_taken), self.mig_conflict)
+        return DeviceUsage(
+            self.used, self.usedmem, self.usedcores, list(self.mig_taken), self.mig_conflict, self.pod_infos,
+            None if self.custom is None else dict(self.custom),
+        )
 
 
 @dataclass(slots=True, frozen=True)

@@ -18,7 +18,7 @@ HAMI_ORDER = (
 def test_registered_sections_follow_hamis_order() -> None:
     sections = [entry.section for entry in REGISTRY]
     assert sections == [s for s in HAMI_ORDER if s in sections]
-    mine = (NVIDIA, "DCU", "AMD", "Vastai", "Biren")
+    mine = (NVIDIA, "DCU", "Metax-GPU", "Metax-SGPU", "AMD", "Vastai", "Biren")
     assert [k for k in build().keys if k in mine] == list(mine)
 
 

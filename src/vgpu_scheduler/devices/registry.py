@@ -42,7 +42,7 @@ REGISTRY: tuple[Entry, ...] = (
 
     # Entry("mthreads", "mthreads"),
 
-    # Entry("metax", "metax"),
+    Entry("metax", "metax"),
 
     # Entry("kunlun", "kunlun"),
 

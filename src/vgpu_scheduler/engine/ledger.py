@@ -246,6 +246,7 @@ class DeviceLedger:
                     u.used += slots
                     u.usedmem += mem
                     u.usedcores += cores
+                    u.pod_infos = _with_pod(u.pod_infos, alloc.annotations, sign)
                     total = node.total
                     total.used += slots
                     total.usedmem += mem
@@ -350,3 +351,15 @@ class DeviceLedger:
 def _conflict(node: _Node, i: int, sign: int) -> None:
     node.conflicts[i] = max(node.conflicts[i] + sign, 0)
     node.view.usage[i].mig_conflict = node.conflicts[i] > 0
+
+
+def _with_pod(
+    infos: tuple[Mapping[str, str], ...], annotations: Mapping[str, str], sign: int
+) -> tuple[Mapping[str, str], ...]:
+    """`infos` with one pod's annotations added (sign > 0) or taken back (the same object)."""
+    if sign > 0:
+        return (*infos, annotations)
+    for i, known in enumerate(infos):
+        if known is annotations:
+            return infos[:i] + infos[i + 1:]
+    return infos

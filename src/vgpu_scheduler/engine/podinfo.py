@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from vgpu_scheduler.model import ContainerDevice, MigAllocation, PodDevices
@@ -41,6 +41,8 @@ class PodAllocation:
     mig: tuple[MigAllocation, ...] = ()
     init_shrunk: bool = False
     """True once usage was reduced to the app containers (all init containers exited 0)."""
+    annotations: Mapping[str, str] = field(default_factory=dict, compare=False, hash=False)
+    """The pod's annotations (each device it uses lists them in `DeviceUsage.pod_infos`)."""
 
 
 def pod_key(pod: Mapping[str, Any]) -> tuple[str, str, str]:
@@ -136,7 +138,7 @@ def pod_allocation(
     n_init = init_container_count(pod)
     shrunk = previously_shrunk or init_containers_finished(pod, n_init)
     collapsed = collapse_pod_devices(devices, n_init, app_only=shrunk)
-    return PodAllocation(uid, namespace, name, node, collapsed, tuple(mig), shrunk)
+    return PodAllocation(uid, namespace, name, node, collapsed, tuple(mig), shrunk, pod_annotations(pod))
 
 
 def pod_allocation_from_pod(
