@@ -59,6 +59,7 @@ def examine(
     devices: Sequence[DeviceInfo],
     usage: Sequence[DeviceUsage],
     positions: Sequence[int],
+    *,
     filters: UuidFilters,
     check: CardCheck,
 ) -> Examined:
@@ -78,6 +79,7 @@ def topology_fit(
     request: ContainerDeviceRequest,
     devices: Sequence[DeviceInfo],
     order: Sequence[int],
+    *,
     examined: Examined,
     entry_of: EntryOf,
 ) -> FitResult | None:

@@ -118,7 +118,7 @@ class XpuVendor(GenericVendor):
 
     def _examine(
         self, request: ContainerDeviceRequest, devices: Sequence[DeviceInfo], usage: Sequence[DeviceUsage],
-        positions: Sequence[int], ctx: PodFitContext,
+        positions: Sequence[int], *, ctx: PodFitContext,
     ) -> common.Examined:
         filters = ctx.filters(self)
         assert isinstance(filters, common.UuidFilters)
@@ -129,7 +129,7 @@ class XpuVendor(GenericVendor):
         else:
             def check(dev: DeviceInfo, use: DeviceUsage) -> bool:
                 return slice_fits(dev, use, memreq)
-        return common.examine(devices, usage, positions, filters, check)
+        return common.examine(devices, usage, positions, filters=filters, check=check)
 
     @staticmethod
     def _reason(
@@ -160,12 +160,12 @@ class XpuVendor(GenericVendor):
         cordoned: frozenset[str],
         allocated: Sequence[ContainerDevices],
     ) -> FitResult:
-        examined = self._examine(request, devices, usage, order, ctx)
+        examined = self._examine(request, devices, usage, order, ctx=ctx)
 
         def entry_of(dev: DeviceInfo) -> ContainerDevice:
             return ContainerDevice(dev.id, request.type, request.memreq, request.coresreq, dev.index)
 
-        result = common.topology_fit(request, devices, order, examined, entry_of)
+        result = common.topology_fit(request, devices, order, examined=examined, entry_of=entry_of)
         if result is not None:
             return result
         reason = self._reason(request, devices, usage, order, ctx=ctx, examined=examined)
@@ -181,7 +181,7 @@ class XpuVendor(GenericVendor):
         ctx: PodFitContext,
         cordoned: frozenset[str],
     ) -> str | None:
-        examined = self._examine(request, devices, usage, positions, ctx)
+        examined = self._examine(request, devices, usage, positions, ctx=ctx)
         outcome = common.order_free_outcome(request.nums, sum(examined.fits), len(positions))
         if outcome is None:
             return None

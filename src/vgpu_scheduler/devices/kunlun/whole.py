@@ -104,7 +104,7 @@ class KunlunVendor(GenericVendor):
     ) -> common.Examined:
         filters = ctx.filters(self)
         assert isinstance(filters, common.UuidFilters)
-        return common.examine(devices, usage, positions, filters, idle_and_healthy)
+        return common.examine(devices, usage, positions, filters=filters, check=idle_and_healthy)
 
     @staticmethod
     def _reason(examined: common.Examined, cards: int) -> str:
@@ -128,7 +128,7 @@ class KunlunVendor(GenericVendor):
         def entry_of(dev: DeviceInfo) -> ContainerDevice:
             return ContainerDevice(dev.id, request.type, dev.devmem, dev.devcore, dev.index)
 
-        result = common.topology_fit(request, devices, order, examined, entry_of)
+        result = common.topology_fit(request, devices, order, examined=examined, entry_of=entry_of)
         return result if result is not None else FitResult(False, reason=self._reason(examined, len(order)))
 
     def quick_verdict(
