@@ -9,6 +9,7 @@ import dataclasses
 import json
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -43,6 +44,7 @@ from vgpu_scheduler.scheduler.extender import _locking_request
 from vgpu_scheduler.scheduler.options import SchedulerOptions, vendor_flags
 from vgpu_scheduler.server.metrics import exposition, metrics_registry
 from vgpu_scheduler.server.webhook import review_pod
+from vgpu_scheduler.simulate.cli import main as simulate_main
 from vgpu_scheduler.wire import keys
 from vgpu_scheduler.wire.inventory import InventoryError
 
@@ -827,3 +829,57 @@ def test_sections_module_entry_point() -> None:
     """The registry line `Entry("kunlun", "kunlun")` builds both vendors, whole cards first."""
     built = kunlun.vendors(CHART, vendor_flags(SchedulerOptions()))
     assert [v.key for v in built] == [whole.KUNLUN, vxpu.XPU]
+
+
+# --------------------------------------------------------------------------------------------
+# End to end through the CLI
+
+
+def snapshot_node(name: str, *, capacity: dict[str, str], annotations: dict[str, str] | None = None) -> Any:
+    resources = {"pods": "110", "cpu": "8", "memory": "32Gi", **capacity}
+    return node(name, annotations=annotations, capacity=resources, allocatable=resources, typed=True)
+
+
+def kunlun_pod_yaml(name: str, limits: str) -> str:
+    return (f"apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}, namespace: default}}\nspec:\n"
+            f"  containers:\n  - name: c\n    image: x\n    resources: {{limits: {{{limits}}}}}\n")
+
+
+def test_simulate_cli_places_whole_cards_and_slices(tmp_path: Path) -> None:
+    snap = tmp_path / "snap.json"
+    items = [
+        snapshot_node("cards", capacity={XPU_COUNT: "8"}),
+        snapshot_node("slices", capacity={VXPU: "32"}, annotations={vxpu.REGISTER: XPUS}),
+    ]
+    snap.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": items}))
+    pods = tmp_path / "pods.yaml"
+    pods.write_text("---\n".join([
+        kunlun_pod_yaml("two-cards", f"{XPU_COUNT}: 2"),
+        kunlun_pod_yaml("slice", f"{VXPU}: 1, {VMEM}: 30000"),
+        kunlun_pod_yaml("six-cards", f"{XPU_COUNT}: 6"),
+    ]))
+    config = tmp_path / "device-config.yaml"
+    config.write_text(CHART_SECTION)
+    out = tmp_path / "report.json"
+    assert simulate_main(["--snapshot", str(snap), "--pods", str(pods), "--device-config-file", str(config),
+                 "--output", str(out)]) == 0
+    report = {p["name"]: p for p in json.loads(out.read_text())["pods"]}
+
+    two = report["two-cards"]
+    assert two["node"] == "cards"
+    assert two["annotations"]["hami.io/kunlun-allocated"] == (
+        "cards-kunlun-0,kunlun,98304,100:cards-kunlun-1,kunlun,98304,100:;"
+    )
+    assert two["annotations"]["BAIDU_COM_DEVICE_IDX"] == "0,1"
+    # No to-allocate annotation: the simulated plugin writes nothing back for whole cards.
+    assert two["annotations"][keys.BIND_PHASE] == "allocating"
+
+    sliced = report["slice"]
+    assert sliced["node"] == "slices"
+    assert sliced["annotations"]["hami.io/xpu-devices-allocated"].endswith(",XPU,49152,50:;")
+    assert sliced["annotations"]["hami.io/xpu-devices-to-allocate"] == ";"
+    assert sliced["annotations"][keys.BIND_PHASE] == "success"
+
+    six = report["six-cards"]
+    assert six["node"] is None
+    assert six["reasons"] == {"cards": "1/8 NumaNotFit", "slices": "NodeInsufficientDevice"}
