@@ -721,6 +721,31 @@ def test_node_score_prefers_the_less_fragmenting_node() -> None:
     assert isinstance(d, Chosen) and d.node == "a" and d.annotations["BAIDU_COM_DEVICE_IDX"] == "1"
 
 
+def test_running_pods_are_counted_from_their_allocated_annotations() -> None:
+    """A restarted scheduler rebuilds usage from `hami.io/kunlun-allocated` and
+    `hami.io/xpu-devices-allocated` (§5.2): whole cards count their memory and cores there."""
+    state = SchedulerState(VENDORS)
+    both = kunlun_node("m", cards="8", register=XPUS)
+    state.set_node_devices("m", [*WHOLE.node_devices(both), *SLICED.node_devices(both)])
+    annotations = {keys.VGPU_NODE: "m", keys.VGPU_TIME: "1", keys.BIND_PHASE: "success",
+                   "hami.io/kunlun-allocated": "m-kunlun-4,kunlun,98304,100:;;",
+                   "hami.io/xpu-devices-allocated": ";xpu-1,XPU,24576,25:;",
+                   "hami.io/xpu-devices-to-allocate": ";;"}
+    ctrs = [container("k", limits={XPU_COUNT: "1"}), container("x", limits={VXPU: "1"})]
+    state.on_pod(pod("old", uid="uid-old", annotations=annotations, node_name="m", phase="Running",
+                     containers=ctrs))
+    view = state.ledger.view("m")
+    assert view is not None
+    usage = {d.id: (u.used, u.usedmem, u.usedcores) for d, u in zip(view.devices, view.usage, strict=True)}
+    assert usage["m-kunlun-4"] == (1, 98304, 100) and usage["xpu-1"] == (1, 24576, 25)
+    assert sum(u.used for u in view.usage) == 2
+    # spread sorts the busy card 4 first (then NUMA 0 before 1): the list is 4 0 1 2 | 3 5 6 7, so
+    # the wings are 3 and 4 fitting cards and four cards come from the second wing of the list.
+    d = decide(kunlun_pod("p", container(limits={XPU_COUNT: "4"})), ["m"], state,
+               default_node_policy="binpack", default_gpu_policy="spread", now=2)
+    assert isinstance(d, Chosen) and d.annotations["BAIDU_COM_DEVICE_IDX"] == "3,5,6,7"
+
+
 def xpu_state() -> SchedulerState:
     state = SchedulerState(VENDORS)
     state.set_node_devices("x1", SLICED.node_devices(kunlun_node("x1", cards=None, register=XPUS)))
