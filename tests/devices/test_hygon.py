@@ -70,7 +70,6 @@ def limits(**kw: str) -> dict[str, Any]:
 
 def test_chart_section_and_registration_order() -> None:
     assert [k for k in VENDORS.keys if k in (NVIDIA, "DCU")] == [NVIDIA, "DCU"]
-    assert [k for k in VENDORS.keys if k in (NVIDIA, "DCU")] == [NVIDIA, "DCU"]
     dcu = VENDORS["DCU"]
     assert dcu.names == ResourceNames(COUNT, MEM, CORES, 1)
     assert dcu.managed_resources == {COUNT, MEM, CORES}

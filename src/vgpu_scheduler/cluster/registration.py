@@ -393,8 +393,10 @@ class RegistrationLoop:
                 continue
             if decoded.error is not None:
                 self._log_error(name, vendor, decoded.error, annotations)
+                # A vendor without inventory annotations (one reading node capacity) reports its
+                # missing devices like an absent annotation: only on a node with no device at all.
                 has_inventory = any(k in annotations for k in vendor.inventory_keys)
-                (errors if has_inventory or not vendor.inventory_keys else absent).append(decoded.error)
+                (errors if has_inventory else absent).append(decoded.error)
                 continue
             self._last_error.pop((name, key), None)
             devices = decoded.devices or []

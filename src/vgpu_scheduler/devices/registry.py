@@ -44,7 +44,7 @@ REGISTRY: tuple[Entry, ...] = (
 
     Entry("metax", "metax"),
 
-    # Entry("kunlun", "kunlun"),
+    Entry("kunlun", "kunlun"),
 
     # Entry("awsneuron", "awsneuron"),
 
