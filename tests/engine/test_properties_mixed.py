@@ -31,6 +31,7 @@ from vgpu_scheduler.devices.registry import build
 from vgpu_scheduler.engine.decide import Chosen, NoRequest, decide
 from vgpu_scheduler.engine.ledger import DeviceLedger
 from vgpu_scheduler.engine.podinfo import PodAllocation, pod_allocation_from_pod
+from vgpu_scheduler.engine.requests import pod_requests
 from vgpu_scheduler.engine.state import SchedulerState
 from vgpu_scheduler.model import DeviceInfo
 
@@ -162,13 +163,12 @@ class MixedFleetMachine(RuleBasedStateMachine):
 
     def _check_vendors_apart(self, obj: dict[str, Any], chosen: Chosen) -> None:
         by_id = {d.id: d for d in self.registered[chosen.node]}
-        wanted = {VENDORS[a].key for c in obj["spec"]["containers"] for a in GENERIC
-                  if VENDORS[a].names.count in c["resources"]["limits"]}
+        wanted = {key for per_container in pod_requests(obj, VENDORS) for key in per_container}
         assert set(chosen.devices) == wanted, "one allocation per vendor asked"
         for vendor, per_container in chosen.devices.items():
             for entries in per_container:
                 for entry in entries:
-                    assert entry.type == vendor
+                    assert entry.type in (vendor, by_id[entry.uuid].type)  # AMD writes the model
                     assert by_id[entry.uuid].device_vendor == vendor, "a device of another vendor"
             to_allocate, allocated = VENDORS[vendor].allocation_keys
             assert allocated in chosen.annotations
