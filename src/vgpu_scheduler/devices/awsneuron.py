@@ -211,7 +211,7 @@ class AWSNeuronVendor(GenericVendor):
     ) -> FitResult:
         if request.nums > 1:
             return self._fit_several(request, devices, usage, order)
-        pos, reasons = self._first_fitting(request, devices, usage, order, ctx)
+        pos, reasons = self._first_fitting(request, devices, usage, order, ctx=ctx)
         if pos is None:
             return FitResult(False, reason=R.gen_reason(reasons, len(order)))
         dev = devices[pos]
@@ -232,7 +232,7 @@ class AWSNeuronVendor(GenericVendor):
     ) -> str | None:
         if request.nums > 1:
             return None  # a contiguous run in the policy order
-        pos, reasons = self._first_fitting(request, devices, usage, positions, ctx)
+        pos, reasons = self._first_fitting(request, devices, usage, positions, ctx=ctx)
         return "" if pos is not None else R.gen_reason(reasons, len(positions))
 
     def _first_fitting(
@@ -241,6 +241,7 @@ class AWSNeuronVendor(GenericVendor):
         devices: Sequence[DeviceInfo],
         usage: Sequence[DeviceUsage],
         order: Sequence[int],
+        *,
         ctx: PodFitContext,
     ) -> tuple[int | None, dict[str, int]]:
         """The first device from the end of `order` that one device's request fits, and the
