@@ -484,6 +484,14 @@ def test_never_locks() -> None:
     assert not _locking_request(pod(containers=[limits(count="1")]), build(CHART))
 
 
+def test_node_score_is_zero() -> None:
+    vendor = neuron()
+    assert not vendor.scores_nodes
+    devices = vendor.node_devices(aws_node())
+    assert vendor.score_node([[entry("test-AWSNeuron-0", 0, 3)]], annotations={}, devices=devices,
+                             previous=[DeviceUsage()], policy="binpack") == 0
+
+
 # --------------------------------------------------------------------------------------------
 # In the scheduler: registration, decision, metrics, device plugin, simulate
 

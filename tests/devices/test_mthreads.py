@@ -404,6 +404,13 @@ def test_never_locks() -> None:
     assert not _locking_request(pod(containers=[limits(count="1")]), build(CHART))
 
 
+def test_node_score_is_zero() -> None:
+    assert not MTH.scores_nodes
+    devices = MTH.node_devices(mt_node())
+    assert MTH.score_node([[entry("test-mthreads-0", 0, 8192, 16)]], annotations={}, devices=devices,
+                          previous=[DeviceUsage()], policy="binpack") == 0
+
+
 # --------------------------------------------------------------------------------------------
 # In the scheduler: registration, decision, metrics, device plugin, simulate
 
