@@ -14,7 +14,10 @@ HAMI_ORDER = (
     "vastai", "biren", "vnpus", "iluvatars",
 )
 
-ALWAYS = ("NVIDIA", "DCU", "Metax-GPU", "Metax-SGPU", "kunlun", "XPU", "AMD", "Vastai", "Biren")
+ALWAYS = (
+    "NVIDIA", "DCU", "Mthreads", "Metax-GPU", "Metax-SGPU", "kunlun", "XPU", "AWSNeuron", "AMD", "Vastai",
+    "Biren",
+)
 """The vendor keys registered without a gate, in HAMi's order (the Kunlun and Metax sections give two)."""
 
 

@@ -43,6 +43,7 @@ from vgpu_scheduler.cluster.client import KubeClient
 from vgpu_scheduler.cluster.errors import ApiError, is_not_found
 from vgpu_scheduler.cluster.store import Store
 from vgpu_scheduler.devices import handshake as hs
+from vgpu_scheduler.devices.capacity import carries
 from vgpu_scheduler.devices.protocol import Vendor
 from vgpu_scheduler.engine.state import SchedulerState
 from vgpu_scheduler.model import DeviceInfo
@@ -71,6 +72,16 @@ def node_name(node: Mapping[str, Any]) -> str:
 
 def node_annotations(node: Mapping[str, Any]) -> dict[str, str]:
     return dict(objects.annotations(node))
+
+
+def carries_inventory(vendor: Vendor, node: Mapping[str, Any], annotations: Mapping[str, str]) -> bool:
+    """The node carries the vendor's inventory, so an error reading it is a real error: one of
+    its inventory annotations, or, for a vendor reading node capacity (no inventory annotation),
+    one of its resources in the node's capacity. Otherwise the node simply has no such devices."""
+    if vendor.inventory_keys:
+        return any(k in annotations for k in vendor.inventory_keys)
+    names = vendor.names
+    return carries(node, frozenset((names.count, names.memory, names.cores)))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -172,8 +183,8 @@ class PassReport:
     unhealthy: list[str] = field(default_factory=list)
     errors: dict[str, str] = field(default_factory=dict)
     """Node -> inventory errors, "; "-joined over vendors (registered devices kept). A vendor
-    whose inventory annotation is absent counts only on a node with no device at all (then the
-    first such vendor's "annos not found …")."""
+    whose inventory is absent (no annotation; for a capacity vendor, none of its resources in the
+    capacity) counts only on a node with no device at all (then the first such vendor's error)."""
     requested: list[str] = field(default_factory=list)
     """Nodes a `Requesting_<now>` stamp was asked for."""
 
@@ -392,10 +403,8 @@ class RegistrationLoop:
                     _note(report.cleaned, name)
                 continue
             if decoded.error is not None:
-                self._log_error(name, vendor, decoded.error, annotations)
-                # A vendor without inventory annotations (one reading node capacity) reports its
-                # missing devices like an absent annotation: only on a node with no device at all.
-                has_inventory = any(k in annotations for k in vendor.inventory_keys)
+                has_inventory = carries_inventory(vendor, node, annotations)
+                self._log_error(name, vendor, decoded.error, has_inventory)
                 (errors if has_inventory else absent).append(decoded.error)
                 continue
             self._last_error.pop((name, key), None)
@@ -461,8 +470,8 @@ class RegistrationLoop:
         # Same device list ⇒ the ledger keeps the usage and only swaps cordon/annotations.
         self.state.set_node_devices(name, view.devices, cordon, annotations)
 
-    def _log_error(self, name: str, vendor: Vendor, error: str, annotations: dict[str, str]) -> None:
-        if not any(k in annotations for k in vendor.inventory_keys):
+    def _log_error(self, name: str, vendor: Vendor, error: str, has_inventory: bool) -> None:
+        if not has_inventory:
             # Nodes without this vendor's devices: normal, would be noise at every pass.
             log.debug("node %s: %s", name, error)
         elif self._last_error.get((name, vendor.key)) != error:

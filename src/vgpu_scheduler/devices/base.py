@@ -189,6 +189,8 @@ class GenericVendor:
 
     prefilter: bool = True
     scores_nodes: bool = False
+    reads_allocated: bool = False
+    """`fit` needs `allocated` without quota too (see the protocol)."""
 
     def __init__(self, names: ResourceNames, *, extra_resources: Sequence[str] = ()) -> None:
         self.names = names
@@ -479,7 +481,13 @@ class GenericVendor:
     # -- annotations, score, admission -----------------------------------------------------------
 
     def patch_annotations(
-        self, per_container: PodSingleDevice, migs: Sequence[MigAllocation], *, node: str, now: int
+        self,
+        per_container: PodSingleDevice,
+        migs: Sequence[MigAllocation],
+        *,
+        node: str,
+        now: int,
+        pod: Obj | None = None,
     ) -> dict[str, str]:
         if not per_container:
             return {}

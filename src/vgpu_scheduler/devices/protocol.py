@@ -197,6 +197,12 @@ class Vendor(Protocol):
         """False when `score_node` is always 0 (the engine may then pick nodes by usage alone)."""
         ...
 
+    @property
+    def reads_allocated(self) -> bool:
+        """`fit` reads `allocated` even when no quota applies (a rule over the pod's earlier
+        containers, e.g. Mthreads' one-device rule), so the engine must always pass it."""
+        ...
+
     # -- requests (§5.1) ----------------------------------------------------------------------
 
     def request(self, container: Obj) -> ContainerDeviceRequest | None:
@@ -279,10 +285,17 @@ class Vendor(Protocol):
     # -- annotations, score, admission ----------------------------------------------------------
 
     def patch_annotations(
-        self, per_container: PodSingleDevice, migs: Sequence[MigAllocation], *, node: str, now: int
+        self,
+        per_container: PodSingleDevice,
+        migs: Sequence[MigAllocation],
+        *,
+        node: str,
+        now: int,
+        pod: Obj | None = None,
     ) -> dict[str, str]:
         """PatchAnnotations: the pod annotations of this vendor's allocation on `node`, decided at
-        unix time `now` (§4.1, §4.4)."""
+        unix time `now` (§4.1, §4.4); `pod` is the pod being placed (its containers, init first,
+        are the allocation's), None when the caller has none."""
         ...
 
     def score_node(

@@ -40,13 +40,13 @@ REGISTRY: tuple[Entry, ...] = (
 
     # Entry("enflame", "enflame"),
 
-    # Entry("mthreads", "mthreads"),
+    Entry("mthreads", "mthreads"),
 
     Entry("metax", "metax"),
 
     Entry("kunlun", "kunlun"),
 
-    # Entry("awsneuron", "awsneuron"),
+    Entry("awsneuron", "awsneuron"),
 
     Entry("amd", "amd"),
 

@@ -351,7 +351,10 @@ def evaluate_node(
         )
     plan = plan_of(ctx, requests, n_init)
     base_order = list(range(len(node.devices)))
-    with_quota = ctx.quota is not None
+    # The allocation so far is built only for a fit that reads it (quota, or a vendor's rule).
+    with_quota = ctx.quota is not None or any(
+        v.reads_allocated for v in (ctx.vendors.get(key) for key in plan.vendors) if v is not None
+    )
     fitted: dict[int, dict[str, ContainerDevices]] = {}
     migs: list[MigAllocation] = []
 

@@ -163,7 +163,13 @@ class KunlunVendor(GenericVendor):
     # -- annotations and score -----------------------------------------------------------------
 
     def patch_annotations(
-        self, per_container: PodSingleDevice, migs: Sequence[MigAllocation], *, node: str, now: int
+        self,
+        per_container: PodSingleDevice,
+        migs: Sequence[MigAllocation],
+        *,
+        node: str,
+        now: int,
+        pod: Obj | None = None,
     ) -> dict[str, str]:
         if not per_container:
             return {}

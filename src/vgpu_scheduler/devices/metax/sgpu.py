@@ -357,7 +357,13 @@ class MetaxSgpuVendor(GenericVendor):
     # -- annotations, score, admission -----------------------------------------------------------
 
     def patch_annotations(
-        self, per_container: PodSingleDevice, migs: Sequence[MigAllocation], *, node: str, now: int
+        self,
+        per_container: PodSingleDevice,
+        migs: Sequence[MigAllocation],
+        *,
+        node: str,
+        now: int,
+        pod: Obj | None = None,
     ) -> dict[str, str]:
         out = super().patch_annotations(per_container, migs, node=node, now=now)
         if not out:

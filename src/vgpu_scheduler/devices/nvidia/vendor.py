@@ -154,9 +154,15 @@ class NvidiaVendor(GenericVendor):
     # -- annotations, admission ------------------------------------------------------------------
 
     def patch_annotations(
-        self, per_container: PodSingleDevice, migs: Sequence[MigAllocation], *, node: str, now: int
+        self,
+        per_container: PodSingleDevice,
+        migs: Sequence[MigAllocation],
+        *,
+        node: str,
+        now: int,
+        pod: Obj | None = None,
     ) -> dict[str, str]:
-        out = super().patch_annotations(per_container, migs, node=node, now=now)
+        out = super().patch_annotations(per_container, migs, node=node, now=now, pod=pod)
         if out and migs:
             out[keys.VGPU_MIG_ALLOCATIONS] = encode_mig_allocations(migs)
         return out
