@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Hashable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, tzinfo
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from vgpu_scheduler.model import (
     ContainerDevice,
@@ -301,6 +301,24 @@ class Vendor(Protocol):
     def mutate(self, container: dict[str, Any], pod: dict[str, Any]) -> bool:
         """MutateAdmission on one container (mutated in place): True when it asks for this vendor.
         Raises MutationError to reject the pod."""
+        ...
+
+
+@runtime_checkable
+class PodAnnotationPatcher(Protocol):
+    """Optional: a vendor whose PatchAnnotations reads the pod's own annotations (Ascend's
+    `huawei.com/vnpu-mode`). The engine calls this instead of `patch_annotations` when present."""
+
+    def patch_pod_annotations(
+        self,
+        per_container: PodSingleDevice,
+        migs: Sequence[MigAllocation],
+        *,
+        node: str,
+        now: int,
+        pod_annotations: Mapping[str, str],
+    ) -> dict[str, str]:
+        """`patch_annotations` of the pod whose annotations are `pod_annotations`."""
         ...
 
 

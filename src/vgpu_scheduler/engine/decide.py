@@ -34,7 +34,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from vgpu_scheduler.devices.protocol import QuotaCheck, Vendors
+from vgpu_scheduler.devices.protocol import PodAnnotationPatcher, QuotaCheck, Vendors
 from vgpu_scheduler.engine.fit import NodeFit, PodFitContext, evaluate_node, pod_fit_context
 from vgpu_scheduler.engine.ledger import DeviceLedger, NodeSummary
 from vgpu_scheduler.engine.nodeview import DeviceUsage, NodeView
@@ -103,16 +103,28 @@ def node_policy(annotations: Mapping[str, str], default: str) -> str:
 
 
 def filter_annotations(
-    node: str, devices: PodDevices, mig: Sequence[MigAllocation], now: int, *, vendors: Vendors
+    node: str,
+    devices: PodDevices,
+    mig: Sequence[MigAllocation],
+    now: int,
+    *,
+    vendors: Vendors,
+    pod_annos: Mapping[str, str] | None = None,
 ) -> dict[str, str]:
     """The §4.1 filter patch annotations (the caller adds label hami.io/vgpu-node = node): node
-    and time, then each vendor's PatchAnnotations of its part of the allocation."""
+    and time, then each vendor's PatchAnnotations of its part of the allocation (with the pod's
+    annotations for a vendor that reads them, `PodAnnotationPatcher`)."""
     out = {keys.VGPU_NODE: node, keys.VGPU_TIME: str(now)}
     for key, per_container in devices.items():
         vendor = vendors.get(key)
         if vendor is None:
             raise AllocationError(f"no allocation annotation keys for vendor {key!r}")
-        out.update(vendor.patch_annotations(per_container, mig, node=node, now=now))
+        if isinstance(vendor, PodAnnotationPatcher):
+            out.update(vendor.patch_pod_annotations(
+                per_container, mig, node=node, now=now, pod_annotations=pod_annos or {}
+            ))
+        else:
+            out.update(vendor.patch_annotations(per_container, mig, node=node, now=now))
     return out
 
 
@@ -299,7 +311,7 @@ def decide(
         if isinstance(result, NodeFit):
             return _chosen(
                 node, result, ledger.score(node), {node: ledger.score(node)}, failed=failed, now=now,
-                vendors=vendors,
+                vendors=vendors, pod_annos=ctx.annotations,
             )
         failed[node] = result
     # Nothing free fits: the deferred nodes in the same order, then the skipped ones, which still
@@ -311,7 +323,7 @@ def decide(
                 log.error("node %s was skipped as hopeless but fits pod %s; choosing it", node, name)
             return _chosen(
                 node, result, ledger.score(node), {node: ledger.score(node)}, failed=failed, now=now,
-                vendors=vendors,
+                vendors=vendors, pod_annos=ctx.annotations,
             )
         failed[node] = result
     return NoFit(failed)
@@ -352,7 +364,8 @@ def _decide_all(
         free = {node: score for node, score in scores.items() if not deprioritized(node)}
         preferred = free or scores
     best = _best(preferred, policy == BINPACK)
-    return _chosen(best, fits[best], scores[best], scores, failed=failed, now=now, vendors=vendors)
+    return _chosen(best, fits[best], scores[best], scores, failed=failed, now=now, vendors=vendors,
+                   pod_annos=ctx.annotations)
 
 
 def _best(scores: Mapping[str, float], descending: bool) -> str:
@@ -370,9 +383,12 @@ def _chosen(
     failed: dict[str, str],
     now: int,
     vendors: Vendors,
+    pod_annos: Mapping[str, str] | None = None,
 ) -> Decision:
     try:
-        annotations = filter_annotations(node, fit.devices, fit.mig, now, vendors=vendors)
+        annotations = filter_annotations(
+            node, fit.devices, fit.mig, now, vendors=vendors, pod_annos=pod_annos
+        )
     except AllocationError as exc:
         return Error(str(exc))
     return Chosen(
@@ -463,4 +479,5 @@ def decide_on_nodes(
     if not fits:
         return NoFit(failed)
     best = _best(scores, policy == BINPACK)  # equal scores: the first name wins the tie
-    return _chosen(best, fits[best], scores[best], scores, failed=failed, now=now, vendors=vendors)
+    return _chosen(best, fits[best], scores[best], scores, failed=failed, now=now, vendors=vendors,
+                   pod_annos=ctx.annotations)
