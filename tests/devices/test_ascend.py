@@ -360,6 +360,7 @@ def test_inventory_json() -> None:
     register = head + '"Type":"huawei.com/Ascend910","Numa":0,"Health":true}]'
     (dev,) = A.node_devices(npu_node(register))
     assert dev == AscendDevice(
+        node_name="n",
         id="GPU-0",
         count=4,
         devmem=8738,

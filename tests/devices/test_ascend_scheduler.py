@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -134,6 +134,60 @@ async def test_registration_reads_npu_nodes_and_stamps_each_chip_handshake() -> 
         # Every registered chip's handshake is stamped on every node, as HAMi does.
         for cw in ("Ascend910A", B3, "Ascend310P", "Ascend910C"):
             assert annotations[f"hami.io/node-handshake-{cw}"] == "Requesting_2026-11-29 21:03:30"
+    finally:
+        await loop.stop()
+        await client.close()
+
+
+async def test_node_hami_core_annotation_is_read_again_with_the_inventory() -> None:
+    """A new `hami-vnpu-core` value counts from the next registration pass (HAMi: from the next
+    inventory update, i.e. the next answered handshake)."""
+    cluster = MemoryCluster(seed=1)
+    client = KubeClient(MemoryTransport(cluster))
+    store = Store()
+    state = SchedulerState(VENDORS)
+    loop = RegistrationLoop(client, state, store, now=lambda: NOW, tz=UTC)
+    p = npu_pod("p", annotations=HAMI_CORE, count="1")
+    try:
+        store.upsert(cluster.create("nodes", npu_node("n", npu_devices(1))))
+        await loop.run_pass()
+        await loop.flush_writes()
+        assert run(p, state, ["n"]) == NoFit({"n": "1/1 ModeNotFit"})
+        cluster.patch("nodes", "n", {"metadata": {"annotations": {"hami-vnpu-core": "true"}}})
+        store.upsert(cluster.get("nodes", "n"))
+        report = await loop.run_pass()
+        await loop.flush_writes()
+        assert report.errors == {}
+        assert isinstance(run(p, state, ["n"]), Chosen)
+    finally:
+        await loop.stop()
+        await client.close()
+
+
+async def test_unhealthy_chip_is_cleaned_up() -> None:
+    """No allocatable NPUs and a stale handshake: the chip's devices and handshake go."""
+    cluster = MemoryCluster(seed=1)
+    client = KubeClient(MemoryTransport(cluster))
+    store = Store()
+    state = SchedulerState(VENDORS)
+    clock = [NOW]
+    loop = RegistrationLoop(client, state, store, now=lambda: clock[0], tz=UTC)
+    try:
+        store.upsert(cluster.create("nodes", npu_node("n", npu_devices(1))))
+        await loop.run_pass()
+        await loop.flush_writes()
+        assert state.ledger.view("n") is not None
+        cluster.patch(
+            "nodes", "n", {"status": {"allocatable": {"huawei.com/Ascend910B3": "0"}}}, subresource="status"
+        )
+        store.upsert(cluster.get("nodes", "n"))
+        clock[0] = NOW + timedelta(seconds=61)
+        report = await loop.run_pass()
+        await loop.flush_writes()
+        assert report.cleaned == ["n"] and state.ledger.view("n") is None
+        assert (
+            "hami.io/node-handshake-Ascend910B3" not in cluster.get("nodes", "n")["metadata"]["annotations"]
+        )
     finally:
         await loop.stop()
         await client.close()

@@ -3,8 +3,8 @@
 HAMi keeps two things beside the common device fields that the shared decoder drops: each
 device's `custominfo` (the 910 family's `NetworkID`, for topology) and the node object itself,
 whose `hami-vnpu-core` annotation Fit reads. Both are carried on `AscendDevice`, a DeviceInfo
-with two more fields, decoded when the inventory is (HAMi, too, reads the node object stored at
-the last inventory update).
+with more fields, decoded when the inventory is; the vendor also notes the annotation at every
+registration pass (`AscendVendor.check_health`), which wins for nodes a registration loop watches.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ class AscendDevice(DeviceInfo):
     """The device's `custominfo` object (None when absent or null)."""
     node_hami_core: bool | None = None
     """The node's `hami-vnpu-core` annotation when the inventory was read (None: absent)."""
+    node_name: str = ""
 
 
 def network_id(custom_info: dict[str, Any] | None) -> float | None:
@@ -47,6 +48,12 @@ def network_id(custom_info: dict[str, Any] | None) -> float | None:
 def has_network_id(custom_info: dict[str, Any] | None) -> bool:
     """HAMi `hasNetworkID` for one device: the key is present, whatever its value."""
     return custom_info is not None and NETWORK_ID in custom_info
+
+
+def node_hami_core(node: Obj) -> bool | None:
+    """The node's `hami-vnpu-core` annotation: None when absent, else whether it is "true"."""
+    flag = objects.annotations(node).get(NODE_HAMI_CORE)
+    return None if flag is None else flag == "true"
 
 
 def _custom_infos(value: str, n: int) -> list[dict[str, Any] | None]:
@@ -78,14 +85,14 @@ def read_inventory(node: Obj, register_key: str, vendor_key: str) -> list[Device
     if not plain:
         raise InventoryError("no device found on node")
     infos = _custom_infos(value, len(plain))
-    flag = annotations.get(NODE_HAMI_CORE)
-    node_core = None if flag is None else flag == "true"
+    node_core = node_hami_core(node)
+    name = objects.name(node)
     out: list[DeviceInfo] = []
     for dev, info in zip(plain, infos, strict=True):
         out.append(AscendDevice(
             id=dev.id, index=dev.index, count=dev.count, devmem=dev.devmem, devcore=dev.devcore,
             type=dev.type, numa=dev.numa, mode=dev.mode, health=dev.health, mig_profiles=dev.mig_profiles,
-            device_vendor=vendor_key, custom_info=info, node_hami_core=node_core,
+            device_vendor=vendor_key, custom_info=info, node_hami_core=node_core, node_name=name,
         ))
     return out
 

@@ -23,6 +23,7 @@ import math
 import struct
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime, tzinfo
 from fractions import Fraction
 from typing import Any
 
@@ -33,11 +34,13 @@ from vgpu_scheduler.devices.ascend.inventory import (
     AscendDevice,
     has_network_id,
     network_id,
+    node_hami_core,
     read_inventory,
 )
 from vgpu_scheduler.devices.base import GenericVendor, SelectionFilters, trunc_div, uuid_set
 from vgpu_scheduler.devices.protocol import (
     FitResult,
+    Health,
     MutationError,
     Obj,
     PodFitContext,
@@ -52,6 +55,7 @@ from vgpu_scheduler.model import (
     MigAllocation,
     PodSingleDevice,
 )
+from vgpu_scheduler.wire import objects
 from vgpu_scheduler.wire import reasons as R
 from vgpu_scheduler.wire.allocation import encode_container_list
 from vgpu_scheduler.wire.gocompat import go_json
@@ -126,6 +130,8 @@ class AscendVendor(GenericVendor):
             config.resource_name, config.resource_memory_name, config.resource_core_name,
             config.memory_factor,
         ))
+        self._node_modes: dict[str, bool | None] = {}
+        """Node -> its `hami-vnpu-core` annotation at the last registration pass."""
 
     # -- requests (GenerateResourceRequests) ------------------------------------------------------
 
@@ -169,6 +175,15 @@ class AscendVendor(GenericVendor):
         assert self.register_key is not None
         return read_inventory(node, self.register_key, self.key)
 
+    def check_health(self, node: Obj, now: datetime, tz: tzinfo | None) -> Health:
+        """The generic handshake check; also notes the node's `hami-vnpu-core` annotation, which
+        Fit reads (the registration loop calls this for every node at every pass)."""
+        self._node_modes[objects.name(node)] = node_hami_core(node)
+        return super().check_health(node, now, tz)
+
+    def forget_node(self, name: str) -> None:
+        self._node_modes.pop(name, None)
+
     # -- fit --------------------------------------------------------------------------------------
 
     def pod_filters(self, annotations: Mapping[str, str]) -> Hashable:
@@ -179,11 +194,14 @@ class AscendVendor(GenericVendor):
         return AscendFilters(uuids, annotations.get(VNPU_MODE) == HAMI_CORE)
 
     def node_supports_hami_core(self, devices: Sequence[DeviceInfo], order: Sequence[int]) -> bool:
-        """The node's `hami-vnpu-core` annotation when set, else the section's `hamiVnpuCore`."""
+        """The node's `hami-vnpu-core` annotation when set, else the section's `hamiVnpuCore`.
+        The annotation as the last registration pass saw it, else as the inventory was read
+        (nodes that no registration loop watches: template nodes, tests)."""
         for pos in order:
             dev = devices[pos]
-            if isinstance(dev, AscendDevice) and dev.node_hami_core is not None:
-                return dev.node_hami_core
+            if isinstance(dev, AscendDevice):
+                mode = self._node_modes.get(dev.node_name, dev.node_hami_core)
+                return self.hami_vnpu_core if mode is None else mode
         return self.hami_vnpu_core
 
     def needs_topology(self, devices: Sequence[DeviceInfo], order: Sequence[int]) -> bool:
