@@ -1192,3 +1192,11 @@ def test_mutate_overwrite_env_blanks_visible_devices_of_other_containers() -> No
     mine = npu(count="1")
     assert mutated(vendor, mine) and "env" not in mine
     assert not mutated(A, (plain := container())) and "env" not in plain
+
+
+def test_score_node_reads_devices_of_a_chip_whose_type_contains_the_common_word() -> None:
+    """Ascend910B4 pods may take Ascend910B4-1 devices; their NetworkIDs count."""
+    b4 = chip("Ascend910B4")
+    devices = devices_of([Dev("a", network=1), Dev("b", network=1)], "Ascend910B4-1")
+    entries = [[ContainerDevice("a", "Ascend910B4", 0, 0), ContainerDevice("b", "Ascend910B4", 0, 0)]]
+    assert b4.score_node(entries, annotations={}, devices=devices, previous=[], policy="binpack") == 10.0

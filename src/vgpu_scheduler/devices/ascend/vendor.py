@@ -393,7 +393,8 @@ class AscendVendor(GenericVendor):
         × 10; 0 as soon as one chosen device has no NetworkID key."""
         if not self.scores_nodes:
             return 0.0
-        info = {d.id: d for d in devices if d.device_vendor == self.key}
+        # Any Ascend device: a request sees every device whose type contains the commonWord.
+        info = {d.id: d for d in devices if isinstance(d, AscendDevice)}
         score = 0.0
         for ctr in per_container:
             if not ctr:
