@@ -54,7 +54,7 @@ REGISTRY: tuple[Entry, ...] = (
 
     Entry("biren", "biren"),
 
-    # Entry("vnpus", "ascend", gate="enable_ascend"),
+    Entry("vnpus", "ascend", gate="enable_ascend"),
 
     Entry("iluvatars", "iluvatar", gate="enable_iluvatar"),
 
