@@ -69,7 +69,7 @@ def limits(**kw: str) -> dict[str, Any]:
 
 
 def test_chart_section_and_registration_order() -> None:
-    assert VENDORS.keys == (NVIDIA, "DCU")
+    assert VENDORS.keys[:2] == (NVIDIA, "DCU")  # then the other registered vendors
     dcu = VENDORS["DCU"]
     assert dcu.names == ResourceNames(COUNT, MEM, CORES, 1)
     assert dcu.managed_resources == {COUNT, MEM, CORES}

@@ -162,7 +162,7 @@ class DrsVendor(GenericVendor):
         cordoned: frozenset[str],
         allocated: Sequence[ContainerDevices],
     ) -> FitResult:
-        profile, taken, reason = self._walk(request, devices, usage, order, ctx)
+        profile, taken, reason = self._walk(request, devices, usage, order, ctx=ctx)
         if reason or profile is None:
             return FitResult(False, reason=reason)
         container = request.container if isinstance(request, DrsRequest) else ""
@@ -180,7 +180,7 @@ class DrsVendor(GenericVendor):
         cordoned: frozenset[str],
     ) -> str | None:
         # The profile comes from every device alike and each device is judged on its own.
-        return self._walk(request, devices, usage, positions, ctx)[2]
+        return self._walk(request, devices, usage, positions, ctx=ctx)[2]
 
     def _profile(self, request: ContainerDeviceRequest, devices: Sequence[DeviceInfo],
                  order: Sequence[int]) -> Profile | None:
@@ -195,7 +195,7 @@ class DrsVendor(GenericVendor):
 
     def _walk(
         self, request: ContainerDeviceRequest, devices: Sequence[DeviceInfo], usage: Sequence[DeviceUsage],
-        order: Sequence[int], ctx: PodFitContext,
+        order: Sequence[int], *, ctx: PodFitContext,
     ) -> tuple[Profile | None, list[int], str]:
         """HAMi's DRS Fit over `order` from the end: (profile, taken positions, "" or the reason)."""
         profile = self._profile(request, devices, order)
