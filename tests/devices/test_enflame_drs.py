@@ -104,6 +104,8 @@ def test_profiles_without_memory_use_the_slice_count_as_gb() -> None:
         (None, "annotation not found enflame.com/gcu-drs-capacity"),
         ("", "failed to parse enflame.com/gcu-drs-capacity: unexpected end of JSON input"),
         ('{"devices":[', "failed to parse enflame.com/gcu-drs-capacity: unexpected end of JSON input"),
+        ("{x}", "failed to parse enflame.com/gcu-drs-capacity: invalid JSON at offset 1"),
+        ('{"profiles":{"1g.6gb":"0"},"devices":[{"capacity":Infinity}]}', "failed to parse"),
         (
             "[]",
             "failed to parse enflame.com/gcu-drs-capacity: json: cannot unmarshal array into Go value of "

@@ -386,3 +386,17 @@ def test_simulate_places_gcu_and_drs_pods(tmp_path: Path) -> None:
         "drs-1": "NodeInsufficientDevice",
         "gcu-1": "2/2 ExclusiveDeviceAllocateConflict",
     }
+
+
+def test_metrics_list_gcu_devices() -> None:
+    state = SchedulerState(VENDORS)
+    state.set_node_devices("gcu-1", VENDORS["GCU"].node_devices(gcu_node("gcu-1", "2")))
+    p = enflame_pod("p", drs_ctr(gcu="1"))
+    d = run(state, p, ["gcu-1"])
+    assert isinstance(d, Chosen)
+    state.reserve(p, d)
+    text = exposition(metrics_registry(state)).decode()
+    assert (
+        'hami_gpu_memory_allocated_bytes{device_cores="100",device_index="1",device_type="GCU",'
+        'device_uuid="gcu-1-GCU-1",node="gcu-1",zone="vGPU"} 1.048576e+08'
+    ) in text
