@@ -38,7 +38,7 @@ REGISTRY: tuple[Entry, ...] = (
 
     Entry("hygon", "hygon"),
 
-    # Entry("enflame", "enflame"),
+    Entry("enflame", "enflame"),
 
     Entry("mthreads", "mthreads"),
 
