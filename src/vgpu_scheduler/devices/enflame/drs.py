@@ -265,7 +265,13 @@ class DrsVendor(GenericVendor):
     # -- annotations, admission -----------------------------------------------------------------
 
     def patch_annotations(
-        self, per_container: PodSingleDevice, migs: Sequence[MigAllocation], *, node: str, now: int
+        self,
+        per_container: PodSingleDevice,
+        migs: Sequence[MigAllocation],
+        *,
+        node: str,
+        now: int,
+        pod: Obj | None = None,
     ) -> dict[str, str]:
         if not per_container:
             return {}
