@@ -18,7 +18,7 @@ HAMI_ORDER = (
 def test_registered_sections_follow_hamis_order() -> None:
     sections = [entry.section for entry in REGISTRY]
     assert sections == [s for s in HAMI_ORDER if s in sections]
-    assert build().keys == (NVIDIA, "DCU")
+    assert build().keys == (NVIDIA, "MLU", "DCU")
 
 
 @pytest.mark.parametrize(("gate", "on"), [("enable_iluvatar", True), ("enable_iluvatar", False),

@@ -47,7 +47,7 @@ from vgpu_scheduler.devices.protocol import Vendor
 from vgpu_scheduler.engine.state import SchedulerState
 from vgpu_scheduler.model import DeviceInfo
 from vgpu_scheduler.wire import keys, objects
-from vgpu_scheduler.wire.inventory import InventoryError, decode_cordon
+from vgpu_scheduler.wire.inventory import InventoryAbsent, InventoryError, decode_cordon
 
 log = logging.getLogger(__name__)
 
@@ -184,6 +184,8 @@ class _Decoded:
     """The values of the vendor's inventory annotations this was decoded from."""
     devices: list[DeviceInfo] | None
     error: str | None
+    absent: bool = False
+    """The error says the node has none of the vendor's devices (`InventoryAbsent`)."""
 
 
 def _note(names: list[str], name: str) -> None:
@@ -391,7 +393,8 @@ class RegistrationLoop:
             if decoded.error is not None:
                 self._log_error(name, vendor, decoded.error, annotations)
                 has_inventory = any(k in annotations for k in vendor.inventory_keys)
-                (errors if has_inventory or not vendor.inventory_keys else absent).append(decoded.error)
+                broken = (has_inventory or not vendor.inventory_keys) and not decoded.absent
+                (errors if broken else absent).append(decoded.error)
                 continue
             self._last_error.pop((name, key), None)
             devices = decoded.devices or []
@@ -440,7 +443,7 @@ class RegistrationLoop:
         try:
             result = _Decoded(source, vendor.node_devices(node), None)
         except InventoryError as exc:
-            result = _Decoded(source, None, str(exc))
+            result = _Decoded(source, None, str(exc), isinstance(exc, InventoryAbsent))
         if source:
             self._decoded[(name, vendor.key)] = result
         return result
