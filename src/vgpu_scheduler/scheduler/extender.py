@@ -538,7 +538,7 @@ class Extender:
         try:
             for spec in locks:
                 shared_tried = shared_tried or spec.names_holder
-                held.append((spec, await self._lock(pod, node, control, check, spec)))
+                held.append((spec, await self._lock(pod, node, control, check, spec=spec)))
             check()
             patched = await self._patch_unbound(pod, patch, check)
             check()
@@ -585,6 +585,7 @@ class Extender:
         node: str,
         control: _BindControl,
         check: Callable[[], None],
+        *,
         spec: NodeLockSpec,
     ) -> str:
         """_take_lock, timed into `stats.lock_wait` by how it ended; the value written ("" for
@@ -592,7 +593,7 @@ class Extender:
         started = time.perf_counter()
         outcome = "error"
         try:
-            value = await self._take_lock(pod, node, control, check, spec)
+            value = await self._take_lock(pod, node, control, check, spec=spec)
             outcome = "acquired"
             return value
         except NodeLockContention:
@@ -610,6 +611,7 @@ class Extender:
         node: str,
         control: _BindControl,
         check: Callable[[], None],
+        *,
         spec: NodeLockSpec,
     ) -> str:
         """HAMi's rule: only PodGroup members wait on contention of the shared mutex (a vendor
