@@ -12,7 +12,9 @@ vendor in registration order (`Vendor` in `devices.protocol`):
 3. unhealthy ⇒ if the node has this vendor's devices: clean up (delete the handshake annotation,
    the vendor forgets the node, its devices are dropped) and go on; decode error ⇒ keep what is
    registered (logged with the node name); zero devices ⇒ drop the vendor's devices; no update
-   needed ⇒ keep them; else store the new ones.
+   needed ⇒ keep them; else store the new ones. A vendor whose inventory is absent from the node
+   (no inventory annotation, or `InventoryAbsent`, e.g. no capacity of its resource) is no error
+   of the node unless the node has no device at all.
 
 The node's inventory in the state is every vendor's devices, in registration order, with the
 node's `hami.io/device-cordon` list. After the pass `synced` is set; the filter waits for it.
