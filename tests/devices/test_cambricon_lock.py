@@ -398,14 +398,15 @@ async def run_steps(steps: list[tuple[str, str, str, str]]) -> None:
     stack = await start_stack(lock_aware_placement=False)  # binds reach the locks while they are held
     bound: dict[str, str] = {}  # pods bound and not admitted (deleted ones stay: nobody admits them)
     live: dict[str, str] = {}  # existing pods -> kind; a name is created at most once
-    created: set[str] = set()
+    created: dict[str, Obj] = {}  # every pod created, as created
     try:
         for op, name, kind, failure in steps:
             if op in ("bind", "filter") and name not in created:
-                await stack.create(name, kind)
+                created[name] = await stack.create(name, kind)
                 live[name] = kind
-                created.add(name)
             current = stack.cluster.get("pods", name, "default") if name in live else None
+            if op == "bind" and name in created and current is None:
+                assert await stack.bind(created[name]) != ""  # a deleted pod: nothing is locked
             if op in ("bind", "filter") and current is not None and not current["spec"].get("nodeName"):
                 await stack.filter(current)
                 if op == "bind":
