@@ -38,7 +38,7 @@ from vgpu_scheduler.server.metrics import exposition, metrics_registry
 from vgpu_scheduler.server.webhook import review_pod
 from vgpu_scheduler.simulate.cli import main as simulate_main
 from vgpu_scheduler.wire import keys
-from vgpu_scheduler.wire.inventory import InventoryAbsent
+from vgpu_scheduler.wire.inventory import InventoryError
 
 COUNT, MEM, CORES = "cambricon.com/vmlu", "cambricon.com/mlu.smlu.vmemory", "cambricon.com/mlu.smlu.vcore"
 CHART = default_device_config()
@@ -209,7 +209,7 @@ def test_inventory_from_capacity(vcore: str, vmemory: str | None, expected: list
     ],
 )
 def test_inventory_absent(vcore: str | None, vmemory: str | None) -> None:
-    with pytest.raises(InventoryAbsent, match=f"^device not found {CORES}$"):
+    with pytest.raises(InventoryError, match=f"^device not found {CORES}$"):
         MLU.node_devices(mlu_node(vcore=vcore, vmemory=vmemory))
 
 

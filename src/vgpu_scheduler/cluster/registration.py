@@ -12,9 +12,7 @@ vendor in registration order (`Vendor` in `devices.protocol`):
 3. unhealthy ⇒ if the node has this vendor's devices: clean up (delete the handshake annotation,
    the vendor forgets the node, its devices are dropped) and go on; decode error ⇒ keep what is
    registered (logged with the node name); zero devices ⇒ drop the vendor's devices; no update
-   needed ⇒ keep them; else store the new ones. A vendor whose inventory is absent from the node
-   (no inventory annotation, or `InventoryAbsent`, e.g. no capacity of its resource) is no error
-   of the node unless the node has no device at all.
+   needed ⇒ keep them; else store the new ones.
 
 The node's inventory in the state is every vendor's devices, in registration order, with the
 node's `hami.io/device-cordon` list. After the pass `synced` is set; the filter waits for it.
@@ -49,7 +47,7 @@ from vgpu_scheduler.devices.protocol import Vendor
 from vgpu_scheduler.engine.state import SchedulerState
 from vgpu_scheduler.model import DeviceInfo
 from vgpu_scheduler.wire import keys, objects
-from vgpu_scheduler.wire.inventory import InventoryAbsent, InventoryError, decode_cordon
+from vgpu_scheduler.wire.inventory import InventoryError, decode_cordon
 
 log = logging.getLogger(__name__)
 
@@ -186,8 +184,6 @@ class _Decoded:
     """The values of the vendor's inventory annotations this was decoded from."""
     devices: list[DeviceInfo] | None
     error: str | None
-    absent: bool = False
-    """The error says the node has none of the vendor's devices (`InventoryAbsent`)."""
 
 
 def _note(names: list[str], name: str) -> None:
@@ -394,9 +390,10 @@ class RegistrationLoop:
                 continue
             if decoded.error is not None:
                 self._log_error(name, vendor, decoded.error, annotations)
+                # A vendor without inventory annotations (one reading node capacity) reports its
+                # missing devices like an absent annotation: only on a node with no device at all.
                 has_inventory = any(k in annotations for k in vendor.inventory_keys)
-                broken = (has_inventory or not vendor.inventory_keys) and not decoded.absent
-                (errors if broken else absent).append(decoded.error)
+                (errors if has_inventory else absent).append(decoded.error)
                 continue
             self._last_error.pop((name, key), None)
             devices = decoded.devices or []
@@ -445,7 +442,7 @@ class RegistrationLoop:
         try:
             result = _Decoded(source, vendor.node_devices(node), None)
         except InventoryError as exc:
-            result = _Decoded(source, None, str(exc), isinstance(exc, InventoryAbsent))
+            result = _Decoded(source, None, str(exc))
         if source:
             self._decoded[(name, vendor.key)] = result
         return result

@@ -33,7 +33,7 @@ from vgpu_scheduler.devices.protocol import Health, NodeLockSpec, Obj, ResourceN
 from vgpu_scheduler.devices.sections import Section
 from vgpu_scheduler.model import ContainerDeviceRequest, DeviceInfo, MigAllocation, PodSingleDevice
 from vgpu_scheduler.wire.allocation import encode_container_list
-from vgpu_scheduler.wire.inventory import InventoryAbsent
+from vgpu_scheduler.wire.inventory import InventoryError
 
 MLU = "MLU"
 TO_ALLOCATE = "hami.io/cambricon-mlu-devices-to-allocate"
@@ -108,7 +108,7 @@ class CambriconVendor(GenericVendor):
         cores_name = self.names.cores
         cards = res.as_int(capacity.get(cores_name, 0)) if cores_name else 0
         if cards is None or cards == 0:
-            raise InventoryAbsent(f"device not found {cores_name}")
+            raise InventoryError(f"device not found {cores_name}")
         memory = res.as_int(capacity.get(self.names.memory, 0)) if self.names.memory else 0
         devmem = res.int32(trunc_div((memory or 0) * MEMORY_UNIT * 100, cards))
         name = str((node.get("metadata") or {}).get("name") or "")

@@ -36,11 +36,6 @@ class InventoryError(ValueError):
     """A node inventory / pair-score annotation that cannot be used."""
 
 
-class InventoryAbsent(InventoryError):
-    """The node has none of the vendor's devices (e.g. no capacity of its resource): reported as a
-    missing inventory annotation is, not as a broken one."""
-
-
 # ---------------------------------------------------------------------------------------------
 # JSON dialect
 
