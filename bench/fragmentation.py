@@ -11,6 +11,8 @@ Traces (pod annotations choosing a policy are dropped so the run's policy applie
   large-small   whole cards, large slices (40 GiB / 50 cores) and small slices mixed
   infer-train   memory-heavy inference pods (16-24 GiB, 10 cores) beside compute-heavy ones
                 (4 GiB, 40-60 cores)
+  inference     memory-only serving pods (no core limit): 60 % of 1-2 GiB, 30 % of 8-16 GiB,
+                10 % of 40 GiB
 
     .venv/bin/python bench/fragmentation.py [--pods N] [--seed N] [--traces a,b] [--plot FILE.png]
 """
@@ -82,6 +84,16 @@ def infer_train(n: int, rng: random.Random) -> list[dict[str, Any]]:
     return out
 
 
+def inference(n: int, rng: random.Random) -> list[dict[str, Any]]:
+    """Memory-only serving pods (no core limit: they share compute), mostly small."""
+    out = []
+    for i in range(n):
+        roll = rng.random()
+        mem = rng.choice((1, 2)) if roll < 0.6 else rng.choice((8, 12, 16)) if roll < 0.9 else 40
+        out.append(_pod(i, {"nvidia.com/gpu": 1, "nvidia.com/gpumem": mem * GIB}))
+    return out
+
+
 def demo(n: int, rng: random.Random) -> list[dict[str, Any]]:
     pods = demo_workload(n, rng.randrange(1 << 30))
     for pod in pods:
@@ -96,6 +108,7 @@ TRACES: dict[str, Callable[[int, random.Random], list[dict[str, Any]]]] = {
     "small-slices": small_slices,
     "large-small": large_small,
     "infer-train": infer_train,
+    "inference": inference,
 }
 
 

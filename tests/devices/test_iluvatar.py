@@ -67,7 +67,7 @@ def limits(**kw: str) -> dict[str, Any]:
 
 def test_chart_list_registers_one_vendor_per_chip_after_the_others() -> None:
     assert VENDORS.keys[-4:] == CHIPS
-    assert VENDORS.keys[:2] == (NVIDIA, "DCU")
+    assert VENDORS.keys[0] == NVIDIA
     v = VENDORS["BI-V150"]
     assert v.names == ResourceNames(
         "iluvatar.ai/BI-V150-vgpu", "iluvatar.ai/BI-V150.vMem", "iluvatar.ai/BI-V150.vCore", 256

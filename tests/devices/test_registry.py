@@ -15,8 +15,8 @@ HAMI_ORDER = (
 )
 
 ALWAYS = (
-    "NVIDIA", "DCU", "GCU", "Enflame", "Mthreads", "Metax-GPU", "Metax-SGPU", "kunlun", "XPU", "AWSNeuron",
-    "AMD", "Vastai", "Biren",
+    "NVIDIA", "MLU", "DCU", "GCU", "Enflame", "Mthreads", "Metax-GPU", "Metax-SGPU", "kunlun", "XPU",
+    "AWSNeuron", "AMD", "Vastai", "Biren",
 )
 """The vendor keys registered without a gate, in HAMi's order (the Kunlun and Metax sections give two)."""
 

@@ -169,6 +169,16 @@ class NodeLocker:
         # Serialises this process's lock writes per node (HAMi keeps the same in-process mutex).
         self._local: dict[str, asyncio.Lock] = {}
 
+    @property
+    def api(self) -> LockApi:
+        """The API the lock is written through (a vendor's own lock is written through it too)."""
+        return self._api
+
+    @property
+    def clock(self) -> Callable[[], datetime]:
+        """The clock lock values are stamped with."""
+        return self._now
+
     def forget_node(self, name: str) -> None:
         self._local.pop(name, None)
 

@@ -22,6 +22,7 @@ from vgpu_scheduler.devices import resources as res
 from vgpu_scheduler.devices.protocol import (
     FitResult,
     Health,
+    NodeLockSpec,
     Obj,
     PodFitContext,
     ResourceNames,
@@ -159,6 +160,9 @@ class GenericVendor:
     cleanup_key: str | None = None
     """Defaults to `handshake_key` (set in `__init__`)."""
     lock_key: str | None = keys.NODE_LOCK
+    node_lock: NodeLockSpec | None = None
+    """Set in `__init__` from `lock_key` (the shared mutex) unless a vendor declares its own lock,
+    whose key then becomes `lock_key`."""
     register_key: str | None = None
     """Node annotation holding the inventory."""
     inventory_dialect: str = "auto"
@@ -200,6 +204,10 @@ class GenericVendor:
         self.inventory_keys: tuple[str, ...] = (self.register_key,) if self.register_key else ()
         if self.cleanup_key is None:
             self.cleanup_key = self.handshake_key
+        if self.node_lock is not None:
+            self.lock_key = self.node_lock.key
+        elif self.lock_key is not None:
+            self.node_lock = NodeLockSpec(self.lock_key)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.names!r})"

@@ -72,6 +72,24 @@ class ResourceNames:
 
 
 @dataclass(slots=True, frozen=True)
+class NodeLockSpec:
+    """The node lock a vendor takes at bind (§6.2), as the bind and the device plugin handle it.
+
+    Default: the shared owner-format mutex `<RFC3339>,<namespace>,<pod>` (`hami.io/mutex.lock`),
+    re-entrant, released by its holder, expiring after the scheduler's `--node-lock-timeout`.
+    `names_holder=False`: a vendor's own lock whose value is a bare RFC 3339 time naming no pod,
+    taken over once older than `expiry_seconds`, deleted by the vendor's device plugin after
+    Allocate whoever wrote it. Several vendors naming one key share one lock."""
+
+    key: str
+    names_holder: bool = True
+    expiry_seconds: float = 0.0
+    """Age after which a lock without holder is taken over (unused for the shared mutex)."""
+    busy_message: str = ""
+    """The bind's error while a lock without holder is live; `{node}` is the node name."""
+
+
+@dataclass(slots=True, frozen=True)
 class Health:
     """A vendor's CheckHealth for one node (§3.4)."""
 
@@ -178,6 +196,11 @@ class Vendor(Protocol):
     def lock_key(self) -> str | None:
         """Node lock annotation taken at bind when a regular container asks for this vendor (§6.2),
         None for vendors that never lock."""
+        ...
+
+    @property
+    def node_lock(self) -> NodeLockSpec | None:
+        """How that lock is taken and released (`lock_key` is its key); None = never locks."""
         ...
 
     @property

@@ -34,7 +34,7 @@ class Entry:
 REGISTRY: tuple[Entry, ...] = (
     Entry("nvidia", "nvidia"),
 
-    # Entry("cambricon", "cambricon"),
+    Entry("cambricon", "cambricon"),
 
     Entry("hygon", "hygon"),
 

@@ -35,7 +35,8 @@ from vgpu_scheduler.cluster.nodelock import (
     NodeLockError,
     dangling_cause,
 )
-from vgpu_scheduler.devices.protocol import Vendors
+from vgpu_scheduler.cluster.stamplock import StampLocker
+from vgpu_scheduler.devices.protocol import NodeLockSpec, Vendors
 from vgpu_scheduler.engine.decide import (
     NODE_UNREGISTERED,
     Chosen,
@@ -199,6 +200,8 @@ class Extender:
         # uids of pods whose deletion the informer has delivered, oldest first (bounded).
         self._deleted: dict[str, None] = {}
         self.stats = ExtenderStats()
+        # Vendors' own locks without holder (NodeLockSpec.names_holder False), by annotation key.
+        self._vendor_lockers: dict[str, StampLocker] = {}
 
     # -- pod lifecycle hooks (called by the pod informer handler) ---------------------------------
 
@@ -507,7 +510,11 @@ class Extender:
         if error:
             self.events.record(pod, WARNING, "BindingFailed", error)
             return error
-        locked = chosen is not None and _locking_request(pod, self.state.vendors)
+        # Every distinct lock the pod's vendors take, in key order: a fixed order, so two binds
+        # asking the same locks never each hold one the other waits for.
+        locks = pod_node_locks(pod, self.state.vendors) if chosen is not None else []
+        held: list[tuple[NodeLockSpec, str]] = []  # (lock, value this bind wrote), in order taken
+        shared_tried = False
         annotations: dict[str, Any] = {}
         labels: dict[str, str] = {}
         if chosen is not None:
@@ -532,8 +539,9 @@ class Extender:
         message = ""
         exc_seen: Exception | None = None
         try:
-            if locked:
-                await self._lock(pod, node, control, check)
+            for spec in locks:
+                shared_tried = shared_tried or spec.names_holder
+                held.append((spec, await self._lock(pod, node, control, check, spec=spec)))
             check()
             patched = await self._patch_unbound(pod, patch, check)
             check()
@@ -564,8 +572,7 @@ class Extender:
             # As HAMi, release also when taking the lock failed: a legacy lock is cleared then.
             # Not when another named pod holds it: that release would read the node for nothing.
             named = isinstance(exc_seen, NodeLockContention) and exc_seen.holder_named
-            if locked and not named:
-                await self._release(node, namespace, name)
+            await self._release_locks(node, namespace, name, held, shared=shared_tried and not named)
             self.events.record(pod, WARNING, "BindingFailed", message)
             return message
         if chosen is not None and self._pending.get(uid) is chosen:
@@ -576,14 +583,22 @@ class Extender:
         return ""
 
     async def _lock(
-        self, pod: Mapping[str, Any], node: str, control: _BindControl, check: Callable[[], None]
-    ) -> None:
-        """_take_lock, timed into `stats.lock_wait` by how it ended."""
+        self,
+        pod: Mapping[str, Any],
+        node: str,
+        control: _BindControl,
+        check: Callable[[], None],
+        *,
+        spec: NodeLockSpec,
+    ) -> str:
+        """_take_lock, timed into `stats.lock_wait` by how it ended; the value written ("" for
+        the shared mutex)."""
         started = time.perf_counter()
         outcome = "error"
         try:
-            await self._take_lock(pod, node, control, check)
+            value = await self._take_lock(pod, node, control, check, spec=spec)
             outcome = "acquired"
+            return value
         except NodeLockContention:
             outcome = "contention"
             raise
@@ -594,14 +609,23 @@ class Extender:
             self.stats.lock_wait.observe((outcome,), time.perf_counter() - started)
 
     async def _take_lock(
-        self, pod: Mapping[str, Any], node: str, control: _BindControl, check: Callable[[], None]
-    ) -> None:
-        """HAMi's rule: only PodGroup members wait on contention; never past the bind's deadline,
-        and not once the bind was superseded or abandoned (then _Refused says why)."""
+        self,
+        pod: Mapping[str, Any],
+        node: str,
+        control: _BindControl,
+        check: Callable[[], None],
+        *,
+        spec: NodeLockSpec,
+    ) -> str:
+        """HAMi's rule: only PodGroup members wait on contention of the shared mutex (a vendor
+        lock's busy error is not HAMi's contention error: never waited on); never past the bind's
+        deadline, and not once the bind was superseded or abandoned (then _Refused says why)."""
+        if not spec.names_holder:
+            return await self._vendor_locker(spec).lock(node)
         _, namespace, name = pod_key(pod)
         if not (self.lock_retry_timeout > 0 and is_pod_group_member(pod)):
             await self.locker.lock(node, namespace, name)
-            return
+            return ""
 
         def should_stop() -> bool:
             try:
@@ -617,6 +641,7 @@ class Extender:
         except NodeLockContention:
             check()  # a stop is reported as what it is, not as contention
             raise
+        return ""
 
     async def _patch_unbound(
         self, pod: Mapping[str, Any], patch: dict[str, Any], check: Callable[[], None]
@@ -643,6 +668,31 @@ class Extender:
                 raise _Refused(f'pod {namespace}/{name} is already assigned to node "{bound_to}"')
             check()
         raise AssertionError("unreachable")
+
+    def _vendor_locker(self, spec: NodeLockSpec) -> StampLocker:
+        locker = self._vendor_lockers.get(spec.key)
+        if locker is None:
+            locker = StampLocker(self.locker.api, spec, now=self.locker.clock)
+            self._vendor_lockers[spec.key] = locker
+        return locker
+
+    async def _release_locks(
+        self, node: str, namespace: str, name: str, held: list[tuple[NodeLockSpec, str]], *, shared: bool
+    ) -> None:
+        """After a failed bind, in reverse order: every vendor lock this bind wrote (while it still
+        holds the value written), and with `shared` the shared mutex (if this pod holds it, or a
+        legacy lock without owner, as HAMi)."""
+        if shared and not any(spec.names_holder for spec, _ in held):
+            await self._release(node, namespace, name)  # tried last, not taken
+        for spec, value in reversed(held):
+            if spec.names_holder:
+                if shared:
+                    await self._release(node, namespace, name)
+                continue
+            try:
+                await self._vendor_locker(spec).release(node, value)
+            except (ApiError, ApiConnectionError, NodeLockError) as exc:
+                log.error("releasing the lock %s of node %s failed: %s", spec.key, node, exc)
 
     async def _release(self, node: str, namespace: str, name: str) -> None:
         try:
@@ -757,15 +807,23 @@ def _error_text(exc: Exception) -> str:
     return exc.message if isinstance(exc, ApiError) else str(exc)
 
 
-def _locking_request(pod: Mapping[str, Any], vendors: Vendors) -> bool:
-    """HAMi locks the node for a vendor only when a regular (non-init) container requests it and
-    the vendor locks (§6.1). Every locking vendor shares `hami.io/mutex.lock`: one lock, re-entered."""
+def pod_node_locks(pod: Mapping[str, Any], vendors: Vendors) -> list[NodeLockSpec]:
+    """The node locks a bind of `pod` takes, one per distinct key, sorted by key. HAMi locks the
+    node for a vendor only when a regular (non-init) container requests it and the vendor locks
+    (§6.1); vendors naming one key share that lock (`hami.io/mutex.lock`: one lock, re-entered)."""
     n_init = objects.init_container_count(pod)
-    return any(
-        (vendor := vendors.get(key)) is not None and vendor.lock_key is not None
-        for creq in pod_requests(pod, vendors)[n_init:]
-        for key in creq
-    )
+    found: dict[str, NodeLockSpec] = {}
+    for creq in pod_requests(pod, vendors)[n_init:]:
+        for key in creq:
+            vendor = vendors.get(key)
+            if vendor is not None and vendor.node_lock is not None:
+                found.setdefault(vendor.node_lock.key, vendor.node_lock)
+    return [found[key] for key in sorted(found)]
+
+
+def _locking_request(pod: Mapping[str, Any], vendors: Vendors) -> bool:
+    """Does a bind of `pod` take any node lock?"""
+    return bool(pod_node_locks(pod, vendors))
 
 
 def pod_policy_annotations(pod: Mapping[str, Any]) -> Mapping[str, str]:

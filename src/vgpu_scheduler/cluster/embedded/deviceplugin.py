@@ -10,7 +10,10 @@ on the wire, for every registered vendor with a to-allocate annotation:
 * the rewritten to-allocate values (consumed entries emptied, e.g. `;`) and `hami.io/bind-phase:
   success` (or `failed`) are merge-patched onto the pod;
 * the node lock `hami.io/mutex.lock` is deleted if it names this pod (`NodeLocker.release`, the same
-  code the scheduler uses);
+  code the scheduler uses); a vendor's own lock without holder (`NodeLockSpec.names_holder` false,
+  e.g. Cambricon's) is deleted whatever it holds once that vendor's allocation was consumed without
+  error, as that vendor's plugin does after Allocate (on a failed Allocate it stays until it
+  expires);
 * kubelet then runs the pod: phase `Running`, or `Failed` when the allocation failed (kubelet's
   UnexpectedAdmissionError); a pod with a run time (`DURATION_ANNOTATION`) later goes `Succeeded`.
 
@@ -33,6 +36,7 @@ from vgpu_scheduler.cluster.embedded.runtime import InvalidDurationError, durati
 from vgpu_scheduler.cluster.errors import ApiError
 from vgpu_scheduler.cluster.nodelock import NodeLocker
 from vgpu_scheduler.cluster.reflector import Reflector
+from vgpu_scheduler.cluster.stamplock import StampLocker
 from vgpu_scheduler.cluster.transport import MemoryTransport
 from vgpu_scheduler.devices.protocol import Vendor, Vendors
 from vgpu_scheduler.devices.registry import build
@@ -115,6 +119,7 @@ class SimDevicePlugin:
         annotations = objects.annotations(pod)
         error = ""
         written: dict[str, str] = {}
+        consumed: list[Vendor] = []
         vendor_keys = self.vendors.keys
         for vendor in self.vendors:
             to_allocate = vendor.allocation_keys[0]
@@ -127,6 +132,8 @@ class SimDevicePlugin:
                     raise AllocateError(f"{DEVICE_NUMBER_NOT_MATCHED}: allocation left unconsumed: {value!r}")
             except AllocateError as exc:
                 error = str(exc)
+            else:
+                consumed.append(vendor)
             written[to_allocate] = value
         if written:
             phase = keys.BIND_PHASE_FAILED if error else keys.BIND_PHASE_SUCCESS
@@ -134,9 +141,16 @@ class SimDevicePlugin:
             await self.client.patch_pod(namespace, name, patch)
             if node:
                 await self.locker.release(node, namespace, name)
+                if not error:
+                    await self._release_vendor_locks(node, consumed)
         result = Admission("Failed", error) if error else Admission("Running")
         await self.set_phase(namespace, name, result.phase, error)
         return result
+
+    async def _release_vendor_locks(self, node: str, vendors: Sequence[Vendor]) -> None:
+        specs = {lock.key: lock for lock in (v.node_lock for v in vendors) if lock and not lock.names_holder}
+        for key in sorted(specs):
+            await StampLocker(self.client, specs[key]).release(node, None)
 
     async def set_phase(self, namespace: str, name: str, phase: str, message: str = "") -> None:
         status: Obj = {"phase": phase}
