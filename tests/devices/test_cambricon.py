@@ -422,9 +422,10 @@ async def test_registration_reads_capacity_and_writes_no_handshake() -> None:
         assert view is not None
         assert [(d.id, d.devmem) for d in view.devices] == [("mlu-2-cambricon-mlu-0", 262144)]
         assert state.ledger.view("mlu-odd") is None and state.ledger.view("plain") is None
-        # Nodes without any device report the first vendor's reason, as before MLU registered.
+        # A node whose MLU capacity is unusable says so; one without any device reports the first
+        # vendor's reason, as before MLU registered.
         assert report.errors == {
-            "mlu-odd": "annos not found hami.io/node-nvidia-register",
+            "mlu-odd": "device not found cambricon.com/mlu.smlu.vcore",
             "plain": "annos not found hami.io/node-nvidia-register",
         }
         annotations = cluster.get("nodes", "mlu-1")["metadata"].get("annotations") or {}
