@@ -13,6 +13,10 @@ Traces (pod annotations choosing a policy are dropped so the run's policy applie
                 (4 GiB, 40-60 cores)
   inference     memory-only serving pods (no core limit): 60 % of 1-2 GiB, 30 % of 8-16 GiB,
                 10 % of 40 GiB
+  training      half GPUs (40 GiB / 50 cores, 45 %), quarter GPUs (20 GiB / 25 cores, 35 %) and
+                notebooks (4 GiB / 10 cores, 20 %)
+  serve-then-train  two thirds serving slices (12-16 GiB / 5 cores or 2 GiB / 30-40 cores), then
+                whole-GPU training jobs
 
     .venv/bin/python bench/fragmentation.py [--pods N] [--seed N] [--traces a,b] [--plot FILE.png]
 """
@@ -94,6 +98,30 @@ def inference(n: int, rng: random.Random) -> list[dict[str, Any]]:
     return out
 
 
+def training(n: int, rng: random.Random) -> list[dict[str, Any]]:
+    """A training cluster: half and quarter GPUs, a few notebooks."""
+    out = []
+    for i in range(n):
+        roll = rng.random()
+        limits = _slice(40, 50) if roll < 0.45 else _slice(20, 25) if roll < 0.8 else _slice(4, 10)
+        out.append(_pod(i, limits))
+    return out
+
+
+def serve_then_train(n: int, rng: random.Random) -> list[dict[str, Any]]:
+    """Serving pods first (memory-heavy and compute-heavy slices), then whole-GPU training jobs."""
+    out = []
+    serving = n * 2 // 3
+    for i in range(n):
+        if i < serving:
+            memory_heavy = rng.random() < 0.5
+            limits = _slice(rng.choice((12, 16)), 5) if memory_heavy else _slice(2, rng.choice((30, 40)))
+        else:
+            limits = {"nvidia.com/gpu": 1, "nvidia.com/gpucores": 100}
+        out.append(_pod(i, limits))
+    return out
+
+
 def demo(n: int, rng: random.Random) -> list[dict[str, Any]]:
     pods = demo_workload(n, rng.randrange(1 << 30))
     for pod in pods:
@@ -109,6 +137,8 @@ TRACES: dict[str, Callable[[int, random.Random], list[dict[str, Any]]]] = {
     "large-small": large_small,
     "infer-train": infer_train,
     "inference": inference,
+    "training": training,
+    "serve-then-train": serve_then_train,
 }
 
 

@@ -20,7 +20,7 @@ NUMA = "numa"
 MUTEX = "mutex"
 TOPOLOGY_AWARE = "topology-aware"
 BEST_FIT = "best-fit"
-"""Ours, opt-in: the device whose leftover after the pod strands the least (`best_fit_key`)."""
+"""Ours, opt-in: best fit on the dominant resource of what the pod leaves (`best_fit_key`)."""
 
 DEFAULT_GPU_POLICY = SPREAD
 """`--gpu-scheduler-policy` default."""
@@ -115,44 +115,35 @@ def asked_memory(dev: DeviceInfo, req: ContainerDeviceRequest) -> int:
     return req.memreq
 
 
-def stranded_after(
+def leftover_after(
     dev: DeviceInfo, use: DeviceUsage, req: ContainerDeviceRequest
 ) -> tuple[float, float] | None:
-    """(stranded, leftover) of `dev` once one instance of `req` is on it, as fractions of the device
-    summed over memory and cores; None when it cannot hold the instance.
-
-    The pods that usually come next look like this one (replicas, jobs of one shape): the leftover
-    holds k more copies, and what remains beyond those k copies — memory beside exhausted cores or
-    shares, cores beside exhausted memory — is stranded."""
+    """(memory, cores) left free on `dev` once one instance of `req` is on it, as fractions of the
+    device; None when it cannot hold the instance (shares, memory or cores)."""
     if dev.count <= 0 or dev.devmem <= 0 or dev.devcore <= 0:
         return None
-    mem, cores = asked_memory(dev, req), req.coresreq
-    slots = dev.count - use.used - 1
-    free_mem = dev.devmem - use.usedmem - mem
-    free_cores = dev.devcore - use.usedcores - cores
-    if min(slots, free_mem, free_cores) < 0:
+    free_mem = dev.devmem - use.usedmem - asked_memory(dev, req)
+    free_cores = dev.devcore - use.usedcores - req.coresreq
+    if dev.count - use.used - 1 < 0 or free_mem < 0 or free_cores < 0:
         return None
-    copies = slots
-    if mem > 0:
-        copies = min(copies, free_mem // mem)
-    if cores > 0:
-        copies = min(copies, free_cores // cores)
-    stranded = (free_mem - copies * mem) / dev.devmem + (free_cores - copies * cores) / dev.devcore
-    return stranded, free_mem / dev.devmem + free_cores / dev.devcore
+    return free_mem / dev.devmem, free_cores / dev.devcore
 
 
 def best_fit_key(
     request: ContainerDeviceRequest, devices: Sequence[DeviceInfo], usage: Sequence[DeviceUsage]
 ) -> SortKey:
-    """`best-fit`: the device that strands the least after the pod sorts last (fit takes it first),
-    then the tightest one (binpack's preference); devices that cannot hold it sort first."""
+    """`best-fit`: best fit on the dominant resource. The device whose larger leftover fraction
+    (memory or cores) after the pod is smallest sorts last, so fit takes it first; ties go to the
+    device whose leftover memory and cores are the most even, since an uneven leftover is what
+    strands memory beside used-up cores (or the reverse). HAMi's binpack orders by usage before
+    the pod; this orders by what the pod leaves. Devices that cannot hold it sort first."""
 
     def key(p: int) -> tuple[float, ...]:
-        after = stranded_after(devices[p], usage[p], request)
-        if after is None:
+        left = leftover_after(devices[p], usage[p], request)
+        if left is None:
             return (0.0, 0.0, 0.0)
-        stranded, leftover = after
-        return (1.0, -round(stranded, 6), -round(leftover, 6))
+        memory, cores = left
+        return (1.0, -round(max(memory, cores), 9), -round(abs(memory - cores), 9))
 
     return key
 
