@@ -1,26 +1,36 @@
 """Benchmark of the scheduling engine: ledger updates and filter decisions (no HTTP).
 
-    .venv/bin/python bench/engine.py [--quick]
+    .venv/bin/python bench/engine.py [--quick] [--fleet nvidia|mixed]
 
 Builds clusters of N nodes × 8 GPUs (count 20, 80 GiB, 100 cores) with 10 existing allocations per
 GPU, fed as real pod objects (hami.io/vgpu-node + -allocated annotations) through SchedulerState,
 then times `decide` over every node as candidate for mixed 1-GPU slice requests, reserving each
 decision as the live path does. Figures are printed as a table; nothing here is a pass/fail test.
+
+`--fleet mixed` (500 nodes): a quarter each of the NVIDIA nodes above, Ascend 910B3 nodes (8 NPUs
+with NetworkIDs, 3 template-sized allocations each), Metax sGPU nodes (8 sGPUs, 10 allocations
+each) and Metax whole-GPU nodes (8 GPUs, 4 taken), registered from node objects through the
+vendors (--enable-ascend, the chart's device config) with their existing allocations as real pod
+objects; the requests cycle over the four kinds. Its p99 compares with the NVIDIA-only 500-node row.
 """
 
 from __future__ import annotations
 
 import argparse
 import gc
+import json
 import math
 import random
 import resource
 import statistics
 import sys
 import time
-from dataclasses import dataclass
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 from typing import Any
 
+from vgpu_scheduler.configfile import default_device_config
+from vgpu_scheduler.devices.protocol import VendorFlags, Vendors
 from vgpu_scheduler.devices.registry import build
 from vgpu_scheduler.engine.decide import Chosen, NoFit, decide
 from vgpu_scheduler.engine.state import SchedulerState
@@ -30,6 +40,14 @@ from vgpu_scheduler.wire import keys
 VENDORS = build()
 GPUS_PER_NODE = 8
 ALLOCS_PER_GPU = 10
+FLEETS = {
+    "nvidia": "NVIDIA only",
+    "mixed": "NVIDIA + Ascend 910B3 + Metax sGPU + Metax GPU nodes, a quarter each",
+}
+# The mixed fleet's node kinds, node n is KINDS[n % 4]; requests cycle over them the same way.
+KINDS = ("nvidia", "ascend", "sgpu", "metax-gpu")
+ASCEND_ALLOCS_PER_NPU = 3  # template-sized (8-16 GiB of 64 GiB), so every NPU keeps room for one more
+METAX_GPUS_TAKEN = 4  # whole GPUs already allocated on each Metax GPU node (devices 0..3)
 
 
 @dataclass
@@ -44,6 +62,8 @@ class Figures:
     nofit_repeat_ms: float
     all_nodes_ms: float
     rss_mib: float
+    by_kind: dict[str, list[float]] = field(default_factory=dict)
+    """Mixed fleet: decision times per request kind, both policies."""
 
 
 def gpu(node: int, i: int) -> DeviceInfo:
@@ -87,18 +107,144 @@ def request_pod(rng: random.Random, n: int, policy: str) -> dict[str, Any]:
     }
 
 
+# -- the mixed fleet ----------------------------------------------------------------------------
+
+
+def mixed_vendors() -> Vendors:
+    """Every vendor of the chart's device config, Ascend included (the scheduler's --enable-ascend)."""
+    return build(default_device_config(), VendorFlags(enable_ascend=True))
+
+
+def node_name(n: int) -> str:
+    return f"node-{n:05d}"
+
+
+def kind_of(fleet: str, n: int) -> str:
+    return "nvidia" if fleet == "nvidia" else KINDS[n % len(KINDS)]
+
+
+def node_object(kind: str, n: int) -> dict[str, Any]:
+    """A node as the vendor's device plugin registers it (inventory annotation, count capacity)."""
+    if kind == "ascend":
+        npus = [{"id": f"NPU-{n:05d}-{i}", "index": i, "count": 4, "devmem": 65536, "devcore": 20,
+                 "type": "Ascend910B3", "health": True, "custominfo": {"NetworkID": i // 4}}
+                for i in range(GPUS_PER_NODE)]
+        annotations = {"hami.io/node-register-Ascend910B3": json.dumps(npus)}
+        capacity = {"huawei.com/Ascend910B3": str(GPUS_PER_NODE)}
+    elif kind == "sgpu":
+        sgpus = [{"uuid": f"SGPU-{n:05d}-{i}", "model": "C500", "totalDevCount": 16, "totalCompute": 100,
+                  "totalVRam": 65536, "numa": i // 4, "healthy": True, "qosPolicy": "best-effort",
+                  "linkZone": 1 + i // 4} for i in range(GPUS_PER_NODE)]
+        annotations = {"metax-tech.com/node-gpu-devices": json.dumps(sgpus)}
+        capacity = {"metax-tech.com/sgpu": str(16 * GPUS_PER_NODE)}
+    else:  # metax-gpu: the inventory is the count capacity; the plugin adds topology losses/scores
+        annotations = {"metax-tech.com/gpu.topology.losses": '{"1":0,"2":0,"4":100,"8":300}',
+                       "metax-tech.com/gpu.topology.scores": '{"1":0,"2":0,"4":0,"8":0}'}
+        capacity = {"metax-tech.com/gpu": str(GPUS_PER_NODE)}
+    return {"metadata": {"name": node_name(n), "annotations": annotations},
+            "status": {"capacity": capacity, "allocatable": capacity}}
+
+
+def registered_devices(vendors: Vendors, node: dict[str, Any]) -> list[DeviceInfo]:
+    """The node's devices of every vendor, in registration order (as the registration loop does)."""
+    devices: list[DeviceInfo] = []
+    for vendor in vendors:
+        try:
+            devices.extend(vendor.node_devices(node))
+        except ValueError:  # InventoryError: not this vendor's node
+            continue
+    return devices
+
+
+def bound_pod(name: str, node: int, allocation: dict[str, str], extra: dict[str, str] | None = None
+              ) -> dict[str, Any]:
+    """A running pod holding `allocation` (vendor annotation -> value) on node `node`."""
+    return {
+        "metadata": {
+            "name": name,
+            "namespace": f"ns-{node % 50}",
+            "uid": f"uid-{name}",
+            "annotations": {
+                keys.VGPU_NODE: node_name(node),
+                keys.VGPU_TIME: "1764400000",
+                keys.BIND_PHASE: "success",
+                **allocation,
+                **(extra or {}),
+            },
+        },
+        "spec": {"containers": [{"name": "main"}]},
+        "status": {"phase": "Running"},
+    }
+
+
+def existing_pods(rng: random.Random, kind: str, n: int, i: int) -> Iterator[dict[str, Any]]:
+    """The existing allocations on device `i` of node `n` (lazily: the NVIDIA fleet draws its random
+    numbers in the same order as before the mixed fleet existed)."""
+    if kind == "nvidia":
+        for k in range(ALLOCS_PER_GPU):
+            yield existing_pod(rng, n, i, k)
+    elif kind == "ascend":
+        for k in range(ASCEND_ALLOCS_PER_NPU):
+            mem = rng.choice((8192, 16384))
+            yield bound_pod(f"w-{n}-{i}-{k}", n, {
+                "hami.io/Ascend910B3-devices-allocated": f"NPU-{n:05d}-{i},Ascend910B3,{mem},0:;",
+                "hami.io/Ascend910B3-devices-to-allocate": ";",
+            })
+    elif kind == "sgpu":
+        for k in range(ALLOCS_PER_GPU):
+            mem, cores = rng.choice((1024, 2048, 4096)), rng.choice((0, 2, 5))
+            yield bound_pod(f"w-{n}-{i}-{k}", n, {
+                "hami.io/metax-sgpu-devices-allocated": f"SGPU-{n:05d}-{i},Metax-SGPU,{mem},{cores}:;",
+                "hami.io/metax-sgpu-devices-to-allocate": ";",
+            }, {"metax-tech.com/sgpu-qos-policy": "best-effort"})
+    elif i < METAX_GPUS_TAKEN:
+        yield bound_pod(f"w-{n}-{i}-0", n, {
+            "hami.io/metax-gpu-devices-allocated": f"{node_name(n)}-metax-{i},Metax-GPU,65536,100:;",
+            "hami.io/metax-gpu-devices-to-allocate": ";",
+        })
+
+
+def mixed_request_pod(rng: random.Random, n: int, policy: str) -> dict[str, Any]:
+    """Request n of the mixed fleet: the kinds in turn, each a 1-device slice as its webhook leaves it."""
+    kind = KINDS[n % len(KINDS)]
+    if kind == "nvidia":
+        return request_pod(rng, n, policy)
+    pod = request_pod(rng, n, policy)
+    annotations = pod["metadata"]["annotations"]
+    if kind == "ascend":
+        limits = {"huawei.com/Ascend910B3": "1",
+                  "huawei.com/Ascend910B3-memory": str(rng.choice((16384, 32768)))}
+    elif kind == "sgpu":
+        limits = {"metax-tech.com/sgpu": "1", "metax-tech.com/vcore": str(rng.choice((5, 10, 20))),
+                  "metax-tech.com/vmemory": str(rng.choice((1, 2, 4)))}
+        annotations["metax-tech.com/sgpu-qos-policy"] = "best-effort"
+    else:
+        limits = {"metax-tech.com/gpu": "1"}
+    pod["spec"]["containers"][0]["resources"]["limits"] = limits
+    return pod
+
+
 def pct(values: list[float], q: float) -> float:
     """Nearest-rank percentile."""
     ordered = sorted(values)
     return ordered[max(0, math.ceil(q * len(ordered)) - 1)]
 
 
-def run(n_nodes: int, decisions: int, seed: int = 1) -> Figures:
+def run(n_nodes: int, decisions: int, seed: int = 1, fleet: str = "nvidia") -> Figures:
     rng = random.Random(seed)
-    state = SchedulerState(VENDORS)
-    names = [f"node-{n:05d}" for n in range(n_nodes)]
+    vendors = VENDORS if fleet == "nvidia" else mixed_vendors()
+    make_request = request_pod if fleet == "nvidia" else mixed_request_pod
+    state = SchedulerState(vendors)
+    names = [node_name(n) for n in range(n_nodes)]
+    kinds = [kind_of(fleet, n) for n in range(n_nodes)]
+    nvidia_nodes = [n for n, kind in enumerate(kinds) if kind == "nvidia"]
     for n, name in enumerate(names):
-        state.set_node_devices(name, [gpu(n, i) for i in range(GPUS_PER_NODE)])
+        if kinds[n] == "nvidia":
+            state.set_node_devices(name, [gpu(n, i) for i in range(GPUS_PER_NODE)])
+        else:
+            node = node_object(kinds[n], n)
+            state.set_node_devices(name, registered_devices(vendors, node),
+                                   annotations=node["metadata"]["annotations"])
 
     # Pod events: add everything (as a relist would), then update and delete a sample.
     gc.collect()
@@ -107,8 +253,7 @@ def run(n_nodes: int, decisions: int, seed: int = 1) -> Figures:
     sample: list[dict[str, Any]] = []
     for n in range(n_nodes):
         for i in range(GPUS_PER_NODE):
-            for k in range(ALLOCS_PER_GPU):
-                pod = existing_pod(rng, n, i, k)
+            for pod in existing_pods(rng, kinds[n], n, i):
                 start = time.perf_counter()
                 state.on_pod(pod)
                 add_total += time.perf_counter() - start
@@ -130,10 +275,11 @@ def run(n_nodes: int, decisions: int, seed: int = 1) -> Figures:
         state.on_pod(pod)
 
     results: dict[str, list[float]] = {}
+    by_kind: dict[str, list[float]] = {}
     for policy in ("binpack", "spread"):
         times = []
         for d in range(decisions):
-            pod = request_pod(rng, d, policy)
+            pod = make_request(rng, d, policy)
             start = time.perf_counter()
             decision = decide(
                 pod,
@@ -144,6 +290,8 @@ def run(n_nodes: int, decisions: int, seed: int = 1) -> Figures:
                 now=1764400000 + d,
             )
             times.append(time.perf_counter() - start)
+            if fleet != "nvidia":
+                by_kind.setdefault(KINDS[d % len(KINDS)], []).append(times[-1])
             if isinstance(decision, Chosen):
                 state.reserve(pod, decision)
             else:
@@ -173,7 +321,7 @@ def run(n_nodes: int, decisions: int, seed: int = 1) -> Figures:
         first = decide(
             huge, names, state, default_node_policy="binpack", default_gpu_policy="spread", now=0
         )
-        state.on_pod(existing_pod(rng, r, 0, ALLOCS_PER_GPU + r))
+        state.on_pod(existing_pod(rng, nvidia_nodes[r], 0, ALLOCS_PER_GPU + r))
         start = time.perf_counter()
         again = decide(
             huge, names, state, default_node_policy="binpack", default_gpu_policy="spread", now=0
@@ -207,23 +355,26 @@ def run(n_nodes: int, decisions: int, seed: int = 1) -> Figures:
         nofit_repeat_ms=statistics.median(repeat) * 1e3,
         all_nodes_ms=statistics.median(everything) * 1e3,
         rss_mib=rss,
+        by_kind=by_kind,
     )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="500 nodes only, 50 decisions")
+    parser.add_argument("--fleet", choices=tuple(FLEETS), default="nvidia",
+                        help="nvidia (500 and 5,000 nodes) or mixed (500 nodes; see the module doc)")
     args = parser.parse_args()
-    sizes = [500] if args.quick else [500, 5000]
+    sizes = [500] if args.quick or args.fleet != "nvidia" else [500, 5000]
     decisions = 50 if args.quick else 200
     rows = []
     for n in sizes:
-        print(f"building {n} nodes × {GPUS_PER_NODE} GPUs × {ALLOCS_PER_GPU} allocations ...",
+        print(f"building {n} nodes × {GPUS_PER_NODE} devices ({FLEETS[args.fleet]}) ...",
               file=sys.stderr, flush=True)
-        rows.append(run(n, decisions))
+        rows.append(run(n, decisions, fleet=args.fleet))
 
-    print(f"\nPython {sys.version.split()[0]}, one core; {decisions} decisions per policy, "
-          "every node a candidate\n")
+    print(f"\nPython {sys.version.split()[0]}, one core; fleet: {FLEETS[args.fleet]}; {decisions} decisions "
+          "per policy, every node a candidate\n")
     header = ("nodes", "pods", "policy", "p50 ms", "p99 ms", "max ms", "no-fit ms", "no-fit repeat ms",
               "all-nodes ms",
               "add µs", "update µs", "delete µs", "peak RSS MiB")
@@ -238,6 +389,11 @@ def main() -> None:
                      f"{f.all_nodes_ms:.1f}", f"{f.add_us:.1f}",
                      f"{f.update_us:.1f}", f"{f.delete_us:.1f}", f"{f.rss_mib:.0f}")
             print(" | ".join(f"{c:>{w}}" for c, w in zip(cells, widths, strict=True)))
+    for f in rows:
+        for kind, times in f.by_kind.items():
+            ms = [t * 1e3 for t in times]
+            print(f"{f.nodes} nodes, {kind} requests ({len(ms)}, both policies): "
+                  f"p50 {pct(ms, 0.5):.3f} ms, p99 {pct(ms, 0.99):.3f} ms")
     print("\nno-fit = a request no node can take (every node evaluated for its reason);"
           "\nno-fit repeat = the same request again after one pod changed on one node (the other"
           " nodes' reasons come from the verdict cache);"
