@@ -9,8 +9,8 @@ deletions and re-registrations:
 * every chosen allocation puts each vendor's devices on devices of that vendor, under that vendor's
   own annotation keys, and reads back the same from the pod (§4.4, §4.5).
 
-The vendors are the chart's registered ones that follow the generic count/memory/cores request
-(NVIDIA, Hygon DCU and, when registered, AMD, Iluvatar BI-V150, Biren).
+The vendors are the chart's registered ones whose devices are plain inventories: NVIDIA, Cambricon,
+Hygon, Mthreads, Metax GPU, Kunlun, Enflame GCU, AMD, Iluvatar BI-V150 and Biren.
 """
 
 from __future__ import annotations
@@ -36,12 +36,15 @@ from vgpu_scheduler.engine.state import SchedulerState
 from vgpu_scheduler.model import DeviceInfo
 
 VENDORS = build(default_device_config(), VendorFlags(enable_iluvatar=True, enable_ascend=True))
-GENERIC = [key for key in ("NVIDIA", "DCU", "AMD", "BI-V150", "Biren") if key in VENDORS]
-"""Vendors whose request is count + memory + cores and whose devices are typed by their key."""
+PLAIN = ("NVIDIA", "MLU", "DCU", "Mthreads", "Metax-GPU", "kunlun", "GCU", "AMD", "BI-V150", "Biren")
+GENERIC = [key for key in PLAIN if key in VENDORS]
+"""Vendors whose request reads count (+ memory + cores) resources and whose devices are plain
+`DeviceInfo`s typed by their key (annotation and capacity inventories alike)."""
 NS = "team"
 
 DEVICE_TYPE = {"NVIDIA": "NVIDIA-A100", "DCU": "DCU-Z100", "AMD": "AMD-MI300", "BI-V150": "BI-V150",
-               "Biren": "Biren-106"}
+               "Biren": "Biren-106", "MLU": "MLU", "Mthreads": "Mthreads-S4000", "Metax-GPU": "Metax-GPU",
+               "kunlun": "kunlun", "GCU": "GCU"}
 
 
 def _devices(node: str, vendor: str, n: int, *, devmem: int, count: int) -> list[DeviceInfo]:
@@ -172,7 +175,7 @@ class MixedFleetMachine(RuleBasedStateMachine):
                     assert by_id[entry.uuid].device_vendor == vendor, "a device of another vendor"
             to_allocate, allocated = VENDORS[vendor].allocation_keys
             assert allocated in chosen.annotations
-            if to_allocate:
+            if to_allocate in chosen.annotations:  # (Mthreads registers the key but never writes it)
                 assert chosen.annotations[to_allocate] == chosen.annotations[allocated]
         if len(wanted) > 1:
             event("multi-vendor pod placed")
