@@ -87,5 +87,5 @@ def test_never_over_commits_and_agrees_with_binpack_when_one_device_fits(
     binpack, _ = fit_container(req, _node(devs, [u.copy() for u in usage]), _ctx("binpack"))
     assert result.ok == binpack.ok  # the order never changes whether a node fits
     holders = [p for p in range(len(devs)) if leftover_after(devs[p], usage[p], req) is not None]
-    if nums == 1 and len(holders) == 1:
+    if nums == 1 and len(holders) == 1 and binpack.ok:  # (fit's own rules may refuse it still)
         assert result.positions == binpack.positions == holders
