@@ -160,50 +160,16 @@ class VastaiVendor(GenericVendor):
 
     # -- fit --------------------------------------------------------------------------------------
 
-    def fit(
-        self,
-        request: ContainerDeviceRequest,
-        devices: Sequence[DeviceInfo],
-        usage: Sequence[DeviceUsage],
-        order: Sequence[int],
-        *,
-        ctx: PodFitContext,
-        cordoned: frozenset[str],
-        allocated: Sequence[ContainerDevices],
-    ) -> FitResult:
-        result = self._walk(request, devices, usage, order, ctx=ctx, quick=False)
-        assert isinstance(result, FitResult)
-        return result
-
-    def quick_verdict(
-        self,
-        request: ContainerDeviceRequest,
-        devices: Sequence[DeviceInfo],
-        usage: Sequence[DeviceUsage],
-        positions: Sequence[int],
-        *,
-        ctx: PodFitContext,
-        cordoned: frozenset[str],
-    ) -> str | None:
+    def ladder(
+        self, request: ContainerDeviceRequest, devices: Sequence[DeviceInfo], usage: Sequence[DeviceUsage],
+        order: Sequence[int], *, ctx: PodFitContext, cordoned: frozenset[str],
+        allocated: Sequence[ContainerDevices] = (), quick: bool = False,
+    ) -> FitResult | str | None:
+        """HAMi Vastai `Fit` over `order` from the end."""
         # Die mode is decided by the first device of the sorted order: only without dies is the
         # verdict order-free (each device then judged on its own).
-        if any(is_die(devices[p]) for p in positions):
+        if quick and any(is_die(devices[p]) for p in order):
             return None
-        result = self._walk(request, devices, usage, positions, ctx=ctx, quick=True)
-        assert isinstance(result, str)
-        return result
-
-    def _walk(
-        self,
-        request: ContainerDeviceRequest,
-        devices: Sequence[DeviceInfo],
-        usage: Sequence[DeviceUsage],
-        order: Sequence[int],
-        *,
-        ctx: PodFitContext,
-        quick: bool,
-    ) -> FitResult | str:
-        """HAMi Vastai `Fit` over `order` from the end."""
         filters = ctx.filters(self)
         assert isinstance(filters, SelectionFilters)
         die_mode = bool(order) and is_die(devices[order[0]])

@@ -210,44 +210,10 @@ class AscendVendor(GenericVendor):
             has_network_id(_custom_info(devices[p])) for p in order
         )
 
-    def fit(
-        self,
-        request: ContainerDeviceRequest,
-        devices: Sequence[DeviceInfo],
-        usage: Sequence[DeviceUsage],
-        order: Sequence[int],
-        *,
-        ctx: PodFitContext,
-        cordoned: frozenset[str],
-        allocated: Sequence[ContainerDevices],
-    ) -> FitResult:
-        result = self._walk(request, devices, usage, order, ctx=ctx, quick=False)
-        assert isinstance(result, FitResult)
-        return result
-
-    def quick_verdict(
-        self,
-        request: ContainerDeviceRequest,
-        devices: Sequence[DeviceInfo],
-        usage: Sequence[DeviceUsage],
-        positions: Sequence[int],
-        *,
-        ctx: PodFitContext,
-        cordoned: frozenset[str],
-    ) -> str | None:
-        result = self._walk(request, devices, usage, positions, ctx=ctx, quick=True)
-        assert not isinstance(result, FitResult)
-        return result
-
-    def _walk(
-        self,
-        request: ContainerDeviceRequest,
-        devices: Sequence[DeviceInfo],
-        usage: Sequence[DeviceUsage],
-        order: Sequence[int],
-        *,
-        ctx: PodFitContext,
-        quick: bool,
+    def ladder(
+        self, request: ContainerDeviceRequest, devices: Sequence[DeviceInfo], usage: Sequence[DeviceUsage],
+        order: Sequence[int], *, ctx: PodFitContext, cordoned: frozenset[str],
+        allocated: Sequence[ContainerDevices] = (), quick: bool = False,
     ) -> FitResult | str | None:
         """HAMi's Ascend `Fit` over `order`, walked from the END. Quick: "" (fits), the reason,
         or None when the outcome depends on the order (topology and module pairing choose
