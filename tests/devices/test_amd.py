@@ -13,11 +13,10 @@ from typing import Any
 import pytest
 
 from tests.builders import container, node, pod
+from tests.devices.vendorkit import metrics_text, readable, registration
 from vgpu_scheduler.cluster.client import KubeClient
 from vgpu_scheduler.cluster.embedded.deviceplugin import SimDevicePlugin
 from vgpu_scheduler.cluster.memory import MemoryCluster
-from vgpu_scheduler.cluster.registration import RegistrationLoop
-from vgpu_scheduler.cluster.store import Store
 from vgpu_scheduler.cluster.transport import MemoryTransport
 from vgpu_scheduler.config import DeviceConfig
 from vgpu_scheduler.configfile import DeviceConfigError, default_device_config, parse_device_config
@@ -33,7 +32,6 @@ from vgpu_scheduler.engine.state import SchedulerState
 from vgpu_scheduler.model import ContainerDevice, ContainerDeviceRequest, DeviceInfo, DeviceUsage
 from vgpu_scheduler.scheduler.extender import _locking_request
 from vgpu_scheduler.scheduler.options import SchedulerOptions
-from vgpu_scheduler.server.metrics import exposition, metrics_registry
 from vgpu_scheduler.server.webhook import review_pod
 from vgpu_scheduler.simulate.cli import main as simulate_main
 from vgpu_scheduler.wire import keys
@@ -50,13 +48,6 @@ NOW = datetime(2026, 11, 29, 21, 3, 30, tzinfo=UTC)
 CHART_SECTION = 'amd:\n  resourceCountName: "amd.com/gpu"\n  resourceCoreName: "amd.com/gpucores"\n' \
     '  resourceMemoryName: "amd.com/gpumem"\n'
 
-
-def _readable(value: object) -> str | None:
-    """Case ids for the tables below: objects as compact JSON-ish text."""
-    if isinstance(value, (dict, list, tuple)) or dataclasses.is_dataclass(value):
-        text = json.dumps(value, default=repr, separators=(",", ":"), sort_keys=True)
-        return text if len(text) <= 60 else text[:57] + "..."
-    return None
 
 
 def limits(**kw: str) -> dict[str, Any]:
@@ -93,7 +84,7 @@ def test_chart_section_verbatim_and_missing_section() -> None:
 @pytest.mark.parametrize(
     ("yaml", "key"),
     [("amd:\n  resourceCountName: 5\n", "amd.resourceCountName"), ("amd: [1]\n", "amd")],
-    ids=_readable,
+    ids=readable,
 )
 def test_bad_section_is_a_config_error(yaml: str, key: str) -> None:
     with pytest.raises(DeviceConfigError) as err:
@@ -136,7 +127,7 @@ def t_limits(**kw: str) -> dict[str, Any]:
         (t_limits(count="0.5"), None),
         (t_limits(count="1", mem="1Ki", cores="1"), req(1, 1024, 1)),  # memory as written, no factor
     ],
-    ids=_readable,
+    ids=readable,
 )
 def test_requests(ctr: dict[str, Any], expected: ContainerDeviceRequest | None) -> None:
     assert TEST_AMD.request(ctr) == expected
@@ -175,7 +166,7 @@ def test_inventory_json() -> None:
         ("GPU-0,1,8192,100,amd,0,true:", "invalid node annotation JSON"),  # JSON only
         ('[{"id":"GPU-0","count":"1"}]', "device 0: field 'count' must be an int32"),
     ],
-    ids=_readable,
+    ids=readable,
 )
 def test_inventory_errors(register: str | None, error: str) -> None:
     with pytest.raises(InventoryError, match=error):
@@ -185,7 +176,7 @@ def test_inventory_errors(register: str | None, error: str) -> None:
 @pytest.mark.parametrize(
     ("capacity", "healthy"),
     [(None, False), ("0", False), ("2", True), ("1.5", False), ("-1", True)],
-    ids=_readable,
+    ids=readable,
 )
 def test_health_is_the_count_capacity(capacity: str | None, healthy: bool) -> None:
     """CheckHealth reads status.capacity (not allocatable): absent/0/not an integer is unhealthy."""
@@ -224,7 +215,7 @@ def test_health_with_an_empty_count_name_and_allocatable_only() -> None:
         ({amd.USE_TYPE: ", "}, "MI300X", False),
         ({amd.USE_TYPE: "mi300"}, "AMD-MI300X", True),  # case-insensitive
     ],
-    ids=_readable,
+    ids=readable,
 )
 def test_type_annotations(annos: dict[str, str], cardtype: str, ok: bool) -> None:
     filters = AMD.pod_filters(annos)
@@ -302,7 +293,7 @@ def run_fit(
         ([Dev("dev-0"), Dev("dev-1", usedmem=900, index=1)], req(2, 500, 10), {},
          "1/2 AllocatedCardsInsufficientRequest, 1/2 CardInsufficientMemory", []),
     ],
-    ids=_readable,
+    ids=readable,
 )
 def test_fit(
     devs: list[Dev], request_: ContainerDeviceRequest, annos: dict[str, str], reason: str,
@@ -344,7 +335,7 @@ def test_patch_annotations() -> None:
         (pod(containers=[{"name": "c", "resources": {"requests": {COUNT: "1"}}}]), False),
         (pod(init_containers=[limits(count="1")], containers=[container()]), False),
     ],
-    ids=_readable,
+    ids=readable,
 )
 def test_lock_only_for_regular_containers(p: dict[str, Any], locks: bool) -> None:
     assert _locking_request(p, VENDORS) is locks
@@ -361,7 +352,7 @@ def test_lock_only_for_regular_containers(p: dict[str, Any], locks: bool) -> Non
         (container(limits={}), False),
         (t_limits(cores="0"), True),  # validated only next to a count
     ],
-    ids=_readable,
+    ids=readable,
 )
 def test_mutate(ctr: dict[str, Any], has: bool) -> None:
     before = json.loads(json.dumps(ctr))
@@ -407,38 +398,26 @@ def amd_devices(n: int = 2, devmem: int = 65536, devcore: int = 64, type_: str =
 
 
 async def test_registration_reads_amd_nodes_cleans_up_and_writes_no_amd_handshake() -> None:
-    cluster = MemoryCluster(seed=1)
-    client = KubeClient(MemoryTransport(cluster))
-    store = Store()
-    state = SchedulerState(VENDORS)
-    loop = RegistrationLoop(client, state, store, now=lambda: NOW, tz=UTC)
-    try:
-        for obj in (
+    async with registration(VENDORS, NOW) as reg:
+        reg.add(
             amd_node(amd_devices(), name="amd-1"),
             amd_node("[{", name="amd-broken"),  # one node's bad annotation ...
-            amd_node(amd_devices(1), name="amd-2"),
-        ):
-            store.upsert(cluster.create("nodes", obj))
-        report = await loop.run_pass()
-        await loop.flush_writes()
-        view = state.ledger.view("amd-1")
+            amd_node(amd_devices(1), name="amd-2"))
+        report = await reg.run()
+        view = reg.state.ledger.view("amd-1")
         assert view is not None and [d.id for d in view.devices] == ["AMD-0", "AMD-1"]
-        assert state.ledger.view("amd-2") is not None  # ... never affects another
-        assert state.ledger.view("amd-broken") is None
+        assert reg.state.ledger.view("amd-2") is not None  # ... never affects another
+        assert reg.state.ledger.view("amd-broken") is None
         assert report.errors["amd-broken"].startswith("invalid node annotation JSON")
-        annotations = cluster.get("nodes", "amd-1")["metadata"]["annotations"]
+        annotations = reg.node_annotations("amd-1")
         assert not any("amd" in k for k in annotations if k != amd.REGISTER)  # no AMD handshake
         # The plugin goes away (capacity 0): AMD is unhealthy, its register annotation deleted.
-        cluster.patch("nodes", "amd-1", {"status": {"capacity": {COUNT: "0"}}}, subresource="status")
-        store.upsert(cluster.get("nodes", "amd-1"))
-        report = await loop.run_pass()
-        await loop.flush_writes()
+        reg.cluster.patch("nodes", "amd-1", {"status": {"capacity": {COUNT: "0"}}}, subresource="status")
+        reg.refresh("amd-1")
+        report = await reg.run()
         assert "amd-1" in report.cleaned
-        assert state.ledger.view("amd-1") is None
-        assert amd.REGISTER not in cluster.get("nodes", "amd-1")["metadata"]["annotations"]
-    finally:
-        await loop.stop()
-        await client.close()
+        assert reg.state.ledger.view("amd-1") is None
+        assert amd.REGISTER not in reg.node_annotations("amd-1")
 
 
 def amd_pod(name: str, **kw: str) -> dict[str, Any]:
@@ -482,7 +461,7 @@ def test_metrics_normalize_amd_cores() -> None:
     d = decide(p, ["amd-1"], state, default_node_policy="binpack", default_gpu_policy="spread", now=1)
     assert isinstance(d, Chosen)
     state.reserve(p, d)
-    text = exposition(metrics_registry(state, legacy=True)).decode()
+    text = metrics_text(state, legacy=True)
     dev = 'device_index="1",device_type="AMD-MI300X",device_uuid="AMD-1",node="amd-1",zone="vGPU"'
     assert f"hami_gpu_core_limit_ratio{{{dev}}} 100\n" in text
     assert f"hami_gpu_core_allocated_ratio{{{dev}}} 30\n" in text  # ceil(19 / 64 × 100) = 30
@@ -499,7 +478,7 @@ def test_metrics_go_by_the_device_type_not_the_vendor() -> None:
     raw compute units."""
     state = SchedulerState(VENDORS)
     state.set_node_devices("amd-1", AMD.node_devices(amd_node(amd_devices(1, type_="MI300X"))))
-    text = exposition(metrics_registry(state)).decode()
+    text = metrics_text(state)
     assert 'hami_gpu_core_limit_ratio{device_index="0",device_type="MI300X",device_uuid="AMD-0",' \
         'node="amd-1",zone="vGPU"} 64\n' in text
 

@@ -13,11 +13,10 @@ from typing import Any
 import pytest
 
 from tests.builders import container, node, pod
+from tests.devices.vendorkit import metrics_text, registration
 from vgpu_scheduler.cluster.client import KubeClient
 from vgpu_scheduler.cluster.embedded.deviceplugin import SimDevicePlugin
 from vgpu_scheduler.cluster.memory import MemoryCluster
-from vgpu_scheduler.cluster.registration import RegistrationLoop
-from vgpu_scheduler.cluster.store import Store
 from vgpu_scheduler.cluster.transport import MemoryTransport
 from vgpu_scheduler.configfile import default_device_config, parse_device_config
 from vgpu_scheduler.devices.protocol import VendorFlags
@@ -26,7 +25,6 @@ from vgpu_scheduler.engine.decide import Chosen, NoFit, decide, decide_on_nodes
 from vgpu_scheduler.engine.state import SchedulerState
 from vgpu_scheduler.scheduler.extender import _locking_request
 from vgpu_scheduler.scheduler.options import SchedulerOptions
-from vgpu_scheduler.server.metrics import exposition, metrics_registry
 from vgpu_scheduler.server.webhook import review_pod
 from vgpu_scheduler.simulate.cli import main as simulate_main
 from vgpu_scheduler.wire import keys
@@ -109,88 +107,56 @@ def run(
 
 
 async def test_registration_reads_npu_nodes_and_stamps_each_chip_handshake() -> None:
-    cluster = MemoryCluster(seed=1)
-    client = KubeClient(MemoryTransport(cluster))
-    store = Store()
-    state = SchedulerState(VENDORS)
-    loop = RegistrationLoop(client, state, store, now=lambda: NOW, tz=UTC)
-    try:
-        for obj in (
+    async with registration(VENDORS, NOW) as reg:
+        reg.add(
             npu_node("npu-1", npu_devices(2)),
             npu_node("npu-broken", "[{"),  # one node's bad annotation ...
-            npu_node("npu-310", npu_devices(1, cw="Ascend310P"), cw="Ascend310P"),
-        ):
-            store.upsert(cluster.create("nodes", obj))
-        report = await loop.run_pass()
-        await loop.flush_writes()
-        view = state.ledger.view("npu-1")
+            npu_node("npu-310", npu_devices(1, cw="Ascend310P"), cw="Ascend310P"))
+        report = await reg.run()
+        view = reg.state.ledger.view("npu-1")
         assert view is not None and [d.id for d in view.devices] == ["Ascend910B3-0", "Ascend910B3-1"]
         assert {d.device_vendor for d in view.devices} == {B3}
-        p310 = state.ledger.view("npu-310")  # ... never affects another
+        p310 = reg.state.ledger.view("npu-310")  # ... never affects another
         assert p310 is not None and [d.device_vendor for d in p310.devices] == ["Ascend310P"]
-        assert state.ledger.view("npu-broken") is None
+        assert reg.state.ledger.view("npu-broken") is None
         assert report.errors["npu-broken"].startswith("invalid node annotation JSON")
-        annotations = cluster.get("nodes", "npu-1")["metadata"]["annotations"]
+        annotations = reg.node_annotations("npu-1")
         # Every registered chip's handshake is stamped on every node, as HAMi does.
         for cw in ("Ascend910A", B3, "Ascend310P", "Ascend910C"):
             assert annotations[f"hami.io/node-handshake-{cw}"] == "Requesting_2026-11-29 21:03:30"
-    finally:
-        await loop.stop()
-        await client.close()
 
 
 async def test_node_hami_core_annotation_is_read_again_with_the_inventory() -> None:
     """A new `hami-vnpu-core` value counts from the next registration pass (HAMi: from the next
     inventory update, i.e. the next answered handshake)."""
-    cluster = MemoryCluster(seed=1)
-    client = KubeClient(MemoryTransport(cluster))
-    store = Store()
-    state = SchedulerState(VENDORS)
-    loop = RegistrationLoop(client, state, store, now=lambda: NOW, tz=UTC)
     p = npu_pod("p", annotations=HAMI_CORE, count="1")
-    try:
-        store.upsert(cluster.create("nodes", npu_node("n", npu_devices(1))))
-        await loop.run_pass()
-        await loop.flush_writes()
-        assert run(p, state, ["n"]) == NoFit({"n": "1/1 ModeNotFit"})
-        cluster.patch("nodes", "n", {"metadata": {"annotations": {"hami-vnpu-core": "true"}}})
-        store.upsert(cluster.get("nodes", "n"))
-        report = await loop.run_pass()
-        await loop.flush_writes()
+    async with registration(VENDORS, NOW) as reg:
+        reg.add(npu_node("n", npu_devices(1)))
+        await reg.run()
+        assert run(p, reg.state, ["n"]) == NoFit({"n": "1/1 ModeNotFit"})
+        reg.cluster.patch("nodes", "n", {"metadata": {"annotations": {"hami-vnpu-core": "true"}}})
+        reg.refresh("n")
+        report = await reg.run()
         assert report.errors == {}
-        assert isinstance(run(p, state, ["n"]), Chosen)
-    finally:
-        await loop.stop()
-        await client.close()
+        assert isinstance(run(p, reg.state, ["n"]), Chosen)
 
 
 async def test_unhealthy_chip_is_cleaned_up() -> None:
     """No allocatable NPUs and a stale handshake: the chip's devices and handshake go."""
-    cluster = MemoryCluster(seed=1)
-    client = KubeClient(MemoryTransport(cluster))
-    store = Store()
-    state = SchedulerState(VENDORS)
-    clock = [NOW]
-    loop = RegistrationLoop(client, state, store, now=lambda: clock[0], tz=UTC)
-    try:
-        store.upsert(cluster.create("nodes", npu_node("n", npu_devices(1))))
-        await loop.run_pass()
-        await loop.flush_writes()
-        assert state.ledger.view("n") is not None
-        cluster.patch(
+    async with registration(VENDORS, NOW) as reg:
+        reg.add(npu_node("n", npu_devices(1)))
+        await reg.run()
+        assert reg.state.ledger.view("n") is not None
+        reg.cluster.patch(
             "nodes", "n", {"status": {"allocatable": {"huawei.com/Ascend910B3": "0"}}}, subresource="status"
         )
-        store.upsert(cluster.get("nodes", "n"))
-        clock[0] = NOW + timedelta(seconds=61)
-        report = await loop.run_pass()
-        await loop.flush_writes()
-        assert report.cleaned == ["n"] and state.ledger.view("n") is None
+        reg.refresh("n")
+        reg.clock[0] = NOW + timedelta(seconds=61)
+        report = await reg.run()
+        assert report.cleaned == ["n"] and reg.state.ledger.view("n") is None
         assert (
-            "hami.io/node-handshake-Ascend910B3" not in cluster.get("nodes", "n")["metadata"]["annotations"]
+            "hami.io/node-handshake-Ascend910B3" not in reg.node_annotations("n")
         )
-    finally:
-        await loop.stop()
-        await client.close()
 
 
 # --------------------------------------------------------------------------------------------
@@ -326,7 +292,7 @@ def test_metrics_list_npu_devices() -> None:
     d = run(p, state, ["npu-1"])
     assert isinstance(d, Chosen)
     state.reserve(p, d)
-    text = exposition(metrics_registry(state)).decode()
+    text = metrics_text(state)
     assert (
         'hami_gpu_memory_allocated_bytes{device_cores="20",device_index="1",device_type="Ascend910B3",'
         'device_uuid="Ascend910B3-1",node="npu-1",zone="vGPU"} 1.7179869184e+10'

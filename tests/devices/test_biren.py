@@ -13,11 +13,10 @@ from typing import Any
 import pytest
 
 from tests.builders import container, node, pod
+from tests.devices.vendorkit import metrics_text, readable, registration
 from vgpu_scheduler.cluster.client import KubeClient
 from vgpu_scheduler.cluster.embedded.deviceplugin import SimDevicePlugin
 from vgpu_scheduler.cluster.memory import MemoryCluster
-from vgpu_scheduler.cluster.registration import RegistrationLoop
-from vgpu_scheduler.cluster.store import Store
 from vgpu_scheduler.cluster.transport import MemoryTransport
 from vgpu_scheduler.config import DeviceConfig
 from vgpu_scheduler.configfile import DeviceConfigError, default_device_config, parse_device_config
@@ -32,7 +31,6 @@ from vgpu_scheduler.engine.state import SchedulerState
 from vgpu_scheduler.model import NVIDIA, ContainerDevice, ContainerDeviceRequest, DeviceInfo, DeviceUsage
 from vgpu_scheduler.scheduler.extender import _locking_request
 from vgpu_scheduler.scheduler.options import SchedulerOptions
-from vgpu_scheduler.server.metrics import exposition, metrics_registry
 from vgpu_scheduler.server.webhook import review_pod
 from vgpu_scheduler.wire import keys
 from vgpu_scheduler.wire.inventory import InventoryError
@@ -43,13 +41,6 @@ CHART = default_device_config()
 VENDORS = build(CHART)
 NOW = datetime(2026, 11, 29, 21, 3, 30, tzinfo=UTC)
 
-
-def _readable(value: object) -> str | None:
-    """Case ids for the tables below: objects as compact JSON-ish text."""
-    if isinstance(value, (dict, list, tuple)) or dataclasses.is_dataclass(value):
-        text = json.dumps(value, default=repr, separators=(",", ":"), sort_keys=True)
-        return text if len(text) <= 60 else text[:57] + "..."
-    return None
 
 
 # --------------------------------------------------------------------------------------------
@@ -107,7 +98,7 @@ WHOLE = ContainerDeviceRequest(1, "Biren", 0, 100, 0)
         (container(limits={COUNT: "0.5"}), None),
         (container(limits={"nvidia.com/gpu": "1"}), None),
     ],
-    ids=_readable,
+    ids=readable,
 )
 def test_requests(ctr: dict[str, Any], expected: ContainerDeviceRequest | None) -> None:
     assert BR.request(ctr) == expected
@@ -151,7 +142,7 @@ def test_inventory_json_with_cores_forced_to_100() -> None:
         ("a,1,1024,100,Biren,0,true:", "invalid node annotation JSON"),  # JSON only
         ('[{"id":"a","count":"1"}]', "field 'count' must be an int32"),
     ],
-    ids=_readable,
+    ids=readable,
 )
 def test_inventory_errors(register: str | None, error: str) -> None:
     with pytest.raises(InventoryError, match=error):
@@ -167,7 +158,7 @@ def test_inventory_errors(register: str | None, error: str) -> None:
         ("Unknown", None, True, True, True),
         (None, None, True, True, True),
     ],
-    ids=_readable,
+    ids=readable,
 )
 def test_health(
     handshake: str | None, allocatable: str | None, healthy: bool, need_update: bool, write: bool
@@ -238,7 +229,7 @@ def req(nums: int, mem: int = 0, pct: int = 0, cores: int = 0, type_: str = "Bir
         ([Dev("dev-0", used=1), Dev("dev-1", health=False), Dev("dev-2", index=2)], req(2), {}, [],
          "1/3 AllocatedCardsInsufficientRequest, 1/3 CardNotHealth, 1/3 CardTimeSlicingExhausted"),
     ],
-    ids=_readable,
+    ids=readable,
 )
 def test_fit(
     devs: list[Dev], request_: ContainerDeviceRequest, annos: dict[str, str], ids: list[str], reason: str
@@ -279,7 +270,7 @@ def test_patch_annotations() -> None:
         (pod(containers=[container(limits={COUNT: "1"})]), True),
         (pod(init_containers=[container(limits={COUNT: "1"})], containers=[container()]), False),
     ],
-    ids=_readable,
+    ids=readable,
 )
 def test_lock_only_for_regular_containers(p: dict[str, Any], locks: bool) -> None:
     assert _locking_request(p, VENDORS) is locks
@@ -292,7 +283,7 @@ def test_lock_only_for_regular_containers(p: dict[str, Any], locks: bool) -> Non
         (container(requests={COUNT: "1"}), False),  # MutateAdmission reads limits
         (container(limits={"nvidia.com/gpu": "1"}), False),
     ],
-    ids=_readable,
+    ids=readable,
 )
 def test_mutate(ctr: dict[str, Any], has: bool) -> None:
     before = json.dumps(ctr)
@@ -320,57 +311,36 @@ def br_devices(n: int = 2, count: int = 1) -> str:
 
 
 async def test_registration_reads_biren_nodes_and_stamps_the_handshake() -> None:
-    cluster = MemoryCluster(seed=1)
-    client = KubeClient(MemoryTransport(cluster))
-    store = Store()
-    state = SchedulerState(VENDORS)
-    loop = RegistrationLoop(client, state, store, now=lambda: NOW, tz=UTC)
-    try:
-        for obj in (br_node(br_devices(), name="br-1"), br_node("[{", name="br-broken"),
-                    br_node(br_devices(1), name="br-2")):
-            store.upsert(cluster.create("nodes", obj))
-        report = await loop.run_pass()
-        await loop.flush_writes()
-        view = state.ledger.view("br-1")
+    async with registration(VENDORS, NOW) as reg:
+        reg.add(br_node(br_devices(), name="br-1"), br_node("[{", name="br-broken"),
+                    br_node(br_devices(1), name="br-2"))
+        report = await reg.run()
+        view = reg.state.ledger.view("br-1")
         assert view is not None
         assert [(d.id, d.devcore) for d in view.devices] == [("BR-0", 100), ("BR-1", 100)]
-        assert state.ledger.view("br-2") is not None
-        assert state.ledger.view("br-broken") is None
+        assert reg.state.ledger.view("br-2") is not None
+        assert reg.state.ledger.view("br-broken") is None
         assert list(report.errors) == ["br-broken"]
         assert report.errors["br-broken"].startswith("invalid node annotation JSON")
-        annotations = cluster.get("nodes", "br-1")["metadata"]["annotations"]
+        annotations = reg.node_annotations("br-1")
         assert annotations[biren.HANDSHAKE] == "Requesting_2026-11-29 21:03:30"
-    finally:
-        await loop.stop()
-        await client.close()
 
 
 async def test_unhealthy_biren_is_cleaned_up_and_its_handshake_deleted() -> None:
-    cluster = MemoryCluster(seed=1)
-    client = KubeClient(MemoryTransport(cluster))
-    store = Store()
-    state = SchedulerState(VENDORS)
-    clock = [NOW]
-    loop = RegistrationLoop(client, state, store, now=lambda: clock[0], tz=UTC)
     gpus = '[{"id":"GPU-0","count":10,"devmem":8000,"devcore":100,"type":"NVIDIA-A100","health":true}]'
     obj = br_node(br_devices(), name="mixed", **{keys.NODE_NVIDIA_REGISTER: gpus})
     obj["status"]["allocatable"]["nvidia.com/gpu"] = "10"
-    try:
-        store.upsert(cluster.create("nodes", obj))
-        await loop.run_pass()
-        await loop.flush_writes()
-        cluster.patch("nodes", "mixed", {"status": {"allocatable": {COUNT: "0"}}}, subresource="status")
-        store.upsert(cluster.get("nodes", "mixed"))
-        clock[0] = NOW + timedelta(seconds=61)
-        report = await loop.run_pass()
-        await loop.flush_writes()
+    async with registration(VENDORS, NOW) as reg:
+        reg.add(obj)
+        await reg.run()
+        reg.cluster.patch("nodes", "mixed", {"status": {"allocatable": {COUNT: "0"}}}, subresource="status")
+        reg.refresh("mixed")
+        reg.clock[0] = NOW + timedelta(seconds=61)
+        report = await reg.run()
         assert report.cleaned == ["mixed"]
-        view = state.ledger.view("mixed")
+        view = reg.state.ledger.view("mixed")
         assert view is not None and [d.id for d in view.devices] == ["GPU-0"]
-        assert biren.HANDSHAKE not in cluster.get("nodes", "mixed")["metadata"]["annotations"]
-    finally:
-        await loop.stop()
-        await client.close()
+        assert biren.HANDSHAKE not in reg.node_annotations("mixed")
 
 
 def br_pod(name: str, n: str = "1") -> dict[str, Any]:
@@ -426,7 +396,7 @@ def test_metrics_list_biren_devices() -> None:
     d = decide(p, ["br-1"], state, default_node_policy="binpack", default_gpu_policy="spread", now=1)
     assert isinstance(d, Chosen)
     state.reserve(p, d)
-    text = exposition(metrics_registry(state)).decode()
+    text = metrics_text(state)
     assert ('hami_gpu_shared_count{device_index="1",device_type="Biren",device_uuid="BR-1",node="br-1",'
             'zone="vGPU"} 1') in text
     assert ('hami_gpu_core_limit_ratio{device_index="0",device_type="Biren",device_uuid="BR-0",node="br-1",'

@@ -14,11 +14,10 @@ from typing import Any
 import pytest
 
 from tests.builders import container, node, pod
+from tests.devices.vendorkit import metrics_text, readable, registration
 from vgpu_scheduler.cluster.client import KubeClient
 from vgpu_scheduler.cluster.embedded.deviceplugin import SimDevicePlugin
 from vgpu_scheduler.cluster.memory import MemoryCluster
-from vgpu_scheduler.cluster.registration import RegistrationLoop
-from vgpu_scheduler.cluster.store import Store
 from vgpu_scheduler.cluster.transport import MemoryTransport
 from vgpu_scheduler.config import DeviceConfig
 from vgpu_scheduler.configfile import DeviceConfigError, default_device_config, parse_device_config
@@ -34,7 +33,6 @@ from vgpu_scheduler.engine.state import SchedulerState
 from vgpu_scheduler.model import ContainerDevice, ContainerDeviceRequest, DeviceInfo, DeviceUsage
 from vgpu_scheduler.scheduler.extender import pod_node_locks
 from vgpu_scheduler.scheduler.options import SchedulerOptions, vendor_flags
-from vgpu_scheduler.server.metrics import exposition, metrics_registry
 from vgpu_scheduler.server.webhook import review_pod
 from vgpu_scheduler.simulate.cli import main as simulate_main
 from vgpu_scheduler.wire import keys
@@ -48,13 +46,6 @@ MLU = VENDORS["MLU"]
 GO_TEST = CambriconVendor(ResourceNames("cambricon.com/mlu", MEM, CORES, 256))
 NOW = datetime(2026, 11, 29, 21, 3, 30, tzinfo=UTC)
 
-
-def _readable(value: object) -> str | None:
-    """Case ids for the tables below: objects as compact JSON-ish text."""
-    if isinstance(value, (dict, list, tuple)) or dataclasses.is_dataclass(value):
-        text = json.dumps(value, default=repr, separators=(",", ":"), sort_keys=True)
-        return text if len(text) <= 60 else text[:57] + "..."
-    return None
 
 
 def limits(**kw: str) -> dict[str, Any]:
@@ -112,7 +103,7 @@ def test_config_wins_over_the_legacy_flags() -> None:
         ("cambricon:\n  resourceCoreName: [a]\n", "cambricon.resourceCoreName"),
         ("cambricon: text\n", "cambricon"),
     ],
-    ids=_readable,
+    ids=readable,
 )
 def test_bad_section_is_a_config_error(yaml: str, key: str) -> None:
     with pytest.raises(DeviceConfigError) as err:
@@ -285,7 +276,7 @@ def run_fit(
         # Percentage of a device's memory.
         ([Dev("dev-0", totalmem=1280, used=20, usedcores=10)], req(1, 0, 10, 20), {}, True, ["dev-0"], ""),
     ],
-    ids=_readable,
+    ids=readable,
 )
 def test_fit(
     devs: list[Dev], request_: ContainerDeviceRequest, annos: dict[str, str], ok: bool, ids: list[str],
@@ -400,39 +391,28 @@ def test_node_score_is_zero() -> None:
 
 
 async def test_registration_reads_capacity_and_writes_no_handshake() -> None:
-    cluster = MemoryCluster(seed=1)
-    client = KubeClient(MemoryTransport(cluster))
-    store = Store()
-    state = SchedulerState(VENDORS)
-    loop = RegistrationLoop(client, state, store, now=lambda: NOW, tz=UTC)
-    try:
-        for obj in (
+    async with registration(VENDORS, NOW) as reg:
+        reg.add(
             mlu_node("mlu-1"),
             mlu_node("mlu-odd", vcore="1.5"),  # unusable capacity: this node has no MLU ...
             mlu_node("mlu-2", vcore="100", vmemory="1024"),
-            node("plain"),
-        ):
-            store.upsert(cluster.create("nodes", obj))
-        report = await loop.run_pass()
-        await loop.flush_writes()
-        view = state.ledger.view("mlu-1")
+            node("plain"))
+        report = await reg.run()
+        view = reg.state.ledger.view("mlu-1")
         assert view is not None
         assert [d.id for d in view.devices] == ["mlu-1-cambricon-mlu-0", "mlu-1-cambricon-mlu-1"]
-        view = state.ledger.view("mlu-2")  # ... and it never affects another
+        view = reg.state.ledger.view("mlu-2")  # ... and it never affects another
         assert view is not None
         assert [(d.id, d.devmem) for d in view.devices] == [("mlu-2-cambricon-mlu-0", 262144)]
-        assert state.ledger.view("mlu-odd") is None and state.ledger.view("plain") is None
+        assert reg.state.ledger.view("mlu-odd") is None and reg.state.ledger.view("plain") is None
         # A node whose MLU capacity is unusable says so; one without any device reports the first
         # vendor's reason, as before MLU registered.
         assert report.errors == {
             "mlu-odd": "device not found cambricon.com/mlu.smlu.vcore",
             "plain": "annos not found hami.io/node-nvidia-register",
         }
-        annotations = cluster.get("nodes", "mlu-1")["metadata"].get("annotations") or {}
+        annotations = reg.cluster.get("nodes", "mlu-1")["metadata"].get("annotations") or {}
         assert not any("cambricon" in k for k in annotations)  # no MLU handshake exists
-    finally:
-        await loop.stop()
-        await client.close()
 
 
 def mlu_pod(name: str, **kw: str) -> dict[str, Any]:
@@ -492,7 +472,7 @@ def test_metrics_list_mlu_devices() -> None:
     d = decide(p, ["mlu-1"], state, default_node_policy="binpack", default_gpu_policy="spread", now=1)
     assert isinstance(d, Chosen)
     state.reserve(p, d)
-    text = exposition(metrics_registry(state)).decode()
+    text = metrics_text(state)
     assert (
         'hami_gpu_memory_allocated_bytes{device_cores="100",device_index="1",device_type="MLU",'
         'device_uuid="mlu-1-cambricon-mlu-1",node="mlu-1",zone="vGPU"} 1.073741824e+09'

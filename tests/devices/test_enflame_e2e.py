@@ -22,17 +22,15 @@ from tests.devices.enflame_helpers import (
     drs_node,
     gcu_node,
 )
+from tests.devices.vendorkit import metrics_text, registration
 from vgpu_scheduler.cluster.client import KubeClient
 from vgpu_scheduler.cluster.embedded.deviceplugin import SimDevicePlugin
 from vgpu_scheduler.cluster.memory import MemoryCluster
-from vgpu_scheduler.cluster.registration import RegistrationLoop
-from vgpu_scheduler.cluster.store import Store
 from vgpu_scheduler.cluster.transport import MemoryTransport
 from vgpu_scheduler.engine.decide import Chosen, NoFit, decide
 from vgpu_scheduler.engine.state import SchedulerState
 from vgpu_scheduler.scheduler.extender import _locking_request
 from vgpu_scheduler.scheduler.options import SchedulerOptions
-from vgpu_scheduler.server.metrics import exposition, metrics_registry
 from vgpu_scheduler.server.webhook import review_pod
 from vgpu_scheduler.simulate.cli import main as simulate
 from vgpu_scheduler.wire import keys
@@ -54,25 +52,17 @@ def run(state: SchedulerState, p: dict[str, Any], nodes: list[str], now: int = 1
 
 
 async def test_registration_reads_both_vendors_and_writes_nothing_to_the_nodes() -> None:
-    cluster = MemoryCluster(seed=1)
-    client = KubeClient(MemoryTransport(cluster))
-    store = Store()
-    state = SchedulerState(VENDORS)
-    loop = RegistrationLoop(client, state, store, now=lambda: NOW, tz=UTC)
     both = drs_node("both", drs_capacity(6, 6), capacity={GCU_NAME: "2"})
-    try:
-        for obj in (
+    async with registration(VENDORS, NOW) as reg:
+        reg.add(
             both,
             drs_node(
                 "drs-broken", '{"devices":[{"capacity":0}],"profiles":{"1g.6gb":"0"}}'
             ),  # one node's bad
             drs_node("drs-ok", drs_capacity(4)),  # annotation never affects another
-            gcu_node("gcu-only", "1"),
-        ):
-            store.upsert(cluster.create("nodes", obj))
-        report = await loop.run_pass()
-        await loop.flush_writes()
-        view = state.ledger.view("both")
+            gcu_node("gcu-only", "1"))
+        report = await reg.run()
+        view = reg.state.ledger.view("both")
         assert view is not None
         assert [d.id for d in view.devices] == [
             "both-GCU-0",
@@ -80,37 +70,25 @@ async def test_registration_reads_both_vendors_and_writes_nothing_to_the_nodes()
             "both-enflame-drs-0",
             "both-enflame-drs-1",
         ]
-        assert state.ledger.view("drs-ok") is not None and state.ledger.view("gcu-only") is not None
-        assert state.ledger.view("drs-broken") is None
+        assert reg.state.ledger.view("drs-ok") is not None and reg.state.ledger.view("gcu-only") is not None
+        assert reg.state.ledger.view("drs-broken") is None
         assert report.errors["drs-broken"] == "invalid drs capacity on node drs-broken"
-        annotations = cluster.get("nodes", "drs-ok")["metadata"]["annotations"]
+        annotations = reg.node_annotations("drs-ok")
         # No Enflame handshake: only the vendors that have one are stamped.
         assert not any("enflame" in k and "handshake" in k for k in annotations)
         assert keys.NODE_HANDSHAKE in annotations
-    finally:
-        await loop.stop()
-        await client.close()
 
 
 async def test_gcu_devices_go_when_the_capacity_does() -> None:
-    cluster = MemoryCluster(seed=1)
-    client = KubeClient(MemoryTransport(cluster))
-    store = Store()
-    state = SchedulerState(VENDORS)
-    loop = RegistrationLoop(client, state, store, now=lambda: NOW, tz=UTC)
-    try:
-        store.upsert(cluster.create("nodes", drs_node("mixed", drs_capacity(6), capacity={GCU_NAME: "1"})))
-        await loop.run_pass()
-        cluster.patch("nodes", "mixed", {"status": {"capacity": {GCU_NAME: "0"}}}, subresource="status")
-        store.upsert(cluster.get("nodes", "mixed"))
-        report = await loop.run_pass()
-        await loop.flush_writes()
+    async with registration(VENDORS, NOW) as reg:
+        reg.add(drs_node("mixed", drs_capacity(6), capacity={GCU_NAME: "1"}))
+        await reg.loop.run_pass()
+        reg.cluster.patch("nodes", "mixed", {"status": {"capacity": {GCU_NAME: "0"}}}, subresource="status")
+        reg.refresh("mixed")
+        report = await reg.run()
         assert report.cleaned == ["mixed"]
-        view = state.ledger.view("mixed")
+        view = reg.state.ledger.view("mixed")
         assert view is not None and [d.id for d in view.devices] == ["mixed-enflame-drs-0"]
-    finally:
-        await loop.stop()
-        await client.close()
 
 
 # --------------------------------------------------------------------------------------------
@@ -210,7 +188,7 @@ def test_metrics_list_enflame_devices() -> None:
     d = run(state, p, ["drs-1"])
     assert isinstance(d, Chosen)
     state.reserve(p, d)
-    text = exposition(metrics_registry(state)).decode()
+    text = metrics_text(state)
     assert (
         'hami_gpu_memory_allocated_bytes{device_cores="100",device_index="0",device_type="Enflame",'
         'device_uuid="drs-1-enflame-drs-0",node="drs-1",zone="vGPU"} 2.147483648e+10'
@@ -395,7 +373,7 @@ def test_metrics_list_gcu_devices() -> None:
     d = run(state, p, ["gcu-1"])
     assert isinstance(d, Chosen)
     state.reserve(p, d)
-    text = exposition(metrics_registry(state)).decode()
+    text = metrics_text(state)
     assert (
         'hami_gpu_memory_allocated_bytes{device_cores="100",device_index="1",device_type="GCU",'
         'device_uuid="gcu-1-GCU-1",node="gcu-1",zone="vGPU"} 1.048576e+08'

@@ -5,18 +5,16 @@ decision, the bind and the webhook. The template for the other vendors' tests (d
 from __future__ import annotations
 
 import dataclasses
-import json
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 
 from tests.builders import container, node, pod
+from tests.devices.vendorkit import metrics_text, readable, registration
 from vgpu_scheduler.cluster.client import KubeClient
 from vgpu_scheduler.cluster.embedded.deviceplugin import SimDevicePlugin
 from vgpu_scheduler.cluster.memory import MemoryCluster
-from vgpu_scheduler.cluster.registration import RegistrationLoop
-from vgpu_scheduler.cluster.store import Store
 from vgpu_scheduler.cluster.transport import MemoryTransport
 from vgpu_scheduler.config import DeviceConfig
 from vgpu_scheduler.configfile import DeviceConfigError, default_device_config, parse_device_config
@@ -38,7 +36,6 @@ from vgpu_scheduler.model import (
 )
 from vgpu_scheduler.scheduler.extender import _locking_request
 from vgpu_scheduler.scheduler.options import SchedulerOptions, vendor_flags
-from vgpu_scheduler.server.metrics import exposition, metrics_registry
 from vgpu_scheduler.server.webhook import review_pod
 from vgpu_scheduler.wire import keys
 from vgpu_scheduler.wire.inventory import InventoryError
@@ -50,13 +47,6 @@ CHART = default_device_config()
 VENDORS = build(CHART)  # NVIDIA, DCU, ... (the chart's sections)
 NOW = datetime(2026, 11, 29, 21, 3, 30, tzinfo=UTC)
 
-
-def _readable(value: object) -> str | None:
-    """Case ids for the tables below (no pytest-made-up ids): objects as compact JSON-ish text."""
-    if isinstance(value, (dict, list, tuple)) or dataclasses.is_dataclass(value):
-        text = json.dumps(value, default=repr, separators=(",", ":"), sort_keys=True)
-        return text if len(text) <= 60 else text[:57] + "..."
-    return None
 
 
 def limits(**kw: str) -> dict[str, Any]:
@@ -101,7 +91,7 @@ def test_config_wins_over_the_legacy_flags() -> None:
         ("hygon:\n  memoryFactor: two\n", "hygon.memoryFactor"),
         ("hygon:\n  memoryFactor: 3000000000\n", "hygon.memoryFactor"),
     ],
-    ids=_readable,
+    ids=readable,
 )
 def test_bad_section_is_a_config_error(yaml: str, key: str) -> None:
     with pytest.raises(DeviceConfigError) as err:
@@ -144,7 +134,7 @@ def req(nums: int, mem: int, pct: int, cores: int) -> ContainerDeviceRequest:
         (limits(count="1", mem="0.5"), req(1, 0, 100, 100)),  # unreadable memory is ignored
         (limits(count="1", cores="1500m"), req(1, 0, 100, 100)),  # unreadable cores: the default
     ],
-    ids=_readable,
+    ids=readable,
 )
 def test_requests(ctr: dict[str, Any], expected: ContainerDeviceRequest | None) -> None:
     assert DCU.request(ctr) == expected
@@ -187,7 +177,7 @@ def test_inventory_legacy_form() -> None:
         # HAMi reads DCU inventories with the legacy decoder only: JSON is malformed there.
         ('[{"id":"a","count":1}]', "malformed node annotation segment"),
     ],
-    ids=_readable,
+    ids=readable,
 )
 def test_inventory_errors(register: str | None, error: str) -> None:
     with pytest.raises(InventoryError, match=error):
@@ -203,7 +193,7 @@ def test_inventory_errors(register: str | None, error: str) -> None:
         ("Unknown", None, True, True, True),
         (None, None, True, True, True),
     ],
-    ids=_readable,
+    ids=readable,
 )
 def test_health(
     handshake: str | None, allocatable: str | None, healthy: bool, need_update: bool, write: bool
@@ -233,7 +223,7 @@ def test_health(
         # NVIDIA's annotation says nothing about DCUs.
         ({keys.USE_GPUTYPE: "A100"}, "dcu", True),
     ],
-    ids=_readable,
+    ids=readable,
 )
 def test_type_annotations(annos: dict[str, str], cardtype: str, ok: bool) -> None:
     filters = DCU.pod_filters(annos)
@@ -301,7 +291,7 @@ def run_fit(
         ([Dev("dev-0")], req(1, 64, 0, 50), {hygon.NOUSE_TYPE: "dcu"}, False, [], "1/1 CardTypeMismatch"),
         ([Dev("dev-0")], req(1, 64, 0, 50), {keys.NUMA_BIND: "true"}, True, ["dev-0"], ""),
     ],
-    ids=_readable,
+    ids=readable,
 )
 def test_fit(
     devs: list[Dev], request_: ContainerDeviceRequest, annos: dict[str, str], ok: bool, ids: list[str],
@@ -346,7 +336,7 @@ def test_patch_annotations() -> None:
         (pod(containers=[{"name": "c", "resources": {"requests": {COUNT: "1"}}}]), True),
         (pod(init_containers=[limits(count="1")], containers=[container()]), False),
     ],
-    ids=_readable,
+    ids=readable,
 )
 def test_lock_only_for_regular_containers(p: dict[str, Any], locks: bool) -> None:
     assert _locking_request(p, VENDORS) is locks
@@ -359,7 +349,7 @@ def test_lock_only_for_regular_containers(p: dict[str, Any], locks: bool) -> Non
         ({"name": "c", "resources": {"requests": {COUNT: "1"}}}, False),  # MutateAdmission reads limits
         (limits(mem="1024"), False),
     ],
-    ids=_readable,
+    ids=readable,
 )
 def test_mutate(ctr: dict[str, Any], has: bool) -> None:
     before = dict(ctr)
@@ -386,32 +376,21 @@ def dcu_devices(n: int = 2, devmem: int = 16384) -> str:
 
 
 async def test_registration_reads_dcu_nodes_and_stamps_the_dcu_handshake() -> None:
-    cluster = MemoryCluster(seed=1)
-    client = KubeClient(MemoryTransport(cluster))
-    store = Store()
-    state = SchedulerState(VENDORS)
-    loop = RegistrationLoop(client, state, store, now=lambda: NOW, tz=UTC)
-    try:
-        for obj in (
+    async with registration(VENDORS, NOW) as reg:
+        reg.add(
             dcu_node(dcu_devices(), name="dcu-1"),
             dcu_node("DCU-0,4,16384:", name="dcu-broken"),  # one node's bad annotation ...
-            dcu_node(dcu_devices(1), name="dcu-2"),
-        ):
-            store.upsert(cluster.create("nodes", obj))
-        report = await loop.run_pass()
-        await loop.flush_writes()
-        view = state.ledger.view("dcu-1")
+            dcu_node(dcu_devices(1), name="dcu-2"))
+        report = await reg.run()
+        view = reg.state.ledger.view("dcu-1")
         assert view is not None and [d.id for d in view.devices] == ["DCU-0", "DCU-1"]
-        assert state.ledger.view("dcu-2") is not None  # ... never affects another
-        assert state.ledger.view("dcu-broken") is None
+        assert reg.state.ledger.view("dcu-2") is not None  # ... never affects another
+        assert reg.state.ledger.view("dcu-broken") is None
         assert report.errors == {"dcu-broken": "unexpected field count 3 in node annotation"}
-        annotations = cluster.get("nodes", "dcu-1")["metadata"]["annotations"]
+        annotations = reg.node_annotations("dcu-1")
         # HAMi stamps every vendor's handshake on every node.
         assert annotations[hygon.HANDSHAKE] == "Requesting_2026-11-29 21:03:30"
         assert annotations[keys.NODE_HANDSHAKE] == "Requesting_2026-11-29 21:03:30"
-    finally:
-        await loop.stop()
-        await client.close()
 
 
 def dcu_pod(name: str, **kw: str) -> dict[str, Any]:
@@ -469,7 +448,7 @@ def test_metrics_list_dcu_devices() -> None:
                default_node_policy="binpack", default_gpu_policy="spread", now=1)
     assert isinstance(d, Chosen)
     state.reserve(dcu_pod("p", count="1", mem="1024", cores="30"), d)
-    text = exposition(metrics_registry(state)).decode()
+    text = metrics_text(state)
     assert (
         'hami_gpu_memory_allocated_bytes{device_cores="100",device_index="1",device_type="DCU-Z100",'
         'device_uuid="DCU-1",node="dcu-1",zone="vGPU"} 1.073741824e+09'
@@ -479,35 +458,24 @@ def test_metrics_list_dcu_devices() -> None:
 async def test_unhealthy_dcu_is_cleaned_up_and_nvidia_devices_stay() -> None:
     """A node with both vendors whose DCU plugin is gone (stale handshake, no allocatable DCUs)
     loses its DCUs and the DCU handshake; its GPUs stay."""
-    cluster = MemoryCluster(seed=1)
-    client = KubeClient(MemoryTransport(cluster))
-    store = Store()
-    state = SchedulerState(VENDORS)
-    clock = [NOW]
-    loop = RegistrationLoop(client, state, store, now=lambda: clock[0], tz=UTC)
     gpus = '[{"id":"GPU-0","count":10,"devmem":8000,"devcore":100,"type":"NVIDIA-A100","health":true}]'
     obj = dcu_node(dcu_devices(), name="mixed", **{keys.NODE_NVIDIA_REGISTER: gpus})
     obj["status"]["allocatable"]["nvidia.com/gpu"] = "10"
-    try:
-        store.upsert(cluster.create("nodes", obj))
-        await loop.run_pass()
-        await loop.flush_writes()
-        view = state.ledger.view("mixed")
+    async with registration(VENDORS, NOW) as reg:
+        reg.add(obj)
+        await reg.run()
+        view = reg.state.ledger.view("mixed")
         assert view is not None and [d.id for d in view.devices] == ["GPU-0", "DCU-0", "DCU-1"]
         # The DCU plugin goes away: no allocatable DCUs, and nobody answers the handshake.
-        cluster.patch("nodes", "mixed", {"status": {"allocatable": {COUNT: "0"}}}, subresource="status")
-        store.upsert(cluster.get("nodes", "mixed"))
-        clock[0] = NOW + timedelta(seconds=61)
-        report = await loop.run_pass()
-        await loop.flush_writes()
+        reg.cluster.patch("nodes", "mixed", {"status": {"allocatable": {COUNT: "0"}}}, subresource="status")
+        reg.refresh("mixed")
+        reg.clock[0] = NOW + timedelta(seconds=61)
+        report = await reg.run()
         assert report.cleaned == ["mixed"]
-        view = state.ledger.view("mixed")
+        view = reg.state.ledger.view("mixed")
         assert view is not None and [d.id for d in view.devices] == ["GPU-0"]
-        annotations = cluster.get("nodes", "mixed")["metadata"]["annotations"]
+        annotations = reg.node_annotations("mixed")
         assert hygon.HANDSHAKE not in annotations and keys.NODE_HANDSHAKE in annotations
-    finally:
-        await loop.stop()
-        await client.close()
 
 
 def test_template_nodes_read_dcu_inventories() -> None:

@@ -14,11 +14,10 @@ from typing import Any
 import pytest
 
 from tests.builders import container, node, pod
+from tests.devices.vendorkit import metrics_text, readable, registration
 from vgpu_scheduler.cluster.client import KubeClient
 from vgpu_scheduler.cluster.embedded.deviceplugin import SimDevicePlugin
 from vgpu_scheduler.cluster.memory import MemoryCluster
-from vgpu_scheduler.cluster.registration import RegistrationLoop
-from vgpu_scheduler.cluster.store import Store
 from vgpu_scheduler.cluster.transport import MemoryTransport
 from vgpu_scheduler.config import DeviceConfig
 from vgpu_scheduler.configfile import DeviceConfigError, default_device_config, parse_device_config
@@ -33,7 +32,6 @@ from vgpu_scheduler.engine.state import SchedulerState
 from vgpu_scheduler.model import ContainerDevice, ContainerDeviceRequest, DeviceInfo, DeviceUsage
 from vgpu_scheduler.scheduler.extender import _locking_request
 from vgpu_scheduler.scheduler.options import SchedulerOptions, vendor_flags
-from vgpu_scheduler.server.metrics import exposition, metrics_registry
 from vgpu_scheduler.server.webhook import review_pod
 from vgpu_scheduler.simulate.cli import main as simulate_main
 from vgpu_scheduler.wire import keys
@@ -55,13 +53,6 @@ VENDORS = build(CHART)
 GPU = MetaxGpuVendor(ResourceNames(GPU_COUNT))
 NOW = datetime(2026, 11, 29, 21, 3, 30, tzinfo=UTC)
 
-
-def _readable(value: object) -> str | None:
-    """Case ids for the tables below (no pytest-made-up ids): objects as compact JSON-ish text."""
-    if isinstance(value, (dict, list, tuple)) or dataclasses.is_dataclass(value):
-        text = json.dumps(value, default=repr, separators=(",", ":"), sort_keys=True)
-        return text if len(text) <= 60 else text[:57] + "..."
-    return None
 
 
 # --------------------------------------------------------------------------------------------
@@ -123,7 +114,7 @@ def test_config_wins_over_the_legacy_flags() -> None:
         ("metax:\n  resourceVMemoryName: [a]\n", "metax.resourceVMemoryName"),
         ('metax:\n  sgpuTopologyAware: "false"\n', "metax.sgpuTopologyAware"),
     ],
-    ids=_readable,
+    ids=readable,
 )
 def test_bad_section_is_a_config_error(yaml: str, key: str) -> None:
     with pytest.raises(DeviceConfigError) as err:
@@ -153,7 +144,7 @@ WHOLE = ContainerDeviceRequest(1, gpu.GPU, 0, 100, 100)
         (container(limits={GPU_COUNT: "1.5"}), None),  # AsInt64 fails
         (container(limits={GPU_COUNT: "4294967297"}), WHOLE),  # int32(n) wraps, as HAMi's does
     ],
-    ids=_readable,
+    ids=readable,
 )
 def test_gpu_requests(ctr: dict[str, Any], expected: ContainerDeviceRequest | None) -> None:
     assert GPU.request(ctr) == expected
@@ -166,7 +157,7 @@ def test_gpu_requests(ctr: dict[str, Any], expected: ContainerDeviceRequest | No
         (container(limits={}), False),
         (container(requests={GPU_COUNT: "1"}), False),
     ],
-    ids=_readable,
+    ids=readable,
 )
 def test_gpu_mutate(ctr: dict[str, Any], has: bool) -> None:
     p = pod()
@@ -207,7 +198,7 @@ def test_gpu_inventory_errors(count: str | None) -> None:
         GPU.node_devices(gpu_node(count))
 
 
-@pytest.mark.parametrize(("count", "healthy"), [("1", True), ("0", False), (None, False)], ids=_readable)
+@pytest.mark.parametrize(("count", "healthy"), [("1", True), ("0", False), (None, False)], ids=readable)
 def test_gpu_health_is_capacity(count: str | None, healthy: bool) -> None:
     health = GPU.check_health(gpu_node(count), NOW, UTC)
     assert (health.healthy, health.need_update, health.write_requesting) == (healthy, True, False)
@@ -321,7 +312,7 @@ def run_gpu_fit(
         # The real request: a whole 64 GiB device; the second device of the pod never is another one.
         ([Dev("a", count=1, totalmem=65536), Dev("b", count=1, totalmem=65536)], WHOLE, {}, True, ["b"], ""),
     ],
-    ids=_readable,
+    ids=readable,
 )
 def test_gpu_fit(
     devs: list[Dev],
@@ -345,7 +336,7 @@ def test_gpu_fit(
         (["test-0000", "test-1111"], False, "1/1 CardNotFoundCustomFilterRule"),
         ([], True, ""),
     ],
-    ids=_readable,
+    ids=readable,
 )
 def test_gpu_custom_filter_rule_all_devices_of_a_pod_are_one(
     earlier: list[str], ok: bool, reason: str
@@ -405,7 +396,7 @@ def two(n: int) -> list[list[ContainerDevice]]:
         ({gpu.LOSSES: '{"1":100}'}, [[], *two(1)], "binpack", 1900.0),  # n counts devices, not containers
         ({}, two(1), "spread", 0.0),
     ],
-    ids=_readable,
+    ids=readable,
 )
 def test_gpu_score_node(annos: dict[str, str], entries: Any, policy: str, score: float) -> None:
     assert GPU.score_node(entries, annotations=annos, devices=[], previous=[], policy=policy) == score
@@ -455,30 +446,20 @@ def sgpu_node(value: str | None, name: str = "s", **annos: str) -> dict[str, Any
 
 
 async def test_registration_reads_both_vendors_and_one_broken_node_stays_alone() -> None:
-    cluster = MemoryCluster(seed=1)
-    client = KubeClient(MemoryTransport(cluster))
-    store = Store()
-    state = SchedulerState(VENDORS)
-    loop = RegistrationLoop(client, state, store, now=lambda: NOW, tz=UTC)
-    try:
+    async with registration(VENDORS, NOW) as reg:
         both = node("both", annotations={sgpu.REGISTER: sgpu_json(1)}, capacity={GPU_COUNT: "1"})
-        for obj in (both, sgpu_node('[{"uuid": 5}]', name="broken"), sgpu_node(sgpu_json(2), name="s2")):
-            store.upsert(cluster.create("nodes", obj))
-        report = await loop.run_pass()
-        await loop.flush_writes()
-        view = state.ledger.view("both")
+        reg.add(both, sgpu_node('[{"uuid": 5}]', name="broken"), sgpu_node(sgpu_json(2), name="s2"))
+        report = await reg.run()
+        view = reg.state.ledger.view("both")
         assert view is not None and [d.id for d in view.devices] == ["both-metax-0", "GPU-0"]
-        assert state.ledger.view("s2") is not None
-        assert state.ledger.view("broken") is None
+        assert reg.state.ledger.view("s2") is not None
+        assert reg.state.ledger.view("broken") is None
         # CheckHealth comes first and finds no sGPU devices (the annotation does not decode), so
         # the node is only "unhealthy" for Metax-SGPU, as in HAMi; the report names NVIDIA's absence.
         assert report.errors == {"broken": "annos not found hami.io/node-nvidia-register"}
         assert "broken" in report.unhealthy
-        annotations = cluster.get("nodes", "both")["metadata"]["annotations"]
+        annotations = reg.node_annotations("both")
         assert not any("metax" in k and "handshake" in k for k in annotations)  # Metax has no handshake
-    finally:
-        await loop.stop()
-        await client.close()
 
 
 def metax_pod(name: str, annotations: dict[str, str] | None = None, **limits: str) -> dict[str, Any]:
@@ -576,7 +557,7 @@ def test_metrics_list_metax_devices() -> None:
     d = decide(p, ["s"], state, default_node_policy="binpack", default_gpu_policy="spread", now=1)
     assert isinstance(d, Chosen)
     state.reserve(p, d)
-    text = exposition(metrics_registry(state)).decode()
+    text = metrics_text(state)
     assert (
         'hami_gpu_memory_allocated_bytes{device_cores="100",device_index="0",device_type="Metax-SGPU",'
         'device_uuid="GPU-0",node="s",zone="vGPU"} 1.073741824e+09'

@@ -13,11 +13,10 @@ from typing import Any
 import pytest
 
 from tests.builders import container, node, pod
+from tests.devices.vendorkit import metrics_text, readable, registration
 from vgpu_scheduler.cluster.client import KubeClient
 from vgpu_scheduler.cluster.embedded.deviceplugin import SimDevicePlugin
 from vgpu_scheduler.cluster.memory import MemoryCluster
-from vgpu_scheduler.cluster.registration import RegistrationLoop
-from vgpu_scheduler.cluster.store import Store
 from vgpu_scheduler.cluster.transport import MemoryTransport
 from vgpu_scheduler.config import DeviceConfig
 from vgpu_scheduler.configfile import DeviceConfigError, default_device_config, parse_device_config
@@ -32,7 +31,6 @@ from vgpu_scheduler.engine.state import SchedulerState
 from vgpu_scheduler.model import ContainerDevice, ContainerDeviceRequest, DeviceInfo, DeviceUsage
 from vgpu_scheduler.scheduler.extender import _locking_request
 from vgpu_scheduler.scheduler.options import SchedulerOptions, vendor_flags
-from vgpu_scheduler.server.metrics import exposition, metrics_registry
 from vgpu_scheduler.server.webhook import review_pod
 from vgpu_scheduler.simulate.cli import main as simulate_main
 from vgpu_scheduler.wire import keys
@@ -50,13 +48,6 @@ mthreads:
   resourceCoreName: "mthreads.com/sgpu-core"
 """
 
-
-def _readable(value: object) -> str | None:
-    """Case ids for the tables below (no pytest-made-up ids): objects as compact JSON-ish text."""
-    if isinstance(value, (dict, list, tuple)) or dataclasses.is_dataclass(value):
-        text = json.dumps(value, default=repr, separators=(",", ":"), sort_keys=True)
-        return text if len(text) <= 60 else text[:57] + "..."
-    return None
 
 
 NAMES_BY_KEY = {"count": COUNT, "mem": MEM, "cores": CORES}
@@ -109,7 +100,7 @@ def test_missing_section_and_legacy_flags() -> None:
         ("mthreads:\n  resourceMemoryName: [a]\n", "mthreads.resourceMemoryName"),
         ("mthreads: text\n", "mthreads"),
     ],
-    ids=_readable,
+    ids=readable,
 )
 def test_bad_section_is_a_config_error(yaml: str, key: str) -> None:
     with pytest.raises(DeviceConfigError) as err:
@@ -150,7 +141,7 @@ BOTH = {COUNT: "1", MEM: "1000", CORES: "1"}
         (limits(count="1", cores="4294967297"), req(1, 0, 100, 1)),
         (limits(count="1.5"), None),
     ],
-    ids=_readable,
+    ids=readable,
 )
 def test_requests(ctr: dict[str, Any], expected: ContainerDeviceRequest | None) -> None:
     assert MTH.request(ctr) == expected
@@ -175,7 +166,7 @@ def test_requests(ctr: dict[str, Any], expected: ContainerDeviceRequest | None) 
         (limits(count="-1", mem="2", cores="1"), False, "mthreads.com/vgpu must be greater than 0"),
         (requests_only(count="0", mem="2", cores="1"), False, "mthreads.com/vgpu must be greater than 0"),
     ],
-    ids=_readable,
+    ids=readable,
 )
 def test_mutate(ctr: dict[str, Any], has: bool, error: str) -> None:
     p = pod(annotations={"mthreads.com/request-gpu-num": "test123"})
@@ -199,7 +190,7 @@ def test_mutate(ctr: dict[str, Any], has: bool, error: str) -> None:
         # One GPU with a legal memory limit: unchanged.
         (limits(count="1", mem="8", cores="3"), {COUNT: "1", MEM: "8", CORES: "3"}, None),
     ],
-    ids=_readable,
+    ids=readable,
 )
 def test_mutate_fills_limits(ctr: dict[str, Any], limits_after: dict[str, str], gpu_num: str | None) -> None:
     p = pod()
@@ -249,7 +240,7 @@ def test_inventory_of_a_multi_gpu_node() -> None:
      (1, 0, "device not found mthreads.com/sgpu-core"),
      (1, "1.5", "device not found mthreads.com/sgpu-core"),
      (1, "junk", "device not found mthreads.com/sgpu-core")],
-    ids=_readable,
+    ids=readable,
 )
 def test_inventory_errors(memory: Any, cores: Any, error: str) -> None:
     with pytest.raises(InventoryError) as err:
@@ -271,7 +262,7 @@ def test_always_healthy_without_handshake() -> None:
     [([[entry("test123", 0, 0, 0)]], True), ([[entry("test456", 0, 0, 0)]], False), ([], True),
      ([[], [entry("test123", 0, 0, 0)], [entry("test123", 0, 0, 0)]], True),
      ([[entry("test123", 0, 0, 0), entry("x", 1, 0, 0)]], False)],
-    ids=_readable,
+    ids=readable,
 )
 def test_one_device_rule(allocated: list[list[ContainerDevice]], ok: bool) -> None:
     assert one_device_rule(allocated, DeviceInfo(id="test123", type="Mthreads")) is ok
@@ -338,7 +329,7 @@ def run_fit(
          [], "2/2 AllocatedCardsInsufficientRequest"),
         ([Dev("dev-0", totalmem=1280, health=False)], req(1, 512, 0, 50), {}, False, [], "1/1 CardNotHealth"),
     ],
-    ids=_readable,
+    ids=readable,
 )
 def test_fit(
     devs: list[Dev], request_: ContainerDeviceRequest, annos: dict[str, str], ok: bool, ids: list[str],
@@ -416,27 +407,17 @@ def test_node_score_is_zero() -> None:
 
 
 async def test_registration_reads_capacity_and_one_broken_node_affects_no_other() -> None:
-    cluster = MemoryCluster(seed=1)
-    client = KubeClient(MemoryTransport(cluster))
-    store = Store()
-    state = SchedulerState(build(CHART))
-    loop = RegistrationLoop(client, state, store, now=lambda: NOW, tz=UTC)
-    try:
-        for obj in (mt_node("mt-1", memory=192, cores=32, vgpu=2), mt_node("mt-broken", memory=96, cores="x"),
-                    mt_node("mt-2", memory=96, cores=16), node("cpu-1", capacity={"cpu": "4"})):
-            store.upsert(cluster.create("nodes", obj))
-        report = await loop.run_pass()
-        await loop.flush_writes()
-        view = state.ledger.view("mt-1")
+    async with registration(build(CHART), NOW) as reg:
+        reg.add(mt_node("mt-1", memory=192, cores=32, vgpu=2), mt_node("mt-broken", memory=96, cores="x"),
+                    mt_node("mt-2", memory=96, cores=16), node("cpu-1", capacity={"cpu": "4"}))
+        report = await reg.run()
+        view = reg.state.ledger.view("mt-1")
         assert view is not None and [d.id for d in view.devices] == ["mt-1-mthreads-0", "mt-1-mthreads-1"]
-        assert state.ledger.view("mt-2") is not None and state.ledger.view("mt-broken") is None
+        assert reg.state.ledger.view("mt-2") is not None and reg.state.ledger.view("mt-broken") is None
         assert report.errors["mt-broken"].startswith("device not found mthreads.com/sgpu-core")
         assert report.errors["cpu-1"] == "annos not found hami.io/node-nvidia-register"
-        annotations = cluster.get("nodes", "mt-1")["metadata"]["annotations"]
+        annotations = reg.node_annotations("mt-1")
         assert not [k for k in annotations if "mthreads" in k]  # no handshake of its own
-    finally:
-        await loop.stop()
-        await client.close()
 
 
 def mt_pod(name: str, *ctrs: dict[str, Any], init: list[dict[str, Any]] | None = None) -> dict[str, Any]:
@@ -514,7 +495,7 @@ def test_metrics_list_mthreads_devices() -> None:
     d = decide_mt(p, state)
     assert isinstance(d, Chosen)
     state.reserve(p, d)
-    lines = exposition(metrics_registry(state)).decode().splitlines()
+    lines = metrics_text(state).splitlines()
     labels = 'device_index="1",device_type="Mthreads",device_uuid="mt-1-mthreads-1",node="mt-1",zone="vGPU"'
     assert f"hami_gpu_core_limit_ratio{{{labels}}} 16" in lines
     assert f"hami_gpu_core_allocated_ratio{{{labels}}} 4" in lines

@@ -1,0 +1,207 @@
+"""Scaffolding the vendor tests share: case ids, fit runs, the registration loop on a
+MemoryCluster, the simulated device plugin, metrics text and the `simulate` CLI end to end.
+
+Each vendor's test module keeps its own vectors and expectations; only the way a test builds and
+runs its inputs lives here (import it as `from tests.devices.vendorkit import ...`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import AsyncIterator, Iterable, Sequence
+from contextlib import asynccontextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from tests.builders import pod
+from vgpu_scheduler.cluster.client import KubeClient
+from vgpu_scheduler.cluster.embedded.deviceplugin import SimDevicePlugin
+from vgpu_scheduler.cluster.memory import MemoryCluster
+from vgpu_scheduler.cluster.registration import PassReport, RegistrationLoop
+from vgpu_scheduler.cluster.store import Store
+from vgpu_scheduler.cluster.transport import MemoryTransport
+from vgpu_scheduler.devices.protocol import FitResult, Vendor, Vendors
+from vgpu_scheduler.engine.fit import pod_fit_context
+from vgpu_scheduler.engine.quota import QuotaManager
+from vgpu_scheduler.engine.state import SchedulerState
+from vgpu_scheduler.model import ContainerDeviceRequest, ContainerDevices, DeviceInfo, DeviceUsage
+from vgpu_scheduler.server.metrics import exposition, metrics_registry
+from vgpu_scheduler.simulate.cli import main as simulate_main
+from vgpu_scheduler.wire import keys
+
+Obj = dict[str, Any]
+
+
+# --------------------------------------------------------------------------------------------
+# Case ids
+
+
+def readable(value: object) -> str | None:
+    """Case ids for parametrized tables (no pytest-made-up ids): objects as compact JSON-ish text."""
+    if isinstance(value, (dict, list, tuple)) or dataclasses.is_dataclass(value):
+        text = json.dumps(value, default=repr, separators=(",", ":"), sort_keys=True)
+        return text if len(text) <= 60 else text[:57] + "..."
+    return None
+
+
+# --------------------------------------------------------------------------------------------
+# Fit
+
+
+@dataclasses.dataclass
+class Dev:
+    """One device of a fit vector, in the field names of HAMi's device_test.go tables."""
+
+    id: str
+    count: int = 100
+    totalmem: int = 128
+    totalcore: int = 100
+    used: int = 0
+    usedmem: int = 0
+    usedcores: int = 0
+    health: bool = True
+    index: int = 0
+
+
+def device_infos(devs: Iterable[Dev], type_: str) -> list[DeviceInfo]:
+    return [DeviceInfo(id=d.id, index=d.index, count=d.count, devmem=d.totalmem, devcore=d.totalcore,
+                       type=type_, health=d.health) for d in devs]
+
+
+def usages(devs: Iterable[Dev]) -> list[DeviceUsage]:
+    return [DeviceUsage(d.used, d.usedmem, d.usedcores) for d in devs]
+
+
+class Fitted(NamedTuple):
+    result: FitResult
+    quick: str | None
+    """The order-free verdict over the same devices (in `quick_order` when given)."""
+
+
+def fit_both(
+    vendor: Vendor,
+    request: ContainerDeviceRequest,
+    devices: Sequence[DeviceInfo],
+    usage: Sequence[DeviceUsage],
+    *,
+    annos: dict[str, str] | None = None,
+    order: Sequence[int] | None = None,
+    quick_order: Sequence[int] | None = None,
+    allocated: Sequence[ContainerDevices] = (),
+    quota: QuotaManager | None = None,
+    namespace: str = "default",
+) -> Fitted:
+    """`fit` over `order` (default: inventory order) for a pod in `namespace` with `annos`, and
+    `quick_verdict` over `quick_order` (default: the same order)."""
+    the_pod = pod(namespace=namespace, annotations=annos or {})
+    ctx = pod_fit_context(the_pod, vendors=Vendors([vendor]), quota=quota)
+    positions = list(range(len(devices))) if order is None else list(order)
+    none = frozenset[str]()
+    result = vendor.fit(request, devices, usage, positions, ctx=ctx, cordoned=none, allocated=allocated)
+    quick_positions = positions if quick_order is None else list(quick_order)
+    quick = vendor.quick_verdict(request, devices, usage, quick_positions, ctx=ctx, cordoned=none)
+    return Fitted(result, quick)
+
+
+# --------------------------------------------------------------------------------------------
+# The registration loop on an in-memory cluster
+
+
+class Registration(NamedTuple):
+    cluster: MemoryCluster
+    store: Store
+    state: SchedulerState
+    loop: RegistrationLoop
+    clock: list[datetime]
+    """The loop's clock: set `clock[0]` to move time on."""
+
+    def add(self, *nodes: Obj) -> None:
+        """Create `nodes` in the cluster and show them to the loop's store."""
+        for obj in nodes:
+            self.store.upsert(self.cluster.create("nodes", obj))
+
+    def refresh(self, name: str) -> None:
+        """Show the loop the node as the cluster has it now."""
+        self.store.upsert(self.cluster.get("nodes", name))
+
+    def node_annotations(self, name: str) -> dict[str, str]:
+        annotations: dict[str, str] = self.cluster.get("nodes", name)["metadata"]["annotations"]
+        return annotations
+
+    async def run(self) -> PassReport:
+        """One registration pass, and the handshake writes it asked for."""
+        report = await self.loop.run_pass()
+        await self.loop.flush_writes()
+        return report
+
+
+@asynccontextmanager
+async def registration(vendors: Vendors, now: datetime) -> AsyncIterator[Registration]:
+    """A registration loop over a fresh MemoryCluster and an empty store, stopped on exit."""
+    cluster = MemoryCluster(seed=1)
+    client = KubeClient(MemoryTransport(cluster))
+    store = Store()
+    state = SchedulerState(vendors)
+    clock = [now]
+    loop = RegistrationLoop(client, state, store, now=lambda: clock[0], tz=UTC)
+    try:
+        yield Registration(cluster, store, state, loop, clock)
+    finally:
+        await loop.stop()
+        await client.close()
+
+
+# --------------------------------------------------------------------------------------------
+# The simulated device plugin
+
+
+class Admitted(NamedTuple):
+    phase: str
+    pod_annotations: dict[str, str]
+    node_annotations: dict[str, str]
+
+
+async def admit_bound_pod(vendors: Vendors, the_pod: Obj, *, node_annotations: dict[str, str] | None = None,
+                          ) -> Admitted:
+    """Bind `the_pod` (named "p", in "default") to node "n1", which holds the node lock (or
+    `node_annotations`), and let the simulated device plugin admit it."""
+    cluster = MemoryCluster(seed=1)
+    if node_annotations is None:
+        node_annotations = {keys.NODE_LOCK: "2026-01-01T00:00:00Z,default,p"}
+    cluster.create("nodes", {"metadata": {"name": "n1", "annotations": node_annotations}})
+    cluster.create("pods", the_pod)
+    cluster.bind("default", "p", "n1")
+    plugin = SimDevicePlugin(KubeClient(MemoryTransport(cluster)), vendors)
+    result = await plugin.admit(cluster.get("pods", "p", "default"))
+    after = cluster.get("pods", "p", "default")["metadata"]["annotations"]
+    node_after = cluster.get("nodes", "n1")["metadata"].get("annotations") or {}
+    return Admitted(result.phase, after, node_after)
+
+
+# --------------------------------------------------------------------------------------------
+# Metrics and the simulate CLI
+
+
+def metrics_text(state: SchedulerState, *, legacy: bool = False) -> str:
+    return exposition(metrics_registry(state, legacy=legacy)).decode()
+
+
+def simulate_report(
+    tmp_path: Path, *, nodes: Sequence[Obj], pods: Sequence[str], config: str
+) -> dict[str, Obj]:
+    """`vgpu-scheduler simulate` over a snapshot of `nodes`, the `pods` YAML documents and the device
+    config text; the report's pods by name."""
+    snapshot = tmp_path / "snap.json"
+    items = [{"apiVersion": "v1", "kind": "Node", **n} for n in nodes]
+    snapshot.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": items}))
+    pods_file = tmp_path / "pods.yaml"
+    pods_file.write_text("---\n".join(pods))
+    config_file = tmp_path / "device-config.yaml"
+    config_file.write_text(config)
+    out = tmp_path / "r.json"
+    args = ["--snapshot", str(snapshot), "--pods", str(pods_file), "--device-config-file", str(config_file),
+            "--output", str(out)]
+    assert simulate_main(args) == 0
+    return {p["name"]: p for p in json.loads(out.read_text())["pods"]}
