@@ -26,7 +26,7 @@ device plugin reads — `AWS_NEURON_IDS` (device indexes, or core indexes for co
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -50,12 +50,10 @@ from vgpu_scheduler.model import (
     ContainerDevices,
     DeviceInfo,
     DeviceUsage,
-    MigAllocation,
     PodSingleDevice,
 )
 from vgpu_scheduler.wire import objects
 from vgpu_scheduler.wire import reasons as R
-from vgpu_scheduler.wire.allocation import encode_container_list
 from vgpu_scheduler.wire.inventory import InventoryError
 
 AWS_NEURON = "AWSNeuron"
@@ -293,18 +291,10 @@ class AWSNeuronVendor(GenericVendor):
 
     # -- annotations ----------------------------------------------------------------------------------
 
-    def patch_annotations(
-        self,
-        per_container: PodSingleDevice,
-        migs: Sequence[MigAllocation],
-        *,
-        node: str,
-        now: int,
-        pod: Mapping[str, Any] | None = None,
+    def extra_annotations(
+        self, per_container: PodSingleDevice, *, node: str, now: int, pod: Obj | None
     ) -> dict[str, str]:
-        if not per_container:
-            return {}
-        out = {ALLOCATED: encode_container_list(per_container)}
+        out: dict[str, str] = {}
         containers = [*objects.init_containers(pod), *objects.containers(pod)] if pod is not None else []
         ids = ""  # accumulates over the containers, as HAMi's does
         for index, entries in enumerate(per_container):

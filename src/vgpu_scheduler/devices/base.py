@@ -191,6 +191,9 @@ class GenericVendor:
     """Devices in this mode hold several instances of one container (NVIDIA MIG): each instance
     must pass `instance_fits`, and the device is examined again after taking one."""
 
+    writes_to_allocate: bool = True
+    """`patch_annotations` writes the allocation under the to-allocate key too."""
+
     prefilter: bool = True
     scores_nodes: bool = False
     reads_allocated: bool = False
@@ -502,10 +505,17 @@ class GenericVendor:
         to_allocate, allocated = self.allocation_keys
         encoded = encode_container_list(per_container)
         out: dict[str, str] = {}
-        if to_allocate:  # some vendors only have an "allocated" key (§4.4)
+        if to_allocate and self.writes_to_allocate:  # some vendors only write an "allocated" key (§4.4)
             out[to_allocate] = encoded
         out[allocated] = encoded
+        out.update(self.extra_annotations(per_container, node=node, now=now, pod=pod))
         return out
+
+    def extra_annotations(
+        self, per_container: PodSingleDevice, *, node: str, now: int, pod: Obj | None
+    ) -> dict[str, str]:
+        """What a vendor writes next to its allocation at filter time (called only with devices)."""
+        return {}
 
     def score_node(
         self,

@@ -31,8 +31,7 @@ from vgpu_scheduler.devices import resources as res
 from vgpu_scheduler.devices.base import GenericVendor, trunc_div
 from vgpu_scheduler.devices.protocol import Health, NodeLockSpec, Obj, ResourceNames, Vendor, VendorFlags
 from vgpu_scheduler.devices.sections import Section
-from vgpu_scheduler.model import ContainerDeviceRequest, DeviceInfo, MigAllocation, PodSingleDevice
-from vgpu_scheduler.wire.allocation import encode_container_list
+from vgpu_scheduler.model import ContainerDeviceRequest, DeviceInfo, PodSingleDevice
 from vgpu_scheduler.wire.inventory import InventoryError
 
 MLU = "MLU"
@@ -127,24 +126,13 @@ class CambriconVendor(GenericVendor):
 
     # -- annotations --------------------------------------------------------------------------------
 
-    def patch_annotations(
-        self,
-        per_container: PodSingleDevice,
-        migs: Sequence[MigAllocation],
-        *,
-        node: str,
-        now: int,
-        pod: Obj | None = None,
+    def extra_annotations(
+        self, per_container: PodSingleDevice, *, node: str, now: int, pod: Obj | None
     ) -> dict[str, str]:
-        if not per_container:
-            return {}
-        encoded = encode_container_list(per_container)
         out = {ASSIGNED: "false"}
         first = next((ctr[0] for ctr in per_container if ctr), None)
         if first is not None:  # the first container holding an MLU names the profile
             out[PROFILE] = f"{first.idx}_{first.usedcores}_{trunc_div(first.usedmem, MEMORY_UNIT)}"
-        out[TO_ALLOCATE] = encoded
-        out[ALLOCATED] = encoded
         return out
 
 

@@ -22,7 +22,7 @@ a memory limit must be one of 2, 4, 8, 16, 32, 64, 96.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from vgpu_scheduler.config import DeviceConfig
@@ -46,12 +46,10 @@ from vgpu_scheduler.model import (
     ContainerDevices,
     DeviceInfo,
     DeviceUsage,
-    MigAllocation,
     PodSingleDevice,
 )
 from vgpu_scheduler.wire import objects
 from vgpu_scheduler.wire import reasons as R
-from vgpu_scheduler.wire.allocation import encode_container_list
 from vgpu_scheduler.wire.inventory import InventoryError
 from vgpu_scheduler.wire.quantity import canonical_quantity
 
@@ -82,6 +80,7 @@ def one_device_rule(allocated: Sequence[ContainerDevices], dev: DeviceInfo) -> b
 class MthreadsVendor(GenericVendor):
     key = MTHREADS
     allocation_keys = (TO_ALLOCATE, ALLOCATED)
+    writes_to_allocate = False  # HAMi writes only the allocated key at filter time
     handshake_key = None
     lock_key = None
     use_uuid_key = USE_UUID
@@ -247,18 +246,10 @@ class MthreadsVendor(GenericVendor):
 
     # -- annotations ----------------------------------------------------------------------------------
 
-    def patch_annotations(
-        self,
-        per_container: PodSingleDevice,
-        migs: Sequence[MigAllocation],
-        *,
-        node: str,
-        now: int,
-        pod: Mapping[str, Any] | None = None,
+    def extra_annotations(
+        self, per_container: PodSingleDevice, *, node: str, now: int, pod: Obj | None
     ) -> dict[str, str]:
-        if not per_container:
-            return {}
-        out = {ALLOCATED: encode_container_list(per_container)}
+        out: dict[str, str] = {}
         for entries in per_container:
             if entries:  # each container overwrites the index: the last one with devices stays
                 out[GPU_INDEX] = ",".join(str(e.idx) for e in entries)

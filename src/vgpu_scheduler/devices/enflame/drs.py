@@ -54,7 +54,6 @@ from vgpu_scheduler.model import (
 )
 from vgpu_scheduler.wire import objects
 from vgpu_scheduler.wire import reasons as R
-from vgpu_scheduler.wire.allocation import encode_container_list
 from vgpu_scheduler.wire.gocompat import go_json
 from vgpu_scheduler.wire.inventory import InventoryError
 from vgpu_scheduler.wire.quantity import QuantityError
@@ -241,19 +240,10 @@ class DrsVendor(GenericVendor):
 
     # -- annotations, admission -----------------------------------------------------------------
 
-    def patch_annotations(
-        self,
-        per_container: PodSingleDevice,
-        migs: Sequence[MigAllocation],
-        *,
-        node: str,
-        now: int,
-        pod: Obj | None = None,
+    def extra_annotations(
+        self, per_container: PodSingleDevice, *, node: str, now: int, pod: Obj | None
     ) -> dict[str, str]:
-        if not per_container:
-            return {}
         out = {
-            ALLOCATED: encode_container_list(per_container),
             ASSIGNED: "false",
             ASSIGNED_TIME: str(now * 1_000_000_000),
         }

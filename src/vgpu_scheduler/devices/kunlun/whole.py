@@ -36,7 +36,6 @@ from vgpu_scheduler.model import (
 )
 from vgpu_scheduler.wire import objects
 from vgpu_scheduler.wire import reasons as R
-from vgpu_scheduler.wire.allocation import encode_container_list
 from vgpu_scheduler.wire.inventory import InventoryError
 
 KUNLUN = "kunlun"
@@ -162,18 +161,10 @@ class KunlunVendor(GenericVendor):
 
     # -- annotations and score -----------------------------------------------------------------
 
-    def patch_annotations(
-        self,
-        per_container: PodSingleDevice,
-        migs: Sequence[MigAllocation],
-        *,
-        node: str,
-        now: int,
-        pod: Obj | None = None,
+    def extra_annotations(
+        self, per_container: PodSingleDevice, *, node: str, now: int, pod: Obj | None
     ) -> dict[str, str]:
-        if not per_container:
-            return {}
-        out = {ALLOCATED: encode_container_list(per_container)}
+        out: dict[str, str] = {}
         for ctr in per_container:
             if ctr:  # each container with cards overwrites the one before
                 out[DEVICE_SELECTION] = ",".join(str(d.idx) for d in ctr)

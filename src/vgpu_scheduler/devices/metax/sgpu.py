@@ -356,24 +356,14 @@ class MetaxSgpuVendor(GenericVendor):
 
     # -- annotations, score, admission -----------------------------------------------------------
 
-    def patch_annotations(
-        self,
-        per_container: PodSingleDevice,
-        migs: Sequence[MigAllocation],
-        *,
-        node: str,
-        now: int,
-        pod: Obj | None = None,
+    def extra_annotations(
+        self, per_container: PodSingleDevice, *, node: str, now: int, pod: Obj | None
     ) -> dict[str, str]:
-        out = super().patch_annotations(per_container, migs, node=node, now=now)
-        if not out:
-            return out
-        out[METAX_ALLOCATED] = go_json([
+        out = {METAX_ALLOCATED: go_json([
             [{"uuid": d.uuid, **({"compute": d.usedcores} if d.usedcores else {}),
               **({"vRam": d.usedmem} if d.usedmem else {})} for d in ctr]
             for ctr in per_container
-        ])
-        out[PREDICATE_TIME] = str(now * 1_000_000_000)
+        ]), PREDICATE_TIME: str(now * 1_000_000_000)}
         annotations = entry_annotations(per_container) or {}
         if annotations.get(APP_CLASS) != ONLINE:
             self.remember_qos(annotations.get(QOS_POLICY, ""), per_container)
