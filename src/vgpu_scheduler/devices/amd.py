@@ -31,7 +31,6 @@ from vgpu_scheduler.devices.protocol import (
     MutationError,
     Obj,
     PodFitContext,
-    ResourceNames,
     Vendor,
     VendorFlags,
 )
@@ -202,13 +201,6 @@ def device_cores(pct: int, devmem: int, devcore: int, memreq: int) -> int | None
     return 0
 
 
-def config_names(section: object) -> ResourceNames:
-    """The `amd` section's resource names (Go zero values when absent); AMD scales no memory."""
-    s = Section(section)
-    return ResourceNames(
-        s.string("resourceCountName"), s.string("resourceMemoryName"), s.string("resourceCoreName"), 0
-    )
-
-
 def vendors(config: DeviceConfig, flags: VendorFlags) -> Sequence[Vendor]:
-    return [AmdVendor(config_names(config.other_vendors.get("amd")))]
+    names = Section(config.other_vendors.get("amd")).resource_names()
+    return [AmdVendor(names)]

@@ -352,11 +352,6 @@ def graph_select(
     return []
 
 
-def config_names(section: object) -> ResourceNames:
-    """The `awsneuron` section's resource names (Go zero values when absent)."""
-    s = Section(section)
-    return ResourceNames(s.string("resourceCountName"), "", s.string("resourceCoreName"))
-
-
 def vendors(config: DeviceConfig, flags: VendorFlags) -> Sequence[Vendor]:
-    return [AWSNeuronVendor(config_names(config.other_vendors.get("awsneuron")))]
+    names = Section(config.other_vendors.get("awsneuron")).resource_names(memory=False, memory_factor=1)
+    return [AWSNeuronVendor(names)]

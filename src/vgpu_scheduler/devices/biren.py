@@ -24,7 +24,6 @@ from vgpu_scheduler.devices.protocol import (
     FitResult,
     Obj,
     PodFitContext,
-    ResourceNames,
     Vendor,
     VendorFlags,
 )
@@ -121,6 +120,5 @@ class BirenVendor(GenericVendor):
 
 
 def vendors(config: DeviceConfig, flags: VendorFlags) -> Sequence[Vendor]:
-    count = Section(config.other_vendors.get("biren")).string("resourceCountName")
     # HAMi's ResourceNames for Biren hold only the count (memory factor 0).
-    return [BirenVendor(ResourceNames(count, "", "", 0))]
+    return [BirenVendor(Section(config.other_vendors.get("biren")).resource_names(memory=False, cores=False))]

@@ -29,7 +29,7 @@ from typing import Any
 from vgpu_scheduler.config import DeviceConfig
 from vgpu_scheduler.devices import resources as res
 from vgpu_scheduler.devices.base import GenericVendor, trunc_div
-from vgpu_scheduler.devices.protocol import Health, NodeLockSpec, Obj, ResourceNames, Vendor, VendorFlags
+from vgpu_scheduler.devices.protocol import Health, NodeLockSpec, Obj, Vendor, VendorFlags
 from vgpu_scheduler.devices.sections import Section
 from vgpu_scheduler.model import ContainerDeviceRequest, DeviceInfo, PodSingleDevice
 from vgpu_scheduler.wire.inventory import InventoryError
@@ -142,14 +142,6 @@ def _capacity(node: Obj) -> dict[str, Any]:
     return capacity if isinstance(capacity, dict) else {}
 
 
-def config_names(section: object) -> ResourceNames:
-    """The `cambricon` section's resource names (Go zero values when absent); memory factor 256."""
-    s = Section(section)
-    return ResourceNames(
-        s.string("resourceCountName"), s.string("resourceMemoryName"), s.string("resourceCoreName"),
-        MEMORY_UNIT,
-    )
-
-
 def vendors(config: DeviceConfig, flags: VendorFlags) -> Sequence[Vendor]:
-    return [CambriconVendor(config_names(config.other_vendors.get("cambricon")))]
+    names = Section(config.other_vendors.get("cambricon")).resource_names(memory_factor=MEMORY_UNIT)
+    return [CambriconVendor(names)]

@@ -258,14 +258,6 @@ class MthreadsVendor(GenericVendor):
         return out
 
 
-def config_names(section: object) -> ResourceNames:
-    """The `mthreads` section's resource names (Go zero values when absent); memory factor 512."""
-    s = Section(section)
-    return ResourceNames(
-        s.string("resourceCountName"), s.string("resourceMemoryName"), s.string("resourceCoreName"),
-        MEMORY_FACTOR,
-    )
-
-
 def vendors(config: DeviceConfig, flags: VendorFlags) -> Sequence[Vendor]:
-    return [MthreadsVendor(config_names(config.other_vendors.get("mthreads")))]
+    names = Section(config.other_vendors.get("mthreads")).resource_names(memory_factor=MEMORY_FACTOR)
+    return [MthreadsVendor(names)]

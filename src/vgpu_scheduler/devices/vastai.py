@@ -31,7 +31,6 @@ from vgpu_scheduler.devices.protocol import (
     FitResult,
     Obj,
     PodFitContext,
-    ResourceNames,
     Vendor,
     VendorFlags,
 )
@@ -285,10 +284,6 @@ def custom_infos(value: str, n: int) -> list[Mapping[str, Any] | None]:
     return out
 
 
-def config_names(section: object) -> ResourceNames:
-    """The `vastai` section's count name (Go zero value when absent)."""
-    return ResourceNames(Section(section).string("resourceCountName"), "", "", 0)
-
-
 def vendors(config: DeviceConfig, flags: VendorFlags) -> Sequence[Vendor]:
-    return [VastaiVendor(config_names(config.other_vendors.get("vastai")))]
+    names = Section(config.other_vendors.get("vastai")).resource_names(memory=False, cores=False)
+    return [VastaiVendor(names)]
