@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 
 from tests.builders import container, node, pod
-from tests.devices.vendorkit import metrics_text, readable, registration
+from tests.devices import vendorkit
+from tests.devices.vendorkit import device_infos, fit_checked, metrics_text, readable, registration, usages
 from vgpu_scheduler.cluster.client import KubeClient
 from vgpu_scheduler.cluster.embedded.deviceplugin import SimDevicePlugin
 from vgpu_scheduler.cluster.memory import MemoryCluster
@@ -23,10 +24,9 @@ from vgpu_scheduler.configfile import DeviceConfigError, default_device_config, 
 from vgpu_scheduler.devices import amd
 from vgpu_scheduler.devices.amd import AmdVendor
 from vgpu_scheduler.devices.base import SelectionFilters
-from vgpu_scheduler.devices.protocol import MutationError, ResourceNames, Vendors
+from vgpu_scheduler.devices.protocol import MutationError, ResourceNames
 from vgpu_scheduler.devices.registry import build
 from vgpu_scheduler.engine.decide import Chosen, NoFit, decide
-from vgpu_scheduler.engine.fit import pod_fit_context
 from vgpu_scheduler.engine.requests import pod_requests
 from vgpu_scheduler.engine.state import SchedulerState
 from vgpu_scheduler.model import ContainerDevice, ContainerDeviceRequest, DeviceInfo, DeviceUsage
@@ -228,30 +228,20 @@ def test_type_annotations(annos: dict[str, str], cardtype: str, ok: bool) -> Non
 
 
 @dataclasses.dataclass
-class Dev:
-    id: str
+class Dev(vendorkit.Dev):
     count: int = 2
     totalmem: int = 1000
-    totalcore: int = 100
-    used: int = 0
-    usedmem: int = 0
-    usedcores: int = 0
-    health: bool = True
-    index: int = 0
     type: str = "AMD"
 
 
 def run_fit(
     devs: list[Dev], request: ContainerDeviceRequest, annos: dict[str, str] | None = None
 ) -> tuple[bool, list[ContainerDevice], str]:
-    devices = [DeviceInfo(id=d.id, index=d.index, count=d.count, devmem=d.totalmem, devcore=d.totalcore,
-                          type=d.type, health=d.health) for d in devs]
-    usage = [DeviceUsage(d.used, d.usedmem, d.usedcores) for d in devs]
-    ctx = pod_fit_context(pod(annotations=annos or {}), vendors=Vendors([AMD]))
-    order = list(range(len(devs)))
-    result = AMD.fit(request, devices, usage, order, ctx=ctx, cordoned=frozenset(), allocated=())
+    devices = device_infos(devs, "")
+    for info, d in zip(devices, devs, strict=True):
+        info.type = d.type  # a product name per device
     # The order-free verdict always answers for AMD, and agrees with the ordered Fit.
-    assert AMD.quick_verdict(request, devices, usage, order, ctx=ctx, cordoned=frozenset()) == result.reason
+    result = fit_checked(AMD, request, devices, usages(devs), annos=annos, exact=True)
     assert [devices[p].id for p in result.positions] == [e.uuid for e in result.devices]
     return result.ok, result.devices, result.reason
 

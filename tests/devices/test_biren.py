@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 
 from tests.builders import container, node, pod
-from tests.devices.vendorkit import metrics_text, readable, registration
+from tests.devices import vendorkit
+from tests.devices.vendorkit import device_infos, fit_checked, metrics_text, readable, registration, usages
 from vgpu_scheduler.cluster.client import KubeClient
 from vgpu_scheduler.cluster.embedded.deviceplugin import SimDevicePlugin
 from vgpu_scheduler.cluster.memory import MemoryCluster
@@ -25,7 +26,6 @@ from vgpu_scheduler.devices.biren import BirenVendor
 from vgpu_scheduler.devices.protocol import ResourceNames, Vendors
 from vgpu_scheduler.devices.registry import build
 from vgpu_scheduler.engine.decide import Chosen, NoFit, decide
-from vgpu_scheduler.engine.fit import pod_fit_context
 from vgpu_scheduler.engine.requests import pod_requests
 from vgpu_scheduler.engine.state import SchedulerState
 from vgpu_scheduler.model import NVIDIA, ContainerDevice, ContainerDeviceRequest, DeviceInfo, DeviceUsage
@@ -173,29 +173,17 @@ def test_health(
 
 
 @dataclasses.dataclass
-class Dev:
-    id: str
+class Dev(vendorkit.Dev):
     count: int = 1
     totalmem: int = 0
     totalcore: int = 0
-    used: int = 0
-    usedmem: int = 0
-    usedcores: int = 0
-    health: bool = True
-    index: int = 0
 
 
 def run_fit(
     devs: list[Dev], request: ContainerDeviceRequest, annos: dict[str, str] | None = None
 ) -> tuple[bool, list[ContainerDevice], str]:
-    devices = [DeviceInfo(id=d.id, index=d.index, count=d.count, devmem=d.totalmem, devcore=d.totalcore,
-                          type="Biren", health=d.health) for d in devs]
-    usage = [DeviceUsage(d.used, d.usedmem, d.usedcores) for d in devs]
-    ctx = pod_fit_context(pod(annotations=annos or {}), vendors=Vendors([BR]))
-    order = list(range(len(devs)))
-    result = BR.fit(request, devices, usage, order, ctx=ctx, cordoned=frozenset(), allocated=())
-    quick = BR.quick_verdict(request, devices, usage, order, ctx=ctx, cordoned=frozenset())
-    assert quick == result.reason  # Biren's fit never depends on the order
+    # Biren's fit never depends on the order: the quick verdict always answers.
+    result = fit_checked(BR, request, device_infos(devs, "Biren"), usages(devs), annos=annos, exact=True)
     return result.ok, result.devices, result.reason
 
 

@@ -14,7 +14,15 @@ from typing import Any
 import pytest
 
 from tests.builders import container, node, pod
-from tests.devices.vendorkit import metrics_text, readable, registration
+from tests.devices.vendorkit import (
+    Dev,
+    device_infos,
+    fit_checked,
+    metrics_text,
+    readable,
+    registration,
+    usages,
+)
 from vgpu_scheduler.cluster.client import KubeClient
 from vgpu_scheduler.cluster.embedded.deviceplugin import SimDevicePlugin
 from vgpu_scheduler.cluster.memory import MemoryCluster
@@ -26,7 +34,6 @@ from vgpu_scheduler.devices.cambricon import CambriconVendor
 from vgpu_scheduler.devices.protocol import NodeLockSpec, PodFitContext, ResourceNames, Vendors
 from vgpu_scheduler.devices.registry import build
 from vgpu_scheduler.engine.decide import Chosen, NoFit, decide, decide_on_nodes
-from vgpu_scheduler.engine.fit import pod_fit_context
 from vgpu_scheduler.engine.quota import QuotaManager
 from vgpu_scheduler.engine.requests import pod_requests
 from vgpu_scheduler.engine.state import SchedulerState
@@ -213,32 +220,12 @@ def test_health_is_always_healthy_without_handshake() -> None:
 # Fit (TestDevices_Fit, TestDevices_Fit_ResourceQuotaWholeCardRequest, TestDevices_AddResourceUsage)
 
 
-@dataclasses.dataclass
-class Dev:
-    id: str
-    count: int = 100
-    totalmem: int = 128
-    totalcore: int = 100
-    used: int = 0
-    usedmem: int = 0
-    usedcores: int = 0
-    health: bool = True
-    index: int = 0
-
-
 def run_fit(
     devs: list[Dev], request: ContainerDeviceRequest, annos: dict[str, str] | None = None, *,
     quota: QuotaManager | None = None, namespace: str = "default",
 ) -> tuple[bool, list[str], str]:
-    devices = [DeviceInfo(id=d.id, index=d.index, count=d.count, devmem=d.totalmem, devcore=d.totalcore,
-                          type="MLU", health=d.health) for d in devs]
-    usage = [DeviceUsage(d.used, d.usedmem, d.usedcores) for d in devs]
-    the_pod = pod(namespace=namespace, annotations=annos or {})
-    ctx = pod_fit_context(the_pod, vendors=Vendors([MLU]), quota=quota)
-    order = list(range(len(devs)))
-    result = MLU.fit(request, devices, usage, order, ctx=ctx, cordoned=frozenset(), allocated=())
-    quick = MLU.quick_verdict(request, devices, usage, order, ctx=ctx, cordoned=frozenset())
-    assert quick is None or quick == result.reason
+    result = fit_checked(MLU, request, device_infos(devs, "MLU"), usages(devs), annos=annos, quota=quota,
+                         namespace=namespace)
     return result.ok, [d.uuid for d in result.devices], result.reason
 
 

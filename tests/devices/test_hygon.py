@@ -11,7 +11,15 @@ from typing import Any
 import pytest
 
 from tests.builders import container, node, pod
-from tests.devices.vendorkit import metrics_text, readable, registration
+from tests.devices.vendorkit import (
+    Dev,
+    device_infos,
+    fit_checked,
+    metrics_text,
+    readable,
+    registration,
+    usages,
+)
 from vgpu_scheduler.cluster.client import KubeClient
 from vgpu_scheduler.cluster.embedded.deviceplugin import SimDevicePlugin
 from vgpu_scheduler.cluster.memory import MemoryCluster
@@ -24,7 +32,6 @@ from vgpu_scheduler.devices.hygon import HygonVendor
 from vgpu_scheduler.devices.protocol import PodFitContext, ResourceNames, Vendors
 from vgpu_scheduler.devices.registry import build
 from vgpu_scheduler.engine.decide import Chosen, NoFit, decide, decide_on_nodes
-from vgpu_scheduler.engine.fit import pod_fit_context
 from vgpu_scheduler.engine.requests import pod_requests
 from vgpu_scheduler.engine.state import SchedulerState
 from vgpu_scheduler.model import (
@@ -231,31 +238,10 @@ def test_type_annotations(annos: dict[str, str], cardtype: str, ok: bool) -> Non
     assert filters.type_ok(DeviceInfo(id="d", type=cardtype)) is ok
 
 
-@dataclasses.dataclass
-class Dev:
-    id: str
-    count: int = 100
-    totalmem: int = 128
-    totalcore: int = 100
-    used: int = 0
-    usedmem: int = 0
-    usedcores: int = 0
-    health: bool = True
-    index: int = 0
-
-
 def run_fit(
     devs: list[Dev], request: ContainerDeviceRequest, annos: dict[str, str] | None = None
 ) -> tuple[bool, list[str], str, int]:
-    devices = [DeviceInfo(id=d.id, index=d.index, count=d.count, devmem=d.totalmem, devcore=d.totalcore,
-                          type="DCU", health=d.health) for d in devs]
-    usage = [DeviceUsage(d.used, d.usedmem, d.usedcores) for d in devs]
-    ctx = pod_fit_context(pod(annotations=annos or {}), vendors=Vendors([DCU]))
-    order = list(range(len(devs)))
-    result = DCU.fit(request, devices, usage, order, ctx=ctx, cordoned=frozenset(), allocated=())
-    # The order-free verdict agrees with the ordered Fit wherever it answers.
-    quick = DCU.quick_verdict(request, devices, usage, order, ctx=ctx, cordoned=frozenset())
-    assert quick is None or quick == result.reason
+    result = fit_checked(DCU, request, device_infos(devs, "DCU"), usages(devs), annos=annos)
     return result.ok, [d.uuid for d in result.devices], result.reason, len(result.devices)
 
 

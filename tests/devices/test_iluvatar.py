@@ -12,7 +12,15 @@ from typing import Any
 import pytest
 
 from tests.builders import container, node, pod
-from tests.devices.vendorkit import metrics_text, readable, registration
+from tests.devices.vendorkit import (
+    Dev,
+    device_infos,
+    fit_checked,
+    metrics_text,
+    readable,
+    registration,
+    usages,
+)
 from vgpu_scheduler.cluster.client import KubeClient
 from vgpu_scheduler.cluster.embedded.deviceplugin import SimDevicePlugin
 from vgpu_scheduler.cluster.memory import MemoryCluster
@@ -24,7 +32,6 @@ from vgpu_scheduler.devices.iluvatar import IluvatarVendor, decimal_si
 from vgpu_scheduler.devices.protocol import ResourceNames, VendorConfigError, VendorFlags, Vendors
 from vgpu_scheduler.devices.registry import build
 from vgpu_scheduler.engine.decide import Chosen, NoFit, decide
-from vgpu_scheduler.engine.fit import pod_fit_context
 from vgpu_scheduler.engine.quota import QuotaManager
 from vgpu_scheduler.engine.requests import pod_requests
 from vgpu_scheduler.engine.state import SchedulerState
@@ -256,30 +263,10 @@ def test_health_reads_the_chips_handshake_and_count(
 # Fit (Test_Fit, TestFit_MutexRejectsUsedDevice, Test_checkType)
 
 
-@dataclasses.dataclass
-class Dev:
-    id: str
-    count: int = 100
-    totalmem: int = 128
-    totalcore: int = 100
-    used: int = 0
-    usedmem: int = 0
-    usedcores: int = 0
-    health: bool = True
-    index: int = 0
-
-
 def run_fit(
     devs: list[Dev], request: ContainerDeviceRequest, annos: dict[str, str] | None = None
 ) -> tuple[bool, list[ContainerDevice], str]:
-    devices = [DeviceInfo(id=d.id, index=d.index, count=d.count, devmem=d.totalmem, devcore=d.totalcore,
-                          type=CW, health=d.health) for d in devs]
-    usage = [DeviceUsage(d.used, d.usedmem, d.usedcores) for d in devs]
-    ctx = pod_fit_context(pod(annotations=annos or {}), vendors=Vendors([ILU]))
-    order = list(range(len(devs)))
-    result = ILU.fit(request, devices, usage, order, ctx=ctx, cordoned=frozenset(), allocated=())
-    quick = ILU.quick_verdict(request, devices, usage, order, ctx=ctx, cordoned=frozenset())
-    assert quick is None or quick == result.reason
+    result = fit_checked(ILU, request, device_infos(devs, CW), usages(devs), annos=annos)
     return result.ok, result.devices, result.reason
 
 

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from tests.builders import container, node, pod
-from tests.devices.vendorkit import metrics_text, readable, registration
+from tests.devices.vendorkit import Dev, device_infos, fit_both, metrics_text, readable, registration, usages
 from vgpu_scheduler.cluster.client import KubeClient
 from vgpu_scheduler.cluster.embedded.deviceplugin import SimDevicePlugin
 from vgpu_scheduler.cluster.memory import MemoryCluster
@@ -268,32 +268,14 @@ def test_one_device_rule(allocated: list[list[ContainerDevice]], ok: bool) -> No
     assert one_device_rule(allocated, DeviceInfo(id="test123", type="Mthreads")) is ok
 
 
-@dataclasses.dataclass
-class Dev:
-    id: str
-    count: int = 100
-    totalmem: int = 128
-    totalcore: int = 100
-    used: int = 0
-    usedmem: int = 0
-    usedcores: int = 0
-    health: bool = True
-    index: int = 0
-
-
 def run_fit(
     devs: list[Dev],
     request: ContainerDeviceRequest,
     annos: dict[str, str] | None = None,
     allocated: list[list[ContainerDevice]] | None = None,
 ) -> tuple[bool, list[ContainerDevice], str]:
-    devices = [DeviceInfo(id=d.id, index=d.index, count=d.count, devmem=d.totalmem, devcore=d.totalcore,
-                          type="Mthreads", health=d.health) for d in devs]
-    usage = [DeviceUsage(d.used, d.usedmem, d.usedcores) for d in devs]
-    ctx = pod_fit_context(pod(annotations=annos or {}), vendors=Vendors([MTH]))
-    order = list(range(len(devs)))
-    result = MTH.fit(request, devices, usage, order, ctx=ctx, cordoned=frozenset(), allocated=allocated or [])
-    quick = MTH.quick_verdict(request, devices, usage, order, ctx=ctx, cordoned=frozenset())
+    devices, usage = device_infos(devs, "Mthreads"), usages(devs)
+    result, quick = fit_both(MTH, request, devices, usage, annos=annos, allocated=allocated or [])
     # The order-free verdict only ever says "fits", and then so does a fit without earlier containers.
     assert quick in (None, "")
     assert quick is None or allocated or result.ok

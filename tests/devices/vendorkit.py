@@ -105,6 +105,26 @@ def fit_both(
     return Fitted(result, quick)
 
 
+def fit_checked(
+    vendor: Vendor,
+    request: ContainerDeviceRequest,
+    devices: Sequence[DeviceInfo],
+    usage: Sequence[DeviceUsage],
+    *,
+    exact: bool = False,
+    annos: dict[str, str] | None = None,
+    **fit_args: Any,
+) -> FitResult:
+    """`fit_both`'s ordered result, once the order-free verdict agreed with it where it answers
+    (`exact`: it always answers)."""
+    result, quick = fit_both(vendor, request, devices, usage, annos=annos, **fit_args)
+    if exact:
+        assert quick == result.reason
+    else:
+        assert quick is None or quick == result.reason
+    return result
+
+
 # --------------------------------------------------------------------------------------------
 # The registration loop on an in-memory cluster
 
