@@ -13,11 +13,7 @@ from typing import Any
 import pytest
 
 from tests.builders import container, node, pod
-from tests.devices.vendorkit import metrics_text, registration
-from vgpu_scheduler.cluster.client import KubeClient
-from vgpu_scheduler.cluster.embedded.deviceplugin import SimDevicePlugin
-from vgpu_scheduler.cluster.memory import MemoryCluster
-from vgpu_scheduler.cluster.transport import MemoryTransport
+from tests.devices.vendorkit import admit_bound_pod, metrics_text, registration
 from vgpu_scheduler.configfile import default_device_config, parse_device_config
 from vgpu_scheduler.devices.protocol import VendorFlags
 from vgpu_scheduler.devices.registry import build
@@ -300,23 +296,17 @@ def test_metrics_list_npu_devices() -> None:
 
 
 async def test_simulated_device_plugin_consumes_npu_allocations() -> None:
-    cluster = MemoryCluster(seed=1)
-    lock = {keys.NODE_LOCK: "2026-01-01T00:00:00Z,default,p"}
-    cluster.create("nodes", {"metadata": {"name": "n1", "annotations": lock}})
     annotations = {
         "hami.io/Ascend910B3-devices-to-allocate": ";Ascend910B3-1,Ascend910B3,16384,0:;",
         "hami.io/Ascend910B3-devices-allocated": ";Ascend910B3-1,Ascend910B3,16384,0:;",
         keys.BIND_PHASE: "allocating",
     }
     ctrs = [container("a"), container("b", limits={"huawei.com/Ascend910B3": "1"})]
-    cluster.create("pods", pod("p", annotations=annotations, containers=ctrs))
-    cluster.bind("default", "p", "n1")
-    plugin = SimDevicePlugin(KubeClient(MemoryTransport(cluster)), VENDORS)
-    result = await plugin.admit(cluster.get("pods", "p", "default"))
-    assert result.phase == "Running"
-    after = cluster.get("pods", "p", "default")["metadata"]["annotations"]
+    admitted = await admit_bound_pod(VENDORS, pod("p", annotations=annotations, containers=ctrs))
+    assert admitted.phase == "Running"
+    after = admitted.annotations
     assert after["hami.io/Ascend910B3-devices-to-allocate"] == ";;" and after[keys.BIND_PHASE] == "success"
-    assert keys.NODE_LOCK not in (cluster.get("nodes", "n1")["metadata"].get("annotations") or {})
+    assert keys.NODE_LOCK not in admitted.node_annotations
 
 
 # --------------------------------------------------------------------------------------------

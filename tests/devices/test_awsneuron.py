@@ -13,11 +13,7 @@ from typing import Any
 import pytest
 
 from tests.builders import container, node, pod
-from tests.devices.vendorkit import metrics_text, readable, registration
-from vgpu_scheduler.cluster.client import KubeClient
-from vgpu_scheduler.cluster.embedded.deviceplugin import SimDevicePlugin
-from vgpu_scheduler.cluster.memory import MemoryCluster
-from vgpu_scheduler.cluster.transport import MemoryTransport
+from tests.devices.vendorkit import admit_bound_pod, metrics_text, readable, registration
 from vgpu_scheduler.config import DeviceConfig
 from vgpu_scheduler.configfile import DeviceConfigError, default_device_config, parse_device_config
 from vgpu_scheduler.devices import awsneuron as aws
@@ -580,17 +576,12 @@ def test_metrics_list_neuron_devices() -> None:
 
 async def test_simulated_device_plugin_runs_neuron_pods_without_to_allocate() -> None:
     """No to-allocate key: the plugin has nothing to consume, writes nothing, and runs the pod."""
-    cluster = MemoryCluster(seed=1)
-    cluster.create("nodes", {"metadata": {"name": "n1"}})
     annotations = {"hami.io/aws-neuron-devices-allocated": "n1-AWSNeuron-0,AWSNeuron,0,3:;",
                    **extras("n1", "0"), keys.BIND_PHASE: "allocating"}
-    cluster.create("pods", pod("p", annotations=annotations, containers=[limits(count="1")]))
-    cluster.bind("default", "p", "n1")
-    plugin = SimDevicePlugin(KubeClient(MemoryTransport(cluster)), build(CHART))
-    result = await plugin.admit(cluster.get("pods", "p", "default"))
-    assert result.phase == "Running"
-    after = cluster.get("pods", "p", "default")
-    assert after["metadata"]["annotations"] == annotations and after["status"]["phase"] == "Running"
+    bound = pod("p", annotations=annotations, containers=[limits(count="1")])
+    admitted = await admit_bound_pod(build(CHART), bound, node_annotations=None)
+    assert admitted.phase == "Running"
+    assert admitted.annotations == annotations and admitted.pod["status"]["phase"] == "Running"
 
 
 SNAP_NODE = {

@@ -14,11 +14,15 @@ import pytest
 
 from tests.builders import container, node, pod
 from tests.devices import vendorkit
-from tests.devices.vendorkit import device_infos, fit_checked, metrics_text, readable, registration, usages
-from vgpu_scheduler.cluster.client import KubeClient
-from vgpu_scheduler.cluster.embedded.deviceplugin import SimDevicePlugin
-from vgpu_scheduler.cluster.memory import MemoryCluster
-from vgpu_scheduler.cluster.transport import MemoryTransport
+from tests.devices.vendorkit import (
+    admit_bound_pod,
+    device_infos,
+    fit_checked,
+    metrics_text,
+    readable,
+    registration,
+    usages,
+)
 from vgpu_scheduler.config import DeviceConfig
 from vgpu_scheduler.configfile import DeviceConfigError, default_device_config, parse_device_config
 from vgpu_scheduler.devices import biren
@@ -392,19 +396,14 @@ def test_metrics_list_biren_devices() -> None:
 
 
 async def test_simulated_device_plugin_consumes_biren_allocations() -> None:
-    cluster = MemoryCluster(seed=1)
-    lock = {keys.NODE_LOCK: "2026-01-01T00:00:00Z,default,p"}
-    cluster.create("nodes", {"metadata": {"name": "n1", "annotations": lock}})
     annotations = {
         "hami.io/Biren-devices-to-allocate": "BR-0,Biren,0,0:BR-1,Biren,0,0:;",
         "hami.io/Biren-devices-allocated": "BR-0,Biren,0,0:BR-1,Biren,0,0:;",
         keys.BIND_PHASE: "allocating",
     }
-    cluster.create("pods", pod("p", annotations=annotations, containers=[container(limits={COUNT: "2"})]))
-    cluster.bind("default", "p", "n1")
-    plugin = SimDevicePlugin(KubeClient(MemoryTransport(cluster)), VENDORS)
-    result = await plugin.admit(cluster.get("pods", "p", "default"))
-    assert result.phase == "Running"
-    after = cluster.get("pods", "p", "default")["metadata"]["annotations"]
+    bound = pod("p", annotations=annotations, containers=[container(limits={COUNT: "2"})])
+    admitted = await admit_bound_pod(VENDORS, bound)
+    assert admitted.phase == "Running"
+    after = admitted.annotations
     assert after["hami.io/Biren-devices-to-allocate"] == ";" and after[keys.BIND_PHASE] == "success"
-    assert keys.NODE_LOCK not in (cluster.get("nodes", "n1")["metadata"].get("annotations") or {})
+    assert keys.NODE_LOCK not in admitted.node_annotations

@@ -16,6 +16,7 @@ import pytest
 from tests.builders import container, node, pod
 from tests.devices.vendorkit import (
     Dev,
+    admit_bound_pod,
     device_infos,
     fit_checked,
     metrics_text,
@@ -482,22 +483,18 @@ def test_template_nodes_read_capacity() -> None:
 
 
 async def test_simulated_device_plugin_consumes_the_allocation_and_removes_the_lock() -> None:
-    cluster = MemoryCluster(seed=1)
     locks = {cambricon.LOCK: "2026-01-01T00:00:00Z", keys.NODE_LOCK: "2026-01-01T00:00:00Z,default,other"}
-    cluster.create("nodes", {"metadata": {"name": "n1", "annotations": locks}})
     annotations = {
         cambricon.TO_ALLOCATE: ";n1-cambricon-mlu-0,MLU,2048,100:;",
         cambricon.ALLOCATED: ";n1-cambricon-mlu-0,MLU,2048,100:;",
         keys.BIND_PHASE: "allocating",
     }
-    cluster.create("pods", pod("p", annotations=annotations, containers=[container("a"), limits(count="1")]))
-    cluster.bind("default", "p", "n1")
-    plugin = SimDevicePlugin(KubeClient(MemoryTransport(cluster)), VENDORS)
-    result = await plugin.admit(cluster.get("pods", "p", "default"))
-    assert result.phase == "Running"
-    after = cluster.get("pods", "p", "default")["metadata"]["annotations"]
+    bound = pod("p", annotations=annotations, containers=[container("a"), limits(count="1")])
+    admitted = await admit_bound_pod(VENDORS, bound, node_annotations=locks)
+    assert admitted.phase == "Running"
+    after = admitted.annotations
     assert after[cambricon.TO_ALLOCATE] == ";;" and after[keys.BIND_PHASE] == "success"
-    node_annos = cluster.get("nodes", "n1")["metadata"].get("annotations") or {}
+    node_annos = admitted.node_annotations
     # The Cambricon plugin removes its lock whoever wrote it; another pod's mutex stays.
     assert cambricon.LOCK not in node_annos and node_annos[keys.NODE_LOCK].endswith(",default,other")
 

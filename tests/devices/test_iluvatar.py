@@ -14,6 +14,7 @@ import pytest
 from tests.builders import container, node, pod
 from tests.devices.vendorkit import (
     Dev,
+    admit_bound_pod,
     device_infos,
     fit_checked,
     metrics_text,
@@ -21,10 +22,6 @@ from tests.devices.vendorkit import (
     registration,
     usages,
 )
-from vgpu_scheduler.cluster.client import KubeClient
-from vgpu_scheduler.cluster.embedded.deviceplugin import SimDevicePlugin
-from vgpu_scheduler.cluster.memory import MemoryCluster
-from vgpu_scheduler.cluster.transport import MemoryTransport
 from vgpu_scheduler.config import DeviceConfig
 from vgpu_scheduler.configfile import default_device_config, parse_device_config
 from vgpu_scheduler.devices import iluvatar
@@ -514,23 +511,17 @@ def test_metrics_list_chip_devices() -> None:
 
 
 async def test_simulated_device_plugin_consumes_chip_allocations() -> None:
-    cluster = MemoryCluster(seed=1)
-    lock = {keys.NODE_LOCK: "2026-01-01T00:00:00Z,default,p"}
-    cluster.create("nodes", {"metadata": {"name": "n1", "annotations": lock}})
     annotations = {
         "hami.io/BI-V150-devices-to-allocate": ";ILU-0,BI-V150,1024,30:;",
         "hami.io/BI-V150-devices-allocated": ";ILU-0,BI-V150,1024,30:;",
         keys.BIND_PHASE: "allocating",
     }
     ctrs = [container("a"), container("b", limits={BI: "1"})]
-    cluster.create("pods", pod("p", annotations=annotations, containers=ctrs))
-    cluster.bind("default", "p", "n1")
-    plugin = SimDevicePlugin(KubeClient(MemoryTransport(cluster)), VENDORS)
-    result = await plugin.admit(cluster.get("pods", "p", "default"))
-    assert result.phase == "Running"
-    after = cluster.get("pods", "p", "default")["metadata"]["annotations"]
+    admitted = await admit_bound_pod(VENDORS, pod("p", annotations=annotations, containers=ctrs))
+    assert admitted.phase == "Running"
+    after = admitted.annotations
     assert after["hami.io/BI-V150-devices-to-allocate"] == ";;" and after[keys.BIND_PHASE] == "success"
-    assert keys.NODE_LOCK not in (cluster.get("nodes", "n1")["metadata"].get("annotations") or {})
+    assert keys.NODE_LOCK not in admitted.node_annotations
 
 
 def test_resource_quota_limits_are_in_256_mib_units() -> None:

@@ -14,11 +14,7 @@ from typing import Any
 import pytest
 
 from tests.builders import container, node, pod
-from tests.devices.vendorkit import metrics_text, readable, registration
-from vgpu_scheduler.cluster.client import KubeClient
-from vgpu_scheduler.cluster.embedded.deviceplugin import SimDevicePlugin
-from vgpu_scheduler.cluster.memory import MemoryCluster
-from vgpu_scheduler.cluster.transport import MemoryTransport
+from tests.devices.vendorkit import admit_bound_pod, metrics_text, readable, registration
 from vgpu_scheduler.config import DeviceConfig
 from vgpu_scheduler.configfile import DeviceConfigError, default_device_config, parse_device_config
 from vgpu_scheduler.devices.metax import gpu, sgpu
@@ -565,25 +561,19 @@ def test_metrics_list_metax_devices() -> None:
 
 
 async def test_simulated_device_plugin_consumes_both_metax_allocations() -> None:
-    cluster = MemoryCluster(seed=1)
-    lock = {keys.NODE_LOCK: "2026-01-01T00:00:00Z,default,p"}
-    cluster.create("nodes", {"metadata": {"name": "n1", "annotations": lock}})
     annotations = {
         "hami.io/metax-gpu-devices-to-allocate": "n1-metax-0,Metax-GPU,65536,100:;;",
         "hami.io/metax-sgpu-devices-to-allocate": ";GPU-1,Metax-SGPU,4096,30:;",
         keys.BIND_PHASE: "allocating",
     }
     containers = [container("a", limits={GPU_COUNT: "1"}), container("b", limits={SGPU_COUNT: "1"})]
-    cluster.create("pods", pod("p", annotations=annotations, containers=containers))
-    cluster.bind("default", "p", "n1")
-    plugin = SimDevicePlugin(KubeClient(MemoryTransport(cluster)), VENDORS)
-    result = await plugin.admit(cluster.get("pods", "p", "default"))
-    assert result.phase == "Running"
-    after = cluster.get("pods", "p", "default")["metadata"]["annotations"]
+    admitted = await admit_bound_pod(VENDORS, pod("p", annotations=annotations, containers=containers))
+    assert admitted.phase == "Running"
+    after = admitted.annotations
     assert after["hami.io/metax-gpu-devices-to-allocate"] == ";;"
     assert after["hami.io/metax-sgpu-devices-to-allocate"] == ";;"
     assert after[keys.BIND_PHASE] == "success"
-    assert keys.NODE_LOCK not in (cluster.get("nodes", "n1")["metadata"].get("annotations") or {})
+    assert keys.NODE_LOCK not in admitted.node_annotations
 
 
 POD_YAML = """\

@@ -13,11 +13,16 @@ from typing import Any
 import pytest
 
 from tests.builders import container, node, pod
-from tests.devices.vendorkit import Dev, device_infos, fit_both, metrics_text, readable, registration, usages
-from vgpu_scheduler.cluster.client import KubeClient
-from vgpu_scheduler.cluster.embedded.deviceplugin import SimDevicePlugin
-from vgpu_scheduler.cluster.memory import MemoryCluster
-from vgpu_scheduler.cluster.transport import MemoryTransport
+from tests.devices.vendorkit import (
+    Dev,
+    admit_bound_pod,
+    device_infos,
+    fit_both,
+    metrics_text,
+    readable,
+    registration,
+    usages,
+)
 from vgpu_scheduler.config import DeviceConfig
 from vgpu_scheduler.configfile import DeviceConfigError, default_device_config, parse_device_config
 from vgpu_scheduler.devices import mthreads as mt
@@ -486,16 +491,12 @@ def test_metrics_list_mthreads_devices() -> None:
 
 async def test_simulated_device_plugin_runs_mthreads_pods() -> None:
     """The to-allocate key is never written: nothing to consume, the pod runs."""
-    cluster = MemoryCluster(seed=1)
-    cluster.create("nodes", {"metadata": {"name": "n1"}})
     annotations = {"hami.io/mthreads-vgpu-devices-allocated": "n1-mthreads-0,Mthreads,4096,4:;",
                    "mthreads.com/gpu-index": "0", keys.BIND_PHASE: "allocating"}
-    cluster.create("pods", pod("p", annotations=annotations, containers=[limits(count="1")]))
-    cluster.bind("default", "p", "n1")
-    plugin = SimDevicePlugin(KubeClient(MemoryTransport(cluster)), build(CHART))
-    result = await plugin.admit(cluster.get("pods", "p", "default"))
-    assert result.phase == "Running"
-    assert cluster.get("pods", "p", "default")["metadata"]["annotations"] == annotations
+    bound = pod("p", annotations=annotations, containers=[limits(count="1")])
+    admitted = await admit_bound_pod(build(CHART), bound, node_annotations=None)
+    assert admitted.phase == "Running"
+    assert admitted.annotations == annotations
 
 
 SNAP_CAPACITY = {"cpu": "8", "memory": "32Gi", "pods": "110", COUNT: "4", MEM: "192", CORES: "32"}

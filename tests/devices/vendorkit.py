@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 from pathlib import Path
@@ -179,25 +179,38 @@ async def registration(vendors: Vendors, now: datetime) -> AsyncIterator[Registr
 
 class Admitted(NamedTuple):
     phase: str
-    pod_annotations: dict[str, str]
+    """The plugin's verdict."""
+    pod: Obj
+    """The pod as the cluster has it afterwards."""
     node_annotations: dict[str, str]
 
+    @property
+    def annotations(self) -> dict[str, str]:
+        annotations: dict[str, str] = self.pod["metadata"]["annotations"]
+        return annotations
 
-async def admit_bound_pod(vendors: Vendors, the_pod: Obj, *, node_annotations: dict[str, str] | None = None,
-                          ) -> Admitted:
-    """Bind `the_pod` (named "p", in "default") to node "n1", which holds the node lock (or
-    `node_annotations`), and let the simulated device plugin admit it."""
+
+SHARED_LOCK: Mapping[str, str] = {keys.NODE_LOCK: "2026-01-01T00:00:00Z,default,p"}
+"""Node "n1" as the bind of pod "p" leaves it: holding the shared node lock."""
+
+
+async def admit_bound_pod(
+    vendors: Vendors, the_pod: Obj, *, node_annotations: Mapping[str, str] | None = SHARED_LOCK
+) -> Admitted:
+    """Bind `the_pod` (in "default") to node "n1", annotated with `node_annotations` (None: none),
+    and let the simulated device plugin admit it."""
     cluster = MemoryCluster(seed=1)
-    if node_annotations is None:
-        node_annotations = {keys.NODE_LOCK: "2026-01-01T00:00:00Z,default,p"}
-    cluster.create("nodes", {"metadata": {"name": "n1", "annotations": node_annotations}})
+    metadata: Obj = {"name": "n1"}
+    if node_annotations is not None:
+        metadata["annotations"] = dict(node_annotations)
+    cluster.create("nodes", {"metadata": metadata})
+    name = the_pod["metadata"]["name"]
     cluster.create("pods", the_pod)
-    cluster.bind("default", "p", "n1")
+    cluster.bind("default", name, "n1")
     plugin = SimDevicePlugin(KubeClient(MemoryTransport(cluster)), vendors)
-    result = await plugin.admit(cluster.get("pods", "p", "default"))
-    after = cluster.get("pods", "p", "default")["metadata"]["annotations"]
+    result = await plugin.admit(cluster.get("pods", name, "default"))
     node_after = cluster.get("nodes", "n1")["metadata"].get("annotations") or {}
-    return Admitted(result.phase, after, node_after)
+    return Admitted(result.phase, cluster.get("pods", name, "default"), node_after)
 
 
 # --------------------------------------------------------------------------------------------
