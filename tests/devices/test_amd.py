@@ -21,6 +21,7 @@ from tests.devices.vendorkit import (
     metrics_text,
     readable,
     registration,
+    simulate_report,
     usages,
 )
 from vgpu_scheduler.config import DeviceConfig
@@ -37,7 +38,6 @@ from vgpu_scheduler.model import ContainerDevice, ContainerDeviceRequest, Device
 from vgpu_scheduler.scheduler.extender import _locking_request
 from vgpu_scheduler.scheduler.options import SchedulerOptions
 from vgpu_scheduler.server.webhook import review_pod
-from vgpu_scheduler.simulate.cli import main as simulate_main
 from vgpu_scheduler.wire import keys
 from vgpu_scheduler.wire.inventory import InventoryError
 
@@ -510,20 +510,10 @@ spec:
 
 
 def test_cli_simulate_places_amd_pods(tmp_path: Path) -> None:
-    snap = tmp_path / "snap.json"
     nodes = [snapshot_node("amd-a", amd_devices(2), "8"),
              snapshot_node("amd-b", amd_devices(1, devcore=304), "4")]
-    snap.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": nodes}))
-    pods = tmp_path / "pods.yaml"
-    pods.write_text("---\n".join([POD_YAML.format(name="two", count=2, cores=25),
-                                  POD_YAML.format(name="big", count=1, cores=50)]))
-    config = tmp_path / "device-config.yaml"
-    config.write_text(CHART_SECTION)
-    out = tmp_path / "r.json"
-    args = ["--snapshot", str(snap), "--pods", str(pods), "--device-config-file", str(config),
-            "--output", str(out)]
-    assert simulate_main(args) == 0
-    report = {p["name"]: p for p in json.loads(out.read_text())["pods"]}
+    pods = [POD_YAML.format(name="two", count=2, cores=25), POD_YAML.format(name="big", count=1, cores=50)]
+    report = simulate_report(tmp_path, nodes=nodes, pods=pods, config=CHART_SECTION)
     # Two devices: only amd-a has them; 25 % of 64 CUs = 16 each.
     assert report["two"]["node"] == "amd-a"
     assert report["two"]["annotations"]["hami.io/amd-devices-allocated"] == \

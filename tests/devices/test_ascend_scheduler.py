@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from tests.builders import container, node, pod
-from tests.devices.vendorkit import admit_bound_pod, metrics_text, registration
+from tests.devices.vendorkit import admit_bound_pod, metrics_text, registration, simulate_report
 from vgpu_scheduler.configfile import default_device_config, parse_device_config
 from vgpu_scheduler.devices.protocol import VendorFlags
 from vgpu_scheduler.devices.registry import build
@@ -22,7 +22,6 @@ from vgpu_scheduler.engine.state import SchedulerState
 from vgpu_scheduler.scheduler.extender import _locking_request
 from vgpu_scheduler.scheduler.options import SchedulerOptions
 from vgpu_scheduler.server.webhook import review_pod
-from vgpu_scheduler.simulate.cli import main as simulate_main
 from vgpu_scheduler.wire import keys
 
 CHART = default_device_config()
@@ -361,25 +360,8 @@ def test_simulate_end_to_end(tmp_path: Path, enable: bool, scheduled: list[str])
         obj.update(apiVersion="v1", kind="Node")
         obj["status"]["capacity"].update(counts)
         obj["status"]["allocatable"].update(counts)
-    snap = tmp_path / "snap.json"
-    snap.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": nodes}))
-    pods = tmp_path / "pods.yaml"
-    pods.write_text(PODS)
-    config = tmp_path / "device-config.yaml"
-    config.write_text(chart_vnpus_section())
-    out = tmp_path / "r.json"
-    args = [
-        "--snapshot",
-        str(snap),
-        "--pods",
-        str(pods),
-        "--device-config-file",
-        str(config),
-        "--output",
-        str(out),
-    ]
-    assert simulate_main([*args, f"--enable-ascend={str(enable).lower()}"]) == 0
-    report = {p["name"]: p for p in json.loads(out.read_text())["pods"]}
+    flags = [f"--enable-ascend={str(enable).lower()}"]
+    report = simulate_report(tmp_path, nodes=nodes, pods=[PODS], config=chart_vnpus_section(), flags=flags)
     assert [name for name, p in report.items() if p["node"]] == scheduled
     if not enable:
         assert "hami.io/vgpu-node" not in report["pair"]["annotations"]

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from tests.builders import container, node, pod
-from tests.devices.vendorkit import admit_bound_pod, metrics_text, readable, registration
+from tests.devices.vendorkit import admit_bound_pod, metrics_text, readable, registration, simulate_report
 from vgpu_scheduler.config import DeviceConfig
 from vgpu_scheduler.configfile import DeviceConfigError, default_device_config, parse_device_config
 from vgpu_scheduler.devices import awsneuron as aws
@@ -34,7 +34,6 @@ from vgpu_scheduler.model import ContainerDevice, ContainerDeviceRequest, Device
 from vgpu_scheduler.scheduler.extender import _locking_request
 from vgpu_scheduler.scheduler.options import SchedulerOptions
 from vgpu_scheduler.server.webhook import review_pod
-from vgpu_scheduler.simulate.cli import main as simulate_main
 from vgpu_scheduler.wire import keys
 from vgpu_scheduler.wire.inventory import InventoryError
 
@@ -604,21 +603,12 @@ spec:
 
 def test_simulate_end_to_end(tmp_path: Path) -> None:
     items = [json.loads(json.dumps(SNAP_NODE).replace("{name}", n)) for n in ("inf-a", "inf-b")]
-    snap = tmp_path / "snap.json"
-    snap.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": items}))
-    pods = tmp_path / "pods.yaml"
-    pods.write_text("---\n".join([
+    pods = [
         PODS.format(name="whole", resource=COUNT, n=2),
         PODS.format(name="core", resource=CORES, n=1),
         PODS.format(name="odd", resource=CORES, n=3),
-    ]))
-    config = tmp_path / "devices.yaml"
-    config.write_text(SECTION)
-    out = tmp_path / "r.json"
-    argv = ["--snapshot", str(snap), "--pods", str(pods), "--device-config-file", str(config),
-            "--output", str(out)]
-    assert simulate_main(argv) == 0
-    report = {p["name"]: p for p in json.loads(out.read_text())["pods"]}
+    ]
+    report = simulate_report(tmp_path, nodes=items, pods=pods, config=SECTION)
     whole, core = report["whole"], report["core"]
     assert whole["node"] == core["node"]  # binpack
     n = whole["node"]

@@ -22,6 +22,7 @@ from tests.devices.vendorkit import (
     metrics_text,
     readable,
     registration,
+    simulate_report,
     usages,
 )
 from vgpu_scheduler.cluster.client import KubeClient
@@ -42,7 +43,6 @@ from vgpu_scheduler.model import ContainerDevice, ContainerDeviceRequest, Device
 from vgpu_scheduler.scheduler.extender import pod_node_locks
 from vgpu_scheduler.scheduler.options import SchedulerOptions, vendor_flags
 from vgpu_scheduler.server.webhook import review_pod
-from vgpu_scheduler.simulate.cli import main as simulate_main
 from vgpu_scheduler.wire import keys
 from vgpu_scheduler.wire.inventory import InventoryError
 
@@ -535,22 +535,11 @@ cambricon.com/mlu.smlu.vcore: {cores}}}}}
 def test_simulate_cli_places_mlu_pods(tmp_path: Path) -> None:
     """End to end through `vgpu-scheduler simulate` with the chart's section verbatim: three pods
     on one node with two MLUs, each bind taking and the simulated plugin releasing the MLU lock."""
-    config = tmp_path / "device-config.yaml"
-    config.write_text(CHART_SECTION)
     snap_node = {"apiVersion": "v1", "kind": "Node", **mlu_node("mlu-node", vcore="200", vmemory="512")}
     snap_node["status"]["allocatable"] = {"cpu": "16", "memory": "64Gi", "pods": "110", COUNT: "2"}
-    snapshot = tmp_path / "snap.json"
-    snapshot.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": [snap_node]}))
-    pods = tmp_path / "pods.yaml"
-    pods.write_text("---\n".join(
-        MLU_POD.format(name=name, mem=mem, cores=cores) for name, mem, cores in
-        (("a", 64, 30), ("b", 64, 30), ("c", 180, 50))
-    ))
-    out = tmp_path / "r.json"
-    args = ["--snapshot", str(snapshot), "--pods", str(pods), "--device-config-file", str(config),
-            "--output", str(out)]
-    assert simulate_main(args) == 0
-    report = {p["name"]: p for p in json.loads(out.read_text())["pods"]}
+    pods = [MLU_POD.format(name=name, mem=mem, cores=cores) for name, mem, cores in
+            (("a", 64, 30), ("b", 64, 30), ("c", 180, 50))]
+    report = simulate_report(tmp_path, nodes=[snap_node], pods=pods, config=CHART_SECTION)
     assert {name: p["node"] for name, p in report.items()} == dict.fromkeys("abc", "mlu-node")
     allocated = {name: p["annotations"][cambricon.ALLOCATED] for name, p in report.items()}
     # 256 units × 256 MiB per MLU = 65536 MiB each; the spread GPU policy puts a and b on

@@ -22,7 +22,7 @@ from tests.devices.enflame_helpers import (
     drs_node,
     gcu_node,
 )
-from tests.devices.vendorkit import metrics_text, registration
+from tests.devices.vendorkit import metrics_text, registration, simulate_report
 from vgpu_scheduler.cluster.client import KubeClient
 from vgpu_scheduler.cluster.embedded.deviceplugin import SimDevicePlugin
 from vgpu_scheduler.cluster.memory import MemoryCluster
@@ -32,7 +32,6 @@ from vgpu_scheduler.engine.state import SchedulerState
 from vgpu_scheduler.scheduler.extender import _locking_request
 from vgpu_scheduler.scheduler.options import SchedulerOptions
 from vgpu_scheduler.server.webhook import review_pod
-from vgpu_scheduler.simulate.cli import main as simulate
 from vgpu_scheduler.wire import keys
 
 NOW = datetime(2026, 11, 29, 21, 3, 30, tzinfo=UTC)
@@ -292,51 +291,21 @@ def sim_node(name: str, capacity: dict[str, str], annotations: dict[str, str]) -
 
 
 def test_simulate_places_gcu_and_drs_pods(tmp_path: Path) -> None:
-    snap = tmp_path / "snap.json"
-    snap.write_text(
-        json.dumps(
-            {
-                "apiVersion": "v1",
-                "kind": "List",
-                "items": [
-                    sim_node("gcu-1", {GCU_NAME: "2"}, {}),
-                    sim_node("drs-1", {DRS_NAME: "6"}, {"enflame.com/gcu-drs-capacity": drs_capacity(6)}),
-                ],
-            }
-        )
-    )
-    pods = tmp_path / "pods.yaml"
-    pods.write_text(
-        "---\n".join(
-            PODS.format(name=n, ctr=c, limits=lim)
-            for n, c, lim in [
-                ("whole", "c", f"{GCU_NAME}: 2"),
-                ("drs-a", "pod-gcu-example1", f"{DRS_NAME}: 3"),
-                ("drs-b", "worker", f"{MEM_NAME}: 20480, {CORE_NAME}: 40"),
-                ("drs-c", "late", f"{DRS_NAME}: 1"),
-                ("whole-2", "c", f"{GCU_NAME}: 1"),
-            ]
-        )
-    )
-    config = tmp_path / "device-config.yaml"
-    config.write_text(CHART_SECTION)
-    out = tmp_path / "r.json"
-    assert (
-        simulate(
-            [
-                "--snapshot",
-                str(snap),
-                "--pods",
-                str(pods),
-                "--device-config-file",
-                str(config),
-                "--output",
-                str(out),
-            ]
-        )
-        == 0
-    )
-    report = {p["name"]: p for p in json.loads(out.read_text())["pods"]}
+    nodes = [
+        sim_node("gcu-1", {GCU_NAME: "2"}, {}),
+        sim_node("drs-1", {DRS_NAME: "6"}, {"enflame.com/gcu-drs-capacity": drs_capacity(6)}),
+    ]
+    pods = [
+        PODS.format(name=n, ctr=c, limits=lim)
+        for n, c, lim in [
+            ("whole", "c", f"{GCU_NAME}: 2"),
+            ("drs-a", "pod-gcu-example1", f"{DRS_NAME}: 3"),
+            ("drs-b", "worker", f"{MEM_NAME}: 20480, {CORE_NAME}: 40"),
+            ("drs-c", "late", f"{DRS_NAME}: 1"),
+            ("whole-2", "c", f"{GCU_NAME}: 1"),
+        ]
+    ]
+    report = simulate_report(tmp_path, nodes=nodes, pods=pods, config=CHART_SECTION)
     assert report["whole"]["node"] == "gcu-1"
     assert report["whole"]["annotations"]["hami.io/enflame-gcu-devices-allocated"] == (
         "gcu-1-GCU-1,GCU,100,100:gcu-1-GCU-0,GCU,100,100:;"

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from tests.builders import container, node, pod
-from tests.devices.vendorkit import metrics_text, readable, registration
+from tests.devices.vendorkit import metrics_text, readable, registration, simulate_report
 from vgpu_scheduler.cluster.client import KubeClient
 from vgpu_scheduler.cluster.embedded.deviceplugin import SimDevicePlugin
 from vgpu_scheduler.cluster.memory import MemoryCluster
@@ -42,7 +42,6 @@ from vgpu_scheduler.model import (
 from vgpu_scheduler.scheduler.extender import _locking_request
 from vgpu_scheduler.scheduler.options import SchedulerOptions, vendor_flags
 from vgpu_scheduler.server.webhook import review_pod
-from vgpu_scheduler.simulate.cli import main as simulate_main
 from vgpu_scheduler.wire import keys
 from vgpu_scheduler.wire.inventory import InventoryError
 
@@ -840,24 +839,16 @@ def kunlun_pod_yaml(name: str, limits: str) -> str:
 
 
 def test_simulate_cli_places_whole_cards_and_slices(tmp_path: Path) -> None:
-    snap = tmp_path / "snap.json"
     items = [
         snapshot_node("cards", capacity={XPU_COUNT: "8"}),
         snapshot_node("slices", capacity={VXPU: "32"}, annotations={vxpu.REGISTER: XPUS}),
     ]
-    snap.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": items}))
-    pods = tmp_path / "pods.yaml"
-    pods.write_text("---\n".join([
+    pods = [
         kunlun_pod_yaml("two-cards", f"{XPU_COUNT}: 2"),
         kunlun_pod_yaml("slice", f"{VXPU}: 1, {VMEM}: 30000"),
         kunlun_pod_yaml("six-cards", f"{XPU_COUNT}: 6"),
-    ]))
-    config = tmp_path / "device-config.yaml"
-    config.write_text(CHART_SECTION)
-    out = tmp_path / "report.json"
-    assert simulate_main(["--snapshot", str(snap), "--pods", str(pods), "--device-config-file", str(config),
-                 "--output", str(out)]) == 0
-    report = {p["name"]: p for p in json.loads(out.read_text())["pods"]}
+    ]
+    report = simulate_report(tmp_path, nodes=items, pods=pods, config=CHART_SECTION)
 
     two = report["two-cards"]
     assert two["node"] == "cards"

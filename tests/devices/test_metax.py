@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from tests.builders import container, node, pod
-from tests.devices.vendorkit import admit_bound_pod, metrics_text, readable, registration
+from tests.devices.vendorkit import admit_bound_pod, metrics_text, readable, registration, simulate_report
 from vgpu_scheduler.config import DeviceConfig
 from vgpu_scheduler.configfile import DeviceConfigError, default_device_config, parse_device_config
 from vgpu_scheduler.devices.metax import gpu, sgpu
@@ -29,7 +29,6 @@ from vgpu_scheduler.model import ContainerDevice, ContainerDeviceRequest, Device
 from vgpu_scheduler.scheduler.extender import _locking_request
 from vgpu_scheduler.scheduler.options import SchedulerOptions, vendor_flags
 from vgpu_scheduler.server.webhook import review_pod
-from vgpu_scheduler.simulate.cli import main as simulate_main
 from vgpu_scheduler.wire import keys
 from vgpu_scheduler.wire.inventory import InventoryError
 
@@ -591,8 +590,6 @@ spec:
 def test_simulate_end_to_end_with_the_chart_section(tmp_path: Path) -> None:
     """`vgpu-scheduler simulate --device-config-file` with the chart's `metax` section: whole GPUs
     by capacity and losses, sGPUs by QoS policy and app class, the extra sGPU annotations."""
-    cfg = tmp_path / "device-config.yaml"
-    cfg.write_text("nvidia:\n  resourceCountName: nvidia.com/gpu\n" + CHART_SECTION)
     base = {"cpu": "8", "memory": "32Gi", "pods": "110"}
     nodes = [
         node(
@@ -608,9 +605,6 @@ def test_simulate_end_to_end_with_the_chart_section(tmp_path: Path) -> None:
             allocatable={SGPU_COUNT: "32", **base},
         ),
     ]
-    snap = tmp_path / "snap.json"
-    items = [{"apiVersion": "v1", "kind": "Node", **n} for n in nodes]
-    snap.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": items}))
     pods = [
         POD_YAML.format(name="g", annos="", limits=f"{GPU_COUNT}: 1"),
         POD_YAML.format(
@@ -625,25 +619,8 @@ def test_simulate_end_to_end_with_the_chart_section(tmp_path: Path) -> None:
             limits=f"{SGPU_COUNT}: 1, {VCORE}: 10, {VMEM}: 1",
         ),
     ]
-    pods_file = tmp_path / "pods.yaml"
-    pods_file.write_text("---\n".join(pods))
-    out = tmp_path / "r.json"
-    assert (
-        simulate_main(
-            [
-                "--snapshot",
-                str(snap),
-                "--pods",
-                str(pods_file),
-                "--device-config-file",
-                str(cfg),
-                "--output",
-                str(out),
-            ]
-        )
-        == 0
-    )
-    report = {p["name"]: p for p in json.loads(out.read_text())["pods"]}
+    config = "nvidia:\n  resourceCountName: nvidia.com/gpu\n" + CHART_SECTION
+    report = simulate_report(tmp_path, nodes=nodes, pods=pods, config=config)
     g, s, o, f = (report[n] for n in "gsof")
     assert g["node"] == "mx-gpu"
     assert g["annotations"]["hami.io/metax-gpu-devices-allocated"] == "mx-gpu-metax-1,Metax-GPU,65536,100:;"

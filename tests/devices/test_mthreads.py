@@ -5,7 +5,6 @@ the decision, the webhook, the simulated device plugin and `vgpu-scheduler simul
 from __future__ import annotations
 
 import dataclasses
-import json
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -21,6 +20,7 @@ from tests.devices.vendorkit import (
     metrics_text,
     readable,
     registration,
+    simulate_report,
     usages,
 )
 from vgpu_scheduler.config import DeviceConfig
@@ -37,7 +37,6 @@ from vgpu_scheduler.model import ContainerDevice, ContainerDeviceRequest, Device
 from vgpu_scheduler.scheduler.extender import _locking_request
 from vgpu_scheduler.scheduler.options import SchedulerOptions, vendor_flags
 from vgpu_scheduler.server.webhook import review_pod
-from vgpu_scheduler.simulate.cli import main as simulate_main
 from vgpu_scheduler.wire import keys
 from vgpu_scheduler.wire.inventory import InventoryError
 
@@ -515,20 +514,11 @@ spec:
 def test_simulate_end_to_end(tmp_path: Path) -> None:
     items = [{"apiVersion": "v1", "kind": "Node", "metadata": {"name": n},
               "status": {"capacity": SNAP_CAPACITY, "allocatable": SNAP_CAPACITY}} for n in ("mt-a", "mt-b")]
-    snap = tmp_path / "snap.json"
-    snap.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": items}))
-    pods = tmp_path / "pods.yaml"
-    pods.write_text("---\n".join([
+    pods = [
         PODS.format(name="small", limits=f"{COUNT}: 1, {MEM}: 8, {CORES}: 4"),
         PODS.format(name="whole", limits=f"{COUNT}: 1, {MEM}: 96, {CORES}: 16"),
-    ]))
-    config = tmp_path / "devices.yaml"
-    config.write_text(SECTION)
-    out = tmp_path / "r.json"
-    argv = ["--snapshot", str(snap), "--pods", str(pods), "--device-config-file", str(config),
-            "--output", str(out)]
-    assert simulate_main(argv) == 0
-    report = {p["name"]: p for p in json.loads(out.read_text())["pods"]}
+    ]
+    report = simulate_report(tmp_path, nodes=items, pods=pods, config=SECTION)
     small, whole = report["small"], report["whole"]
     n = small["node"]
     assert n in ("mt-a", "mt-b")

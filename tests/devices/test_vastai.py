@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from tests.builders import container, node, pod
-from tests.devices.vendorkit import admit_bound_pod, metrics_text, readable, registration
+from tests.devices.vendorkit import admit_bound_pod, metrics_text, readable, registration, simulate_report
 from vgpu_scheduler.config import DeviceConfig
 from vgpu_scheduler.configfile import DeviceConfigError, default_device_config, parse_device_config
 from vgpu_scheduler.devices import vastai
@@ -28,7 +28,6 @@ from vgpu_scheduler.model import ContainerDevice, ContainerDeviceRequest, Device
 from vgpu_scheduler.scheduler.extender import _locking_request
 from vgpu_scheduler.scheduler.options import SchedulerOptions
 from vgpu_scheduler.server.webhook import review_pod
-from vgpu_scheduler.simulate.cli import main as simulate_main
 from vgpu_scheduler.wire import keys
 from vgpu_scheduler.wire.inventory import InventoryError
 
@@ -523,19 +522,10 @@ spec:
 
 
 def test_cli_simulate_places_vastai_pods(tmp_path: Path) -> None:
-    snap = tmp_path / "snap.json"
     nodes = [snapshot_node("va-split", va_devices(2, ["1", "2"]), "2"),
              snapshot_node("va-paired", va_devices(2, ["1", "1"]), "2")]
-    snap.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": nodes}))
-    pods = tmp_path / "pods.yaml"
-    pods.write_text("---\n".join(POD_YAML.format(name=n, count=c) for n, c in (("pair", 2), ("one", 1))))
-    config = tmp_path / "device-config.yaml"
-    config.write_text(CHART_SECTION)
-    out = tmp_path / "r.json"
-    args = ["--snapshot", str(snap), "--pods", str(pods), "--device-config-file", str(config),
-            "--output", str(out)]
-    assert simulate_main(args) == 0
-    report = {p["name"]: p for p in json.loads(out.read_text())["pods"]}
+    pods = [POD_YAML.format(name=n, count=c) for n, c in (("pair", 2), ("one", 1))]
+    report = simulate_report(tmp_path, nodes=nodes, pods=pods, config=CHART_SECTION)
     pair = report["pair"]
     assert pair["node"] == "va-paired"  # ScoreNode: both dies on one card
     assert pair["annotations"]["hami.io/Vastai-devices-allocated"] == "VA-1,Vastai,0,0:VA-0,Vastai,0,0:;"

@@ -222,10 +222,10 @@ def metrics_text(state: SchedulerState, *, legacy: bool = False) -> str:
 
 
 def simulate_report(
-    tmp_path: Path, *, nodes: Sequence[Obj], pods: Sequence[str], config: str
+    tmp_path: Path, *, nodes: Sequence[Obj], pods: Sequence[str], config: str, flags: Sequence[str] = ()
 ) -> dict[str, Obj]:
     """`vgpu-scheduler simulate` over a snapshot of `nodes`, the `pods` YAML documents and the device
-    config text; the report's pods by name."""
+    config text (and further `flags`); the report's pods by name."""
     snapshot = tmp_path / "snap.json"
     items = [{"apiVersion": "v1", "kind": "Node", **n} for n in nodes]
     snapshot.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": items}))
@@ -235,6 +235,6 @@ def simulate_report(
     config_file.write_text(config)
     out = tmp_path / "r.json"
     args = ["--snapshot", str(snapshot), "--pods", str(pods_file), "--device-config-file", str(config_file),
-            "--output", str(out)]
+            "--output", str(out), *flags]
     assert simulate_main(args) == 0
     return {p["name"]: p for p in json.loads(out.read_text())["pods"]}
