@@ -21,6 +21,7 @@ from tests.devices.vendorkit import (
     metrics_text,
     readable,
     registration,
+    review,
     simulate_report,
     usages,
 )
@@ -36,8 +37,6 @@ from vgpu_scheduler.engine.requests import pod_requests
 from vgpu_scheduler.engine.state import SchedulerState
 from vgpu_scheduler.model import ContainerDevice, ContainerDeviceRequest, DeviceInfo, DeviceUsage
 from vgpu_scheduler.scheduler.extender import _locking_request
-from vgpu_scheduler.scheduler.options import SchedulerOptions
-from vgpu_scheduler.server.webhook import review_pod
 from vgpu_scheduler.wire import keys
 from vgpu_scheduler.wire.inventory import InventoryError
 
@@ -362,12 +361,11 @@ def test_mutate_rejects_a_bad_core_percentage(cores: str) -> None:
 
 
 def test_webhook_answers_500_for_a_bad_percentage_and_schedules_amd_pods() -> None:
-    opts = dataclasses.replace(SchedulerOptions(), scheduler_name="hami-scheduler")
-    bad = review_pod(pod(containers=[limits(count="1", cores="150")]), opts, VENDORS)
+    bad = review(pod(containers=[limits(count="1", cores="150")]), VENDORS)
     assert (bad.allowed, bad.code, bad.message) == (
         False, 500, "amd.com/gpucores must be an integer percentage between 1 and 100"
     )
-    good = review_pod(pod(containers=[limits(count="1", cores="50")]), opts, VENDORS)
+    good = review(pod(containers=[limits(count="1", cores="50")]), VENDORS)
     assert good.allowed
     assert {"op": "add", "path": "/spec/schedulerName", "value": "hami-scheduler"} in good.patch or any(
         op.get("path") == "/spec/schedulerName" and op.get("value") == "hami-scheduler" for op in good.patch

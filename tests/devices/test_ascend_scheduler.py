@@ -4,7 +4,6 @@ to end with the chart's `vnpus` section (the vendor's own vectors are in test_as
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -13,7 +12,14 @@ from typing import Any
 import pytest
 
 from tests.builders import container, node, pod
-from tests.devices.vendorkit import admit_bound_pod, metrics_text, registration, simulate_report
+from tests.devices.vendorkit import (
+    admit_bound_pod,
+    metrics_text,
+    patch_ops,
+    registration,
+    review,
+    simulate_report,
+)
 from vgpu_scheduler.configfile import default_device_config, parse_device_config
 from vgpu_scheduler.devices.protocol import VendorFlags
 from vgpu_scheduler.devices.registry import build
@@ -249,11 +255,10 @@ def test_webhook_trims_memory_sets_the_runtime_class_and_our_scheduler() -> None
         "    templates: [{name: vir05_1c_16g, memory: 16384}, {name: vir10_3c_32g, memory: 32768}]\n"
     )
     vendors = build(config, VendorFlags(enable_ascend=True))
-    opts = dataclasses.replace(SchedulerOptions(), scheduler_name="hami-scheduler")
     original = npu_pod("p", count="1", mem="10000")
-    response = review_pod(original, opts, vendors)
+    response = review(original, vendors)
     assert response.allowed
-    ops = {(op["op"], op["path"]): op.get("value") for op in response.patch}
+    ops = patch_ops(response)
     assert ops[("add", "/spec/schedulerName")] == "hami-scheduler"
     assert ops[("add", "/spec/runtimeClassName")] == "ascend"
     assert ops[("replace", "/spec/containers/0/resources/limits/huawei.com~1Ascend910B3-memory")] == "16384"

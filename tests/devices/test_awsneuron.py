@@ -13,7 +13,14 @@ from typing import Any
 import pytest
 
 from tests.builders import container, node, pod
-from tests.devices.vendorkit import admit_bound_pod, metrics_text, readable, registration, simulate_report
+from tests.devices.vendorkit import (
+    admit_bound_pod,
+    metrics_text,
+    readable,
+    registration,
+    review,
+    simulate_report,
+)
 from vgpu_scheduler.config import DeviceConfig
 from vgpu_scheduler.configfile import DeviceConfigError, default_device_config, parse_device_config
 from vgpu_scheduler.devices import awsneuron as aws
@@ -32,8 +39,6 @@ from vgpu_scheduler.engine.requests import pod_requests
 from vgpu_scheduler.engine.state import SchedulerState
 from vgpu_scheduler.model import ContainerDevice, ContainerDeviceRequest, DeviceInfo, DeviceUsage
 from vgpu_scheduler.scheduler.extender import _locking_request
-from vgpu_scheduler.scheduler.options import SchedulerOptions
-from vgpu_scheduler.server.webhook import review_pod
 from vgpu_scheduler.wire import keys
 from vgpu_scheduler.wire.inventory import InventoryError
 
@@ -216,11 +221,10 @@ def test_mutate(ctr: dict[str, Any], has: bool, error: str) -> None:
 
 
 def test_webhook_denies_an_odd_core_count_with_hamis_text() -> None:
-    opts = dataclasses.replace(SchedulerOptions(), scheduler_name="hami-scheduler")
     vendors = build(CHART)
-    ok = review_pod(pod(containers=[limits(cores="2")]), opts, vendors)
+    ok = review(pod(containers=[limits(cores="2")]), vendors)
     assert ok.allowed and any(op["path"] == "/spec/schedulerName" for op in ok.patch)
-    bad = review_pod(pod(containers=[limits(cores="3")]), opts, vendors)
+    bad = review(pod(containers=[limits(cores="3")]), vendors)
     assert (bad.allowed, bad.code, bad.message) == (
         False, 500, "aws.amazon.com/neuroncore must be 1 or a multiple of 2, got 3"
     )

@@ -19,8 +19,10 @@ from tests.devices.vendorkit import (
     device_infos,
     fit_checked,
     metrics_text,
+    privileged,
     readable,
     registration,
+    review,
     usages,
 )
 from vgpu_scheduler.config import DeviceConfig
@@ -34,8 +36,6 @@ from vgpu_scheduler.engine.requests import pod_requests
 from vgpu_scheduler.engine.state import SchedulerState
 from vgpu_scheduler.model import NVIDIA, ContainerDevice, ContainerDeviceRequest, DeviceInfo, DeviceUsage
 from vgpu_scheduler.scheduler.extender import _locking_request
-from vgpu_scheduler.scheduler.options import SchedulerOptions
-from vgpu_scheduler.server.webhook import review_pod
 from vgpu_scheduler.wire import keys
 from vgpu_scheduler.wire.inventory import InventoryError
 
@@ -284,12 +284,10 @@ def test_mutate(ctr: dict[str, Any], has: bool) -> None:
 
 
 def test_webhook_puts_biren_pods_under_our_scheduler_and_denies_privileged() -> None:
-    opts = dataclasses.replace(SchedulerOptions(), scheduler_name="hami-scheduler")
-    response = review_pod(pod(containers=[container(limits={COUNT: "1"})]), opts, VENDORS)
+    response = review(pod(containers=[container(limits={COUNT: "1"})]), VENDORS)
     assert response.allowed
     assert [op["path"] for op in response.patch] == ["/spec/schedulerName"]
-    privileged = pod(containers=[container(limits={COUNT: "1"}, securityContext={"privileged": True})])
-    denied = review_pod(privileged, opts, VENDORS)
+    denied = review(privileged(container(limits={COUNT: "1"})), VENDORS)
     assert not denied.allowed and denied.message == "container c is privileged"
 
 

@@ -20,8 +20,10 @@ from tests.devices.vendorkit import (
     device_infos,
     fit_checked,
     metrics_text,
+    privileged,
     readable,
     registration,
+    review,
     simulate_report,
     usages,
 )
@@ -42,7 +44,6 @@ from vgpu_scheduler.engine.state import SchedulerState
 from vgpu_scheduler.model import ContainerDevice, ContainerDeviceRequest, DeviceInfo, DeviceUsage
 from vgpu_scheduler.scheduler.extender import pod_node_locks
 from vgpu_scheduler.scheduler.options import SchedulerOptions, vendor_flags
-from vgpu_scheduler.server.webhook import review_pod
 from vgpu_scheduler.wire import keys
 from vgpu_scheduler.wire.inventory import InventoryError
 
@@ -360,11 +361,9 @@ def test_mutate(ctr: dict[str, Any], has: bool) -> None:
 
 
 def test_webhook_puts_mlu_pods_under_our_scheduler_and_denies_privileged() -> None:
-    opts = dataclasses.replace(SchedulerOptions(), scheduler_name="hami-scheduler")
-    response = review_pod(pod(containers=[limits(count="1", mem="10")]), opts, VENDORS)
+    response = review(pod(containers=[limits(count="1", mem="10")]), VENDORS)
     assert response.allowed
-    privileged = pod(containers=[{**limits(count="1"), "securityContext": {"privileged": True}}])
-    denied = review_pod(privileged, opts, VENDORS)
+    denied = review(privileged(limits(count="1")), VENDORS)
     assert not denied.allowed and denied.message == "container c is privileged"
 
 

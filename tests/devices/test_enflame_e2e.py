@@ -3,7 +3,6 @@ pods, the webhook, metrics, the simulated device plugin and `vgpu-scheduler simu
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from datetime import UTC, datetime
 from pathlib import Path
@@ -22,7 +21,7 @@ from tests.devices.enflame_helpers import (
     drs_node,
     gcu_node,
 )
-from tests.devices.vendorkit import metrics_text, registration, simulate_report
+from tests.devices.vendorkit import metrics_text, registration, review, simulate_report
 from vgpu_scheduler.cluster.client import KubeClient
 from vgpu_scheduler.cluster.embedded.deviceplugin import SimDevicePlugin
 from vgpu_scheduler.cluster.memory import MemoryCluster
@@ -30,8 +29,6 @@ from vgpu_scheduler.cluster.transport import MemoryTransport
 from vgpu_scheduler.engine.decide import Chosen, NoFit, decide
 from vgpu_scheduler.engine.state import SchedulerState
 from vgpu_scheduler.scheduler.extender import _locking_request
-from vgpu_scheduler.scheduler.options import SchedulerOptions
-from vgpu_scheduler.server.webhook import review_pod
 from vgpu_scheduler.wire import keys
 
 NOW = datetime(2026, 11, 29, 21, 3, 30, tzinfo=UTC)
@@ -199,8 +196,7 @@ def test_metrics_list_enflame_devices() -> None:
 
 
 def test_webhook_takes_enflame_pods_and_rejects_bad_requests() -> None:
-    opts = dataclasses.replace(SchedulerOptions(), scheduler_name="hami-scheduler")
-    ok = review_pod(pod(containers=[drs_ctr(mem="20480", core="50")]), opts, VENDORS)
+    ok = review(pod(containers=[drs_ctr(mem="20480", core="50")]), VENDORS)
     assert ok.allowed
     assert ok.patch == [  # the limits mirrored into requests, then our scheduler
         {
@@ -210,16 +206,16 @@ def test_webhook_takes_enflame_pods_and_rejects_bad_requests() -> None:
         },
         {"op": "add", "path": "/spec/schedulerName", "value": "hami-scheduler"},
     ]
-    whole = review_pod(pod(containers=[drs_ctr(gcu="1")]), opts, VENDORS)
+    whole = review(pod(containers=[drs_ctr(gcu="1")]), VENDORS)
     assert whole.allowed
     assert whole.patch == [{"op": "add", "path": "/spec/schedulerName", "value": "hami-scheduler"}]
-    bad = review_pod(pod(containers=[drs_ctr(core="150")]), opts, VENDORS)
+    bad = review(pod(containers=[drs_ctr(core="150")]), VENDORS)
     assert (bad.allowed, bad.code, bad.message) == (
         False,
         500,
         "enflame.com/gcu-core must be in range (0,100]",
     )
-    zero = review_pod(pod(containers=[drs_ctr(drs="0")]), opts, VENDORS)
+    zero = review(pod(containers=[drs_ctr(drs="0")]), VENDORS)
     assert (zero.allowed, zero.message) == (False, f"{DRS_NAME} must be greater than 0")
 
 

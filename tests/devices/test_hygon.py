@@ -17,8 +17,10 @@ from tests.devices.vendorkit import (
     device_infos,
     fit_checked,
     metrics_text,
+    privileged,
     readable,
     registration,
+    review,
     usages,
 )
 from vgpu_scheduler.config import DeviceConfig
@@ -40,7 +42,6 @@ from vgpu_scheduler.model import (
 )
 from vgpu_scheduler.scheduler.extender import _locking_request
 from vgpu_scheduler.scheduler.options import SchedulerOptions, vendor_flags
-from vgpu_scheduler.server.webhook import review_pod
 from vgpu_scheduler.wire import keys
 from vgpu_scheduler.wire.inventory import InventoryError
 
@@ -341,12 +342,10 @@ def test_mutate(ctr: dict[str, Any], has: bool) -> None:
 
 
 def test_webhook_puts_dcu_pods_under_our_scheduler_and_denies_privileged() -> None:
-    opts = dataclasses.replace(SchedulerOptions(), scheduler_name="hami-scheduler")
     plain = pod(containers=[limits(count="1", mem="1024")])
-    response = review_pod(plain, opts, VENDORS)
+    response = review(plain, VENDORS)
     assert response.allowed
-    privileged = pod(containers=[{**limits(count="1"), "securityContext": {"privileged": True}}])
-    denied = review_pod(privileged, opts, VENDORS)
+    denied = review(privileged(limits(count="1")), VENDORS)
     assert not denied.allowed and denied.message == "container c is privileged"
 
 

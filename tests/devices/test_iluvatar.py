@@ -18,8 +18,11 @@ from tests.devices.vendorkit import (
     device_infos,
     fit_checked,
     metrics_text,
+    patch_ops,
+    privileged,
     readable,
     registration,
+    review,
     usages,
 )
 from vgpu_scheduler.config import DeviceConfig
@@ -35,7 +38,6 @@ from vgpu_scheduler.engine.state import SchedulerState
 from vgpu_scheduler.model import NVIDIA, ContainerDevice, ContainerDeviceRequest, DeviceInfo, DeviceUsage
 from vgpu_scheduler.scheduler.extender import _locking_request
 from vgpu_scheduler.scheduler.options import SchedulerOptions, vendor_flags
-from vgpu_scheduler.server.webhook import review_pod
 from vgpu_scheduler.wire import keys
 from vgpu_scheduler.wire.inventory import InventoryError
 
@@ -385,19 +387,17 @@ def test_mutate(ctr: dict[str, Any], has: bool, after: dict[str, Any]) -> None:
 
 
 def test_webhook_patch_for_an_iluvatar_pod() -> None:
-    opts = dataclasses.replace(SchedulerOptions(), scheduler_name="hami-scheduler")
     p = pod(containers=[container("app", limits={"iluvatar.ai/BI-V150-vgpu": "2"})])
-    response = review_pod(p, opts, VENDORS)
+    response = review(p, VENDORS)
     assert response.allowed
-    ops = {(op["op"], op["path"]): op.get("value") for op in response.patch}
+    ops = patch_ops(response)
     assert ops[("add", "/spec/containers/0/resources/limits/iluvatar.ai~1BI-V150.vCore")] == "200"
     assert ops[("add", "/spec/containers/0/env")] == [{"name": "SOL_CONTINER_NAME", "value": "app"}]
     assert ops[("add", "/spec/schedulerName")] == "hami-scheduler" or ops.get(
         ("replace", "/spec/schedulerName")) == "hami-scheduler"
     # Without --enable-iluvatar the webhook does not know the resource.
-    assert review_pod(p, opts, build(CHART)).patch == []
-    privileged = pod(containers=[{**limits(count="1"), "securityContext": {"privileged": True}}])
-    denied = review_pod(privileged, opts, VENDORS)
+    assert review(p, build(CHART)).patch == []
+    denied = review(privileged(limits(count="1")), VENDORS)
     assert not denied.allowed and denied.message == "container c is privileged"
 
 

@@ -15,7 +15,15 @@ from typing import Any
 import pytest
 
 from tests.builders import container, node, pod
-from tests.devices.vendorkit import metrics_text, readable, registration, simulate_report
+from tests.devices.vendorkit import (
+    metrics_text,
+    patch_ops,
+    privileged,
+    readable,
+    registration,
+    review,
+    simulate_report,
+)
 from vgpu_scheduler.cluster.client import KubeClient
 from vgpu_scheduler.cluster.embedded.deviceplugin import SimDevicePlugin
 from vgpu_scheduler.cluster.memory import MemoryCluster
@@ -41,7 +49,6 @@ from vgpu_scheduler.model import (
 )
 from vgpu_scheduler.scheduler.extender import _locking_request
 from vgpu_scheduler.scheduler.options import SchedulerOptions, vendor_flags
-from vgpu_scheduler.server.webhook import review_pod
 from vgpu_scheduler.wire import keys
 from vgpu_scheduler.wire.inventory import InventoryError
 
@@ -548,18 +555,16 @@ def test_vxpu_mutate(ctr: dict[str, Any], has: bool, after: dict[str, Any]) -> N
 
 
 def test_webhook_rounds_vxpu_memory_and_takes_kunlun_pods() -> None:
-    opts = dataclasses.replace(SchedulerOptions(), scheduler_name="hami-scheduler")
-    response = review_pod(pod(containers=[container(limits={VXPU: "1", VMEM: "30000"})]), opts, VENDORS)
+    response = review(pod(containers=[container(limits={VXPU: "1", VMEM: "30000"})]), VENDORS)
     assert response.allowed
-    ops = {(op["op"], op["path"]): op.get("value") for op in response.patch}
+    ops = patch_ops(response)
     assert ops[("replace", "/spec/containers/0/resources/limits/kunlunxin.com~1vxpu-memory")] == "49152"
     assert ops[("add", "/spec/containers/0/resources/requests")] == {VMEM: "49152"}
     assert ops[("add", "/spec/schedulerName")] == "hami-scheduler"
-    cards = review_pod(pod(containers=[container(limits={XPU_COUNT: "2"})]), opts, VENDORS)
+    cards = review(pod(containers=[container(limits={XPU_COUNT: "2"})]), VENDORS)
     scheduler = {"op": "add", "path": "/spec/schedulerName", "value": "hami-scheduler"}
     assert cards.allowed and scheduler in cards.patch
-    privileged = pod(containers=[container(limits={XPU_COUNT: "1"}, securityContext={"privileged": True})])
-    denied = review_pod(privileged, opts, VENDORS)
+    denied = review(privileged(container(limits={XPU_COUNT: "1"})), VENDORS)
     assert not denied.allowed and denied.message == "container c is privileged"
 
 

@@ -14,7 +14,14 @@ from typing import Any
 import pytest
 
 from tests.builders import container, node, pod
-from tests.devices.vendorkit import admit_bound_pod, metrics_text, readable, registration, simulate_report
+from tests.devices.vendorkit import (
+    admit_bound_pod,
+    metrics_text,
+    readable,
+    registration,
+    review,
+    simulate_report,
+)
 from vgpu_scheduler.config import DeviceConfig
 from vgpu_scheduler.configfile import DeviceConfigError, default_device_config, parse_device_config
 from vgpu_scheduler.devices.metax import gpu, sgpu
@@ -28,7 +35,6 @@ from vgpu_scheduler.engine.state import SchedulerState
 from vgpu_scheduler.model import ContainerDevice, ContainerDeviceRequest, DeviceInfo, DeviceUsage
 from vgpu_scheduler.scheduler.extender import _locking_request
 from vgpu_scheduler.scheduler.options import SchedulerOptions, vendor_flags
-from vgpu_scheduler.server.webhook import review_pod
 from vgpu_scheduler.wire import keys
 from vgpu_scheduler.wire.inventory import InventoryError
 
@@ -531,17 +537,16 @@ def test_decision_writes_the_sgpu_annotations_and_locks() -> None:
 
 
 def test_webhook_defaults_the_qos_policy_and_rejects_bad_classes() -> None:
-    opts = dataclasses.replace(SchedulerOptions(), scheduler_name="hami-scheduler")
-    ok = review_pod(metax_pod("p", sgpu="1"), opts, VENDORS)
+    ok = review(metax_pod("p", sgpu="1"), VENDORS)
     assert ok.allowed
     assert ok.patch is not None and any(
         op.get("value") == {sgpu.QOS_POLICY: "best-effort"} or op.get("value") == "best-effort"
         for op in ok.patch
     )
-    bad = review_pod(metax_pod("p", {sgpu.APP_CLASS: "oNLine"}, sgpu="1"), opts, VENDORS)
+    bad = review(metax_pod("p", {sgpu.APP_CLASS: "oNLine"}, sgpu="1"), VENDORS)
     assert not bad.allowed and bad.code == 500
     assert bad.message == "metax-tech.com/sgpu-app-class must be set one of [online, offline]"
-    whole = review_pod(metax_pod("g", gpu="1"), opts, VENDORS)
+    whole = review(metax_pod("g", gpu="1"), VENDORS)
     assert whole.allowed and whole.patch is not None
 
 

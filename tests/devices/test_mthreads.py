@@ -20,6 +20,7 @@ from tests.devices.vendorkit import (
     metrics_text,
     readable,
     registration,
+    review,
     simulate_report,
     usages,
 )
@@ -36,7 +37,6 @@ from vgpu_scheduler.engine.state import SchedulerState
 from vgpu_scheduler.model import ContainerDevice, ContainerDeviceRequest, DeviceInfo, DeviceUsage
 from vgpu_scheduler.scheduler.extender import _locking_request
 from vgpu_scheduler.scheduler.options import SchedulerOptions, vendor_flags
-from vgpu_scheduler.server.webhook import review_pod
 from vgpu_scheduler.wire import keys
 from vgpu_scheduler.wire.inventory import InventoryError
 
@@ -204,16 +204,15 @@ def test_mutate_fills_limits(ctr: dict[str, Any], limits_after: dict[str, str], 
 
 
 def test_webhook_fills_and_denies_with_hamis_texts() -> None:
-    opts = dataclasses.replace(SchedulerOptions(), scheduler_name="hami-scheduler")
     vendors = build(CHART)
-    ok = review_pod(pod(containers=[limits(count="2")]), opts, vendors)
+    ok = review(pod(containers=[limits(count="2")]), vendors)
     assert ok.allowed
     paths = {op["path"] for op in ok.patch}
     assert "/spec/schedulerName" in paths
     assert "/metadata/annotations" in paths or "/metadata/annotations/mthreads.com~1request-gpu-num" in paths
-    bad = review_pod(pod(containers=[limits(count="1", mem="3")]), opts, vendors)
+    bad = review(pod(containers=[limits(count="1", mem="3")]), vendors)
     assert (bad.allowed, bad.code, bad.message) == (False, 500, mt.INVALID_MEMORY)
-    zero = review_pod(pod(containers=[limits(count="0")]), opts, vendors)
+    zero = review(pod(containers=[limits(count="0")]), vendors)
     assert (zero.allowed, zero.message) == (False, "mthreads.com/vgpu must be greater than 0")
 
 

@@ -14,7 +14,14 @@ from typing import Any
 import pytest
 
 from tests.builders import container, node, pod
-from tests.devices.vendorkit import admit_bound_pod, metrics_text, readable, registration, simulate_report
+from tests.devices.vendorkit import (
+    admit_bound_pod,
+    metrics_text,
+    readable,
+    registration,
+    review,
+    simulate_report,
+)
 from vgpu_scheduler.config import DeviceConfig
 from vgpu_scheduler.configfile import DeviceConfigError, default_device_config, parse_device_config
 from vgpu_scheduler.devices import vastai
@@ -26,8 +33,6 @@ from vgpu_scheduler.engine.fit import pod_fit_context
 from vgpu_scheduler.engine.state import SchedulerState
 from vgpu_scheduler.model import ContainerDevice, ContainerDeviceRequest, DeviceInfo, DeviceUsage
 from vgpu_scheduler.scheduler.extender import _locking_request
-from vgpu_scheduler.scheduler.options import SchedulerOptions
-from vgpu_scheduler.server.webhook import review_pod
 from vgpu_scheduler.wire import keys
 from vgpu_scheduler.wire.inventory import InventoryError
 
@@ -368,8 +373,7 @@ def test_mutate(ctr: dict[str, Any], has: bool) -> None:
 
 
 def test_webhook_puts_vastai_pods_under_our_scheduler() -> None:
-    opts = dataclasses.replace(SchedulerOptions(), scheduler_name="hami-scheduler")
-    response = review_pod(pod(containers=[limits("1")]), opts, VENDORS)
+    response = review(pod(containers=[limits("1")]), VENDORS)
     assert response.allowed
     assert any(op.get("path") == "/spec/schedulerName" for op in response.patch)
 

@@ -27,7 +27,9 @@ from vgpu_scheduler.engine.fit import pod_fit_context
 from vgpu_scheduler.engine.quota import QuotaManager
 from vgpu_scheduler.engine.state import SchedulerState
 from vgpu_scheduler.model import ContainerDeviceRequest, ContainerDevices, DeviceInfo, DeviceUsage
+from vgpu_scheduler.scheduler.options import SchedulerOptions
 from vgpu_scheduler.server.metrics import exposition, metrics_registry
+from vgpu_scheduler.server.webhook import AdmissionResponse, review_pod
 from vgpu_scheduler.simulate.cli import main as simulate_main
 from vgpu_scheduler.wire import keys
 
@@ -211,6 +213,29 @@ async def admit_bound_pod(
     result = await plugin.admit(cluster.get("pods", name, "default"))
     node_after = cluster.get("nodes", "n1")["metadata"].get("annotations") or {}
     return Admitted(result.phase, cluster.get("pods", name, "default"), node_after)
+
+
+# --------------------------------------------------------------------------------------------
+# The webhook
+
+
+OUR_SCHEDULER = dataclasses.replace(SchedulerOptions(), scheduler_name="hami-scheduler")
+"""Webhook options naming the scheduler pods are put under."""
+
+
+def review(the_pod: Obj, vendors: Vendors) -> AdmissionResponse:
+    """The webhook's answer for `the_pod` with `OUR_SCHEDULER`."""
+    return review_pod(the_pod, OUR_SCHEDULER, vendors)
+
+
+def patch_ops(response: AdmissionResponse) -> dict[tuple[str, str], Any]:
+    """The answer's JSON patch as {(op, path): value}."""
+    return {(op["op"], op["path"]): op.get("value") for op in response.patch}
+
+
+def privileged(container: Obj) -> Obj:
+    """A pod of `container`, made privileged."""
+    return pod(containers=[{**container, "securityContext": {"privileged": True}}])
 
 
 # --------------------------------------------------------------------------------------------
