@@ -196,20 +196,17 @@ class AWSNeuronVendor(GenericVendor):
 
     # -- fit ----------------------------------------------------------------------------------------
 
-    def fit(
-        self,
-        request: ContainerDeviceRequest,
-        devices: Sequence[DeviceInfo],
-        usage: Sequence[DeviceUsage],
-        order: Sequence[int],
-        *,
-        ctx: PodFitContext,
-        cordoned: frozenset[str],
-        allocated: Sequence[ContainerDevices],
-    ) -> FitResult:
+    def ladder(
+        self, request: ContainerDeviceRequest, devices: Sequence[DeviceInfo], usage: Sequence[DeviceUsage],
+        order: Sequence[int], *, ctx: PodFitContext, cordoned: frozenset[str],
+        allocated: Sequence[ContainerDevices] = (), quick: bool = False,
+    ) -> FitResult | str | None:
         if request.nums > 1:
-            return self._fit_several(request, devices, usage, order)
+            # A contiguous run in the policy order: the quick verdict cannot answer.
+            return None if quick else self._fit_several(request, devices, usage, order)
         pos, reasons = self._first_fitting(request, devices, usage, order, ctx=ctx)
+        if quick:
+            return "" if pos is not None else R.gen_reason(reasons, len(order))
         if pos is None:
             return FitResult(False, reason=R.gen_reason(reasons, len(order)))
         dev = devices[pos]
@@ -217,21 +214,6 @@ class AWSNeuronVendor(GenericVendor):
         # so within one evaluation it always equals `usedcores`.
         mask = add_core_usage(usage[pos].usedcores, request.coresreq)
         return FitResult(True, [ContainerDevice(dev.id, request.type, 0, mask, dev.index)], [pos])
-
-    def quick_verdict(
-        self,
-        request: ContainerDeviceRequest,
-        devices: Sequence[DeviceInfo],
-        usage: Sequence[DeviceUsage],
-        positions: Sequence[int],
-        *,
-        ctx: PodFitContext,
-        cordoned: frozenset[str],
-    ) -> str | None:
-        if request.nums > 1:
-            return None  # a contiguous run in the policy order
-        pos, reasons = self._first_fitting(request, devices, usage, positions, ctx=ctx)
-        return "" if pos is not None else R.gen_reason(reasons, len(positions))
 
     def _first_fitting(
         self,

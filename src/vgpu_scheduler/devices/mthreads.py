@@ -167,19 +167,17 @@ class MthreadsVendor(GenericVendor):
 
     # -- fit ----------------------------------------------------------------------------------------
 
-    def fit(
-        self,
-        request: ContainerDeviceRequest,
-        devices: Sequence[DeviceInfo],
-        usage: Sequence[DeviceUsage],
-        order: Sequence[int],
-        *,
-        ctx: PodFitContext,
-        cordoned: frozenset[str],
-        allocated: Sequence[ContainerDevices],
-    ) -> FitResult:
+    def ladder(
+        self, request: ContainerDeviceRequest, devices: Sequence[DeviceInfo], usage: Sequence[DeviceUsage],
+        order: Sequence[int], *, ctx: PodFitContext, cordoned: frozenset[str],
+        allocated: Sequence[ContainerDevices] = (), quick: bool = False,
+    ) -> FitResult | str | None:
         """HAMi's Mthreads `Fit`: the common ladder from the end of `order`, then the one-device
-        rule, stopping once Nums devices passed."""
+        rule, stopping once Nums devices passed.
+
+        Quick, without the earlier containers' devices the one-device rule is unknown: a failure
+        could carry another reason string, so only "fits" is answered (`fit` decides the rest, and
+        the rule only ever turns a fit into a failure there)."""
         filters = ctx.filters(self)
         assert isinstance(filters, SelectionFilters)
         type_ok = request.type == self.key
@@ -221,28 +219,12 @@ class MthreadsVendor(GenericVendor):
                         chosen.append(ContainerDevice(dev.id, request.type, memreq, coresreq, dev.index))
                         positions.append(pos)
                     if remaining == 0:
-                        return FitResult(True, chosen, positions)
+                        return "" if quick else FitResult(True, chosen, positions)
                     continue
             reasons[reason] = reasons.get(reason, 0) + 1
         if chosen:
             reasons[R.ALLOCATED_CARDS_INSUFFICIENT_REQUEST] = len(chosen)
-        return FitResult(False, reason=R.gen_reason(reasons, len(order)))
-
-    def quick_verdict(
-        self,
-        request: ContainerDeviceRequest,
-        devices: Sequence[DeviceInfo],
-        usage: Sequence[DeviceUsage],
-        positions: Sequence[int],
-        *,
-        ctx: PodFitContext,
-        cordoned: frozenset[str],
-    ) -> str | None:
-        # Without the earlier containers' devices the one-device rule is unknown: a failure
-        # could carry another reason string, so only "fits" is answered here (`fit` decides
-        # the rest, and the rule only ever turns a fit into a failure there).
-        verdict = self.fit(request, devices, usage, positions, ctx=ctx, cordoned=cordoned, allocated=())
-        return "" if verdict.ok else None
+        return None if quick else FitResult(False, reason=R.gen_reason(reasons, len(order)))
 
     # -- annotations ----------------------------------------------------------------------------------
 

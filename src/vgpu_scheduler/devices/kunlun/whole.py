@@ -111,40 +111,23 @@ class KunlunVendor(GenericVendor):
             return R.gen_reason({R.CARD_UUID_MISMATCH: len(examined.mismatched)}, cards)
         return R.gen_reason({R.NUMA_NOT_FIT: 1}, cards)
 
-    def fit(
-        self,
-        request: ContainerDeviceRequest,
-        devices: Sequence[DeviceInfo],
-        usage: Sequence[DeviceUsage],
-        order: Sequence[int],
-        *,
-        ctx: PodFitContext,
-        cordoned: frozenset[str],
-        allocated: Sequence[ContainerDevices],
-    ) -> FitResult:
+    def ladder(
+        self, request: ContainerDeviceRequest, devices: Sequence[DeviceInfo], usage: Sequence[DeviceUsage],
+        order: Sequence[int], *, ctx: PodFitContext, cordoned: frozenset[str],
+        allocated: Sequence[ContainerDevices] = (), quick: bool = False,
+    ) -> FitResult | str | None:
         examined = self._examine(devices, usage, order, ctx)
+        if quick:
+            outcome = common.order_free_outcome(request.nums, sum(examined.fits), len(order))
+            if outcome is None:
+                return None
+            return "" if outcome else self._reason(examined, len(order))
 
         def entry_of(dev: DeviceInfo) -> ContainerDevice:
             return ContainerDevice(dev.id, request.type, dev.devmem, dev.devcore, dev.index)
 
         result = common.topology_fit(request, devices, order, examined=examined, entry_of=entry_of)
         return result if result is not None else FitResult(False, reason=self._reason(examined, len(order)))
-
-    def quick_verdict(
-        self,
-        request: ContainerDeviceRequest,
-        devices: Sequence[DeviceInfo],
-        usage: Sequence[DeviceUsage],
-        positions: Sequence[int],
-        *,
-        ctx: PodFitContext,
-        cordoned: frozenset[str],
-    ) -> str | None:
-        examined = self._examine(devices, usage, positions, ctx)
-        outcome = common.order_free_outcome(request.nums, sum(examined.fits), len(positions))
-        if outcome is None:
-            return None
-        return "" if outcome else self._reason(examined, len(positions))
 
     def add_usage(
         self,

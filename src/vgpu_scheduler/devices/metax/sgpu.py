@@ -281,37 +281,18 @@ class MetaxSgpuVendor(GenericVendor):
             reasons[R.ALLOCATED_CARDS_INSUFFICIENT_REQUEST] = candidates
         return R.gen_reason(reasons, total)
 
-    def quick_verdict(
-        self,
-        request: ContainerDeviceRequest,
-        devices: Sequence[DeviceInfo],
-        usage: Sequence[DeviceUsage],
-        positions: Sequence[int],
-        *,
-        ctx: PodFitContext,
-        cordoned: frozenset[str],
-    ) -> str | None:
-        # Each device is judged on its own: whether enough pass does not depend on the order.
-        candidates, reasons = self._candidates(request, devices, usage, positions, ctx=ctx)
-        if len(candidates) >= request.nums:
-            return ""
-        return self._failure(len(candidates), reasons, len(positions))
-
-    def fit(
-        self,
-        request: ContainerDeviceRequest,
-        devices: Sequence[DeviceInfo],
-        usage: Sequence[DeviceUsage],
-        order: Sequence[int],
-        *,
-        ctx: PodFitContext,
-        cordoned: frozenset[str],
-        allocated: Sequence[ContainerDevices],
-    ) -> FitResult:
+    def ladder(
+        self, request: ContainerDeviceRequest, devices: Sequence[DeviceInfo], usage: Sequence[DeviceUsage],
+        order: Sequence[int], *, ctx: PodFitContext, cordoned: frozenset[str],
+        allocated: Sequence[ContainerDevices] = (), quick: bool = False,
+    ) -> FitResult | str | None:
         candidates, reasons = self._candidates(request, devices, usage, order, ctx=ctx)
         nums = request.nums
         if len(candidates) < nums:
-            return FitResult(False, reason=self._failure(len(candidates), reasons, len(order)))
+            reason = self._failure(len(candidates), reasons, len(order))
+            return reason if quick else FitResult(False, reason=reason)
+        if quick:
+            return ""  # each device is judged on its own: whether enough pass does not depend on the order
         memory = dict(candidates)
         positions = [p for p, _ in candidates]
         best = positions[:nums]
