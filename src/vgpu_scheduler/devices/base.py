@@ -248,6 +248,22 @@ class GenericVendor:
             coresreq=cores,
         )
 
+    def whole_device_request(
+        self, container: Obj, *, drop_empty: bool = False
+    ) -> ContainerDeviceRequest | None:
+        """Whole devices by count (limits, else requests; wrapped to int32 as Go converts): all of
+        their memory, no cores. `drop_empty`: a count <= 0 is no request (HAMi's Resourcereqs)."""
+        resources = res.resources_of(container)
+        if resources is None:
+            return None
+        count = res.as_int(res.lookup(resources, self.names.count))
+        if count is None:
+            return None
+        nums = res.int32(count)
+        if drop_empty and nums <= 0:
+            return None
+        return ContainerDeviceRequest(nums=nums, type=self.key, memreq=0, mem_percentage_req=100, coresreq=0)
+
     # -- registration (§3.2, §3.4) ---------------------------------------------------------------
 
     def node_devices(self, node: Obj) -> list[DeviceInfo]:

@@ -18,7 +18,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from vgpu_scheduler.config import DeviceConfig
-from vgpu_scheduler.devices import resources as res
 from vgpu_scheduler.devices.base import GenericVendor, SelectionFilters
 from vgpu_scheduler.devices.protocol import (
     FitResult,
@@ -60,15 +59,7 @@ class BirenVendor(GenericVendor):
     """The request's 100 % memory is never checked: it bounds nothing."""
 
     def request(self, container: Obj) -> ContainerDeviceRequest | None:
-        resources = res.resources_of(container)
-        if resources is None:
-            return None
-        count = res.as_int(res.lookup(resources, self.names.count))
-        if count is None:
-            return None
-        return ContainerDeviceRequest(
-            nums=res.int32(count), type=self.key, memreq=0, mem_percentage_req=100, coresreq=0
-        )
+        return self.whole_device_request(container)
 
     def node_devices(self, node: Obj) -> list[DeviceInfo]:
         devices = super().node_devices(node)

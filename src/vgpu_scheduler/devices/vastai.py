@@ -25,7 +25,6 @@ from typing import Any
 import msgspec
 
 from vgpu_scheduler.config import DeviceConfig
-from vgpu_scheduler.devices import resources as res
 from vgpu_scheduler.devices.base import GenericVendor, SelectionFilters
 from vgpu_scheduler.devices.protocol import (
     FitResult,
@@ -129,16 +128,7 @@ class VastaiVendor(GenericVendor):
     # -- requests ------------------------------------------------------------------------------
 
     def request(self, container: Obj) -> ContainerDeviceRequest | None:
-        resources = res.resources_of(container)
-        if resources is None:
-            return None
-        count = res.as_int(res.lookup(resources, self.names.count))
-        if count is None:
-            return None
-        nums = res.int32(count)  # HAMi converts without a range check
-        if nums <= 0:
-            return None  # Resourcereqs drops Nums <= 0
-        return ContainerDeviceRequest(nums=nums, type=VASTAI, memreq=0, mem_percentage_req=100, coresreq=0)
+        return self.whole_device_request(container, drop_empty=True)
 
     # -- inventory --------------------------------------------------------------------------------
 

@@ -63,14 +63,7 @@ class KunlunVendor(GenericVendor):
     # -- requests ------------------------------------------------------------------------------
 
     def request(self, container: Obj) -> ContainerDeviceRequest | None:
-        resources = res.resources_of(container)
-        if resources is None:
-            return None
-        count = res.as_int(res.lookup(resources, self.names.count))
-        if count is None:
-            return None
-        return ContainerDeviceRequest(nums=res.int32(count), type=self.key, memreq=0, mem_percentage_req=100,
-                                      coresreq=0)
+        return self.whole_device_request(container)
 
     # -- registration --------------------------------------------------------------------------
 
