@@ -5,7 +5,7 @@ to end with the chart's `vnpus` section (the vendor's own vectors are in test_as
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +13,7 @@ import pytest
 
 from tests.builders import container, node, pod
 from tests.devices.vendorkit import (
+    NOW,
     admit_bound_pod,
     metrics_text,
     patch_ops,
@@ -32,7 +33,6 @@ from vgpu_scheduler.wire import keys
 
 CHART = default_device_config()
 VENDORS = build(CHART, VendorFlags(enable_ascend=True))
-NOW = datetime(2026, 11, 29, 21, 3, 30, tzinfo=UTC)
 B3 = "Ascend910B3"
 REGISTER_B3 = "hami.io/node-register-Ascend910B3"
 HAMI_CORE = {"huawei.com/vnpu-mode": "hami-core"}

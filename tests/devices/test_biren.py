@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, timedelta
 from typing import Any
 
 import pytest
@@ -15,9 +15,12 @@ import pytest
 from tests.builders import container, node, pod
 from tests.devices import vendorkit
 from tests.devices.vendorkit import (
+    HANDSHAKE_HEALTH,
+    NOW,
     admit_bound_pod,
     device_infos,
     fit_checked,
+    health_flags,
     metrics_text,
     privileged,
     readable,
@@ -43,7 +46,6 @@ COUNT = "birentech.com/gpu"
 BR = BirenVendor(ResourceNames(COUNT, "", "", 0))
 CHART = default_device_config()
 VENDORS = build(CHART)
-NOW = datetime(2026, 11, 29, 21, 3, 30, tzinfo=UTC)
 
 
 
@@ -155,13 +157,7 @@ def test_inventory_errors(register: str | None, error: str) -> None:
 
 @pytest.mark.parametrize(
     ("handshake", "allocatable", "healthy", "need_update", "write"),
-    [
-        ("Requesting_2025-01-07 00:00:00", None, False, False, False),
-        ("Requesting_2025-01-07 00:00:00", "4", True, False, False),
-        ("Requesting_2026-11-29 21:03:00", None, True, False, False),
-        ("Unknown", None, True, True, True),
-        (None, None, True, True, True),
-    ],
+    HANDSHAKE_HEALTH,
     ids=readable,
 )
 def test_health(
@@ -169,7 +165,7 @@ def test_health(
 ) -> None:
     annos = {biren.HANDSHAKE: handshake} if handshake is not None else {}
     health = BR.check_health(br_node(":", allocatable=allocatable, **annos), NOW, UTC)
-    assert (health.healthy, health.need_update, health.write_requesting) == (healthy, need_update, write)
+    assert health_flags(health) == (healthy, need_update, write)
 
 
 # --------------------------------------------------------------------------------------------

@@ -4,7 +4,6 @@ pods, the webhook, metrics, the simulated device plugin and `vgpu-scheduler simu
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +20,7 @@ from tests.devices.enflame_helpers import (
     drs_node,
     gcu_node,
 )
-from tests.devices.vendorkit import metrics_text, registration, review, simulate_report
+from tests.devices.vendorkit import NOW, metrics_text, registration, review, simulate_report
 from vgpu_scheduler.cluster.client import KubeClient
 from vgpu_scheduler.cluster.embedded.deviceplugin import SimDevicePlugin
 from vgpu_scheduler.cluster.memory import MemoryCluster
@@ -31,7 +30,6 @@ from vgpu_scheduler.engine.state import SchedulerState
 from vgpu_scheduler.scheduler.extender import _locking_request
 from vgpu_scheduler.wire import keys
 
-NOW = datetime(2026, 11, 29, 21, 3, 30, tzinfo=UTC)
 ALLOCATED = "hami.io/enflame-vgpu-devices-allocated"
 
 

@@ -6,17 +6,20 @@ The `simulate` CLI end to end is in test_iluvatar_biren_cli.py."""
 from __future__ import annotations
 
 import dataclasses
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, timedelta
 from typing import Any
 
 import pytest
 
 from tests.builders import container, node, pod
 from tests.devices.vendorkit import (
+    HANDSHAKE_HEALTH,
+    NOW,
     Dev,
     admit_bound_pod,
     device_infos,
     fit_checked,
+    health_flags,
     metrics_text,
     patch_ops,
     privileged,
@@ -48,7 +51,6 @@ CHART = default_device_config()
 ENABLED = VendorFlags(enable_iluvatar=True)
 VENDORS = build(CHART, ENABLED)
 CHIPS = ("MR-V100", "MR-V50", "BI-V150", "BI-V100")
-NOW = datetime(2026, 11, 29, 21, 3, 30, tzinfo=UTC)
 
 
 
@@ -239,12 +241,9 @@ def test_inventory_errors(register: str | None, error: str) -> None:
 @pytest.mark.parametrize(
     ("handshake", "allocatable", "healthy", "need_update", "write"),
     [
-        ("Requesting_2025-01-07 00:00:00", None, False, False, False),
-        ("Requesting_2025-01-07 00:00:00", "4", True, False, False),
-        ("Requesting_2026-11-29 21:03:00", None, True, False, False),
+        *HANDSHAKE_HEALTH[:3],
         ("Requesting", None, True, False, False),  # no timestamp: healthy, nothing to do
-        ("Unknown", None, True, True, True),
-        (None, None, True, True, True),
+        *HANDSHAKE_HEALTH[3:],
     ],
     ids=readable,
 )
@@ -255,7 +254,7 @@ def test_health_reads_the_chips_handshake_and_count(
     # Another chip's handshake says nothing about this one.
     annos[iluvatar.handshake_key("MR-V50")] = "Requesting_2026-11-29 21:03:29"
     health = ILU.check_health(ilu_node(":", allocatable=allocatable, **annos), NOW, UTC)
-    assert (health.healthy, health.need_update, health.write_requesting) == (healthy, need_update, write)
+    assert health_flags(health) == (healthy, need_update, write)
 
 
 # --------------------------------------------------------------------------------------------

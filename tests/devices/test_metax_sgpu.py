@@ -7,13 +7,13 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections.abc import Mapping
-from datetime import UTC, datetime
+from datetime import UTC
 from typing import Any
 
 import pytest
 
 from tests.builders import container, node, pod
-from tests.devices.vendorkit import readable
+from tests.devices.vendorkit import NOW, health_flags, readable
 from vgpu_scheduler.devices.metax import rules, sgpu
 from vgpu_scheduler.devices.metax.inventory import SgpuDevice, decode_sdevices
 from vgpu_scheduler.devices.metax.rules import LinkDevice
@@ -26,7 +26,6 @@ from vgpu_scheduler.wire.inventory import InventoryError
 
 COUNT, VMEM, VCORE = "metax-tech.com/sgpu", "metax-tech.com/vmemory", "metax-tech.com/vcore"
 NAMES = ResourceNames(COUNT, VMEM, VCORE, 1024)
-NOW = datetime(2026, 11, 29, 21, 3, 30, tzinfo=UTC)
 ON, OFF = {sgpu.APP_CLASS: "online"}, {sgpu.APP_CLASS: "offline"}
 BE, FS, BS = "best-effort", "fixed-share", "burst-share"
 
@@ -220,7 +219,7 @@ def test_null_fields_keep_zero_values() -> None:
 )
 def test_health_is_listing_devices(value: str | None, healthy: bool) -> None:
     health = vendor().check_health(sdev_node(value), NOW, UTC)
-    assert (health.healthy, health.need_update, health.write_requesting) == (healthy, True, False)
+    assert health_flags(health) == (healthy, True, False)
 
 
 # --------------------------------------------------------------------------------------------

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +15,10 @@ import pytest
 
 from tests.builders import container, node, pod
 from tests.devices.vendorkit import (
+    HANDSHAKE_HEALTH,
+    NOW,
     admit_bound_pod,
+    health_flags,
     metrics_text,
     readable,
     registration,
@@ -40,7 +43,6 @@ COUNT = "vastaitech.com/va"
 CHART = default_device_config()
 VENDORS = build(CHART)
 VA = VENDORS["Vastai"]
-NOW = datetime(2026, 11, 29, 21, 3, 30, tzinfo=UTC)
 CHART_SECTION = "vastai:\n  resourceCountName: vastaitech.com/va\n"
 DIE = {"DeviceStrategy": "die"}
 
@@ -164,13 +166,7 @@ def test_inventory_errors(register: str | None, error: str) -> None:
 
 @pytest.mark.parametrize(
     ("handshake", "allocatable", "healthy", "need_update", "write"),
-    [
-        ("Requesting_2025-01-07 00:00:00", None, False, False, False),
-        ("Requesting_2025-01-07 00:00:00", "4", True, False, False),
-        ("Requesting_2026-11-29 21:03:00", None, True, False, False),
-        ("Unknown", None, True, True, True),
-        (None, None, True, True, True),
-    ],
+    HANDSHAKE_HEALTH,
     ids=readable,
 )
 def test_health(
@@ -178,7 +174,7 @@ def test_health(
 ) -> None:
     annos = {vastai.HANDSHAKE: handshake} if handshake is not None else {}
     health = VA.check_health(va_node(None, allocatable=allocatable, **annos), NOW, UTC)
-    assert (health.healthy, health.need_update, health.write_requesting) == (healthy, need_update, write)
+    assert health_flags(health) == (healthy, need_update, write)
 
 
 # --------------------------------------------------------------------------------------------

@@ -15,6 +15,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, NamedTuple
 
+import pytest
+
 from tests.builders import pod
 from vgpu_scheduler.cluster.client import KubeClient
 from vgpu_scheduler.cluster.embedded.deviceplugin import SimDevicePlugin
@@ -22,7 +24,8 @@ from vgpu_scheduler.cluster.memory import MemoryCluster
 from vgpu_scheduler.cluster.registration import PassReport, RegistrationLoop
 from vgpu_scheduler.cluster.store import Store
 from vgpu_scheduler.cluster.transport import MemoryTransport
-from vgpu_scheduler.devices.protocol import FitResult, Vendor, Vendors
+from vgpu_scheduler.configfile import DeviceConfigError, parse_device_config
+from vgpu_scheduler.devices.protocol import FitResult, Health, Vendor, Vendors
 from vgpu_scheduler.engine.fit import pod_fit_context
 from vgpu_scheduler.engine.quota import QuotaManager
 from vgpu_scheduler.engine.state import SchedulerState
@@ -35,6 +38,9 @@ from vgpu_scheduler.wire import keys
 
 Obj = dict[str, Any]
 
+NOW = datetime(2026, 11, 29, 21, 3, 30, tzinfo=UTC)
+"""The registration clock of the vendor tests."""
+
 
 # --------------------------------------------------------------------------------------------
 # Case ids
@@ -46,6 +52,32 @@ def readable(value: object) -> str | None:
         text = json.dumps(value, default=repr, separators=(",", ":"), sort_keys=True)
         return text if len(text) <= 60 else text[:57] + "..."
     return None
+
+
+# --------------------------------------------------------------------------------------------
+# Configuration and health
+
+
+def config_error_key(yaml: str) -> str:
+    """The key a device configuration's VendorConfigError names."""
+    with pytest.raises(DeviceConfigError) as err:
+        parse_device_config(yaml, "f.yaml")
+    return err.value.key
+
+
+HANDSHAKE_HEALTH = [
+    # (handshake annotation, allocatable count, healthy, need_update, write_requesting) at NOW
+    ("Requesting_2025-01-07 00:00:00", None, False, False, False),  # expired, no devices: gone
+    ("Requesting_2025-01-07 00:00:00", "4", True, False, False),  # expired but still allocatable
+    ("Requesting_2026-11-29 21:03:00", None, True, False, False),  # within 60 s
+    ("Unknown", None, True, True, True),
+    (None, None, True, True, True),
+]
+"""HAMi's handshake health vectors (Test_CheckHealth), shared by the vendors with the generic handshake."""
+
+
+def health_flags(health: Health) -> tuple[bool, bool, bool]:
+    return health.healthy, health.need_update, health.write_requesting
 
 
 # --------------------------------------------------------------------------------------------
