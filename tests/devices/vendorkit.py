@@ -108,6 +108,46 @@ def usages(devs: Iterable[Dev]) -> list[DeviceUsage]:
     return [DeviceUsage(d.used, d.usedmem, d.usedcores) for d in devs]
 
 
+FitVector = tuple[list[Dev], ContainerDeviceRequest, dict[str, str], bool, list[str], str]
+"""(devices, request, pod annotations, fits, chosen ids, reason)."""
+
+
+def hami_fit_vectors(vendor_type: str, *, use_uuid: str, nouse_uuid: str) -> list[FitVector]:
+    """HAMi's TestDevices_Fit vectors, the same for every vendor with the common ladder: requests
+    of `vendor_type`, uuid selection under the vendor's `use_uuid`/`nouse_uuid` annotations."""
+
+    def req(nums: int, mem: int, pct: int, cores: int) -> ContainerDeviceRequest:
+        return ContainerDeviceRequest(nums, vendor_type, mem, pct, cores)
+
+    return [
+        ([Dev("dev-0"), Dev("dev-1")], req(1, 64, 0, 50), {}, True, ["dev-1"], ""),
+        ([Dev("dev-0")], req(1, 512, 0, 50), {}, False, [], "1/1 CardInsufficientMemory"),
+        ([Dev("dev-0", totalmem=1024, usedcores=100)], req(1, 512, 0, 50), {}, False, [],
+         "1/1 CardInsufficientCore"),
+        ([Dev("dev-0")], ContainerDeviceRequest(1, "OtherType", 512, 0, 50), {}, False, [],
+         "1/1 CardTypeMismatch"),
+        ([Dev("dev-1", totalmem=1280)], req(2, 512, 0, 50), {use_uuid: "dev-0"}, False, [],
+         "1/1 CardUuidMismatch"),
+        ([Dev("dev-0", totalmem=1280)], req(2, 512, 0, 50), {nouse_uuid: "dev-0"}, False, [],
+         "1/1 CardUuidMismatch"),
+        ([Dev("dev-0", totalmem=1280, used=100)], req(1, 512, 0, 50), {}, False, [],
+         "1/1 CardTimeSlicingExhausted"),
+        ([Dev("dev-0", totalmem=1280)], req(1, 512, 0, 120), {}, True, ["dev-0"], ""),  # cores clamped
+        ([Dev("dev-0", totalmem=1280, used=20)], req(1, 512, 0, 100), {}, False, [],
+         "1/1 ExclusiveDeviceAllocateConflict"),
+        ([Dev("dev-0", totalmem=1280, used=20, usedcores=100)], req(1, 512, 0, 0), {}, False, [],
+         "1/1 CardComputeUnitsExhausted"),
+        ([Dev("dev-0", totalmem=1280, used=20, usedcores=10)], req(2, 512, 0, 20), {}, False, [],
+         "1/1 AllocatedCardsInsufficientRequest"),
+        ([Dev("dev-0", totalmem=1280, used=20, usedcores=10)], req(1, 0, 10, 20), {}, True, ["dev-0"], ""),
+        ([Dev("dev-0", count=2, used=1)], req(1, 64, 0, 50), {keys.GPU_SCHEDULER_POLICY: "mutex"}, False, [],
+         "1/1 ExclusiveDeviceAllocateConflict"),
+        ([Dev("dev-0", totalmem=1280), Dev("dev-1", totalmem=1280, index=1)], req(3, 512, 0, 20), {}, False,
+         [], "2/2 AllocatedCardsInsufficientRequest"),
+        ([Dev("dev-0", totalmem=1280, health=False)], req(1, 512, 0, 50), {}, False, [], "1/1 CardNotHealth"),
+    ]
+
+
 class Fitted(NamedTuple):
     result: FitResult
     quick: str | None
