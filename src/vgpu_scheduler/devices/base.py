@@ -7,7 +7,9 @@ ladder in `Fit`, `AddResourceUsage` adding the entry, the allocation list writte
 subclasses `GenericVendor`, sets its keys and options, and overrides only what differs.
 
 The ladder (`ladder`) is HAMi's NVIDIA `Fit` with each NVIDIA-only step behind an option, so one
-loop serves both the ordered walk (`fit`) and the order-free verdict (`quick_verdict`).
+loop serves both the ordered walk (`fit`) and the order-free verdict (`quick_verdict`). A vendor
+whose `Fit` differs overrides `ladder` alone (both answers from one method); one that writes more
+than its allocation at filter time returns it from `extra_annotations`.
 """
 
 from __future__ import annotations
