@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from typing import Any
 
 from tests.builders import container, node
+from tests.devices import vendorkit
 from vgpu_scheduler.configfile import default_device_config
 from vgpu_scheduler.devices.enflame import capacity
 from vgpu_scheduler.devices.registry import build
@@ -24,13 +24,10 @@ PROFILES = {"1g.6gb": "0", "3g.20gb": "1", "6g.40gb": "2"}
 
 
 def readable(value: object) -> str | None:
-    """Case ids for the tables (no pytest-made-up ids): objects as compact JSON-ish text."""
-    if isinstance(value, (dict, list, tuple)) or dataclasses.is_dataclass(value):
-        text = json.dumps(value, default=repr, separators=(",", ":"), sort_keys=True)
-        return text if len(text) <= 60 else text[:57] + "..."
+    """Case ids for the tables: `vendorkit.readable`, and long strings shortened too."""
     if isinstance(value, str):
         return value if len(value) <= 60 else value[:57] + "..."
-    return None
+    return vendorkit.readable(value)
 
 
 def drs_capacity(*capacities: object, profiles: dict[str, str] | None = None) -> str:

@@ -6,36 +6,40 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from datetime import UTC, datetime
+from datetime import UTC
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.builders import container, node, pod
-from vgpu_scheduler.cluster.client import KubeClient
-from vgpu_scheduler.cluster.embedded.deviceplugin import SimDevicePlugin
-from vgpu_scheduler.cluster.memory import MemoryCluster
-from vgpu_scheduler.cluster.registration import RegistrationLoop
-from vgpu_scheduler.cluster.store import Store
-from vgpu_scheduler.cluster.transport import MemoryTransport
+from tests.devices import vendorkit
+from tests.devices.vendorkit import (
+    NOW,
+    admit_bound_pod,
+    config_error_key,
+    device_infos,
+    fit_checked,
+    health_flags,
+    metrics_text,
+    readable,
+    registration,
+    review,
+    simulate_report,
+    usages,
+)
 from vgpu_scheduler.config import DeviceConfig
-from vgpu_scheduler.configfile import DeviceConfigError, default_device_config, parse_device_config
+from vgpu_scheduler.configfile import default_device_config, parse_device_config
 from vgpu_scheduler.devices import amd
 from vgpu_scheduler.devices.amd import AmdVendor
 from vgpu_scheduler.devices.base import SelectionFilters
-from vgpu_scheduler.devices.protocol import MutationError, ResourceNames, Vendors
+from vgpu_scheduler.devices.protocol import MutationError, ResourceNames
 from vgpu_scheduler.devices.registry import build
 from vgpu_scheduler.engine.decide import Chosen, NoFit, decide
-from vgpu_scheduler.engine.fit import pod_fit_context
 from vgpu_scheduler.engine.requests import pod_requests
 from vgpu_scheduler.engine.state import SchedulerState
 from vgpu_scheduler.model import ContainerDevice, ContainerDeviceRequest, DeviceInfo, DeviceUsage
 from vgpu_scheduler.scheduler.extender import _locking_request
-from vgpu_scheduler.scheduler.options import SchedulerOptions
-from vgpu_scheduler.server.metrics import exposition, metrics_registry
-from vgpu_scheduler.server.webhook import review_pod
-from vgpu_scheduler.simulate.cli import main as simulate_main
 from vgpu_scheduler.wire import keys
 from vgpu_scheduler.wire.inventory import InventoryError
 
@@ -46,17 +50,9 @@ AMD = VENDORS["AMD"]
 # HAMi's test names (Test_MutateAdmission, Test_GenerateResourceRequests).
 T_COUNT, T_MEM, T_CORES = "amd.com/gpu", "amd.com/gpu-mem", "amd.com/gpu-core-pct"
 TEST_AMD = AmdVendor(ResourceNames(T_COUNT, T_MEM, T_CORES, 0))
-NOW = datetime(2026, 11, 29, 21, 3, 30, tzinfo=UTC)
 CHART_SECTION = 'amd:\n  resourceCountName: "amd.com/gpu"\n  resourceCoreName: "amd.com/gpucores"\n' \
     '  resourceMemoryName: "amd.com/gpumem"\n'
 
-
-def _readable(value: object) -> str | None:
-    """Case ids for the tables below: objects as compact JSON-ish text."""
-    if isinstance(value, (dict, list, tuple)) or dataclasses.is_dataclass(value):
-        text = json.dumps(value, default=repr, separators=(",", ":"), sort_keys=True)
-        return text if len(text) <= 60 else text[:57] + "..."
-    return None
 
 
 def limits(**kw: str) -> dict[str, Any]:
@@ -93,12 +89,10 @@ def test_chart_section_verbatim_and_missing_section() -> None:
 @pytest.mark.parametrize(
     ("yaml", "key"),
     [("amd:\n  resourceCountName: 5\n", "amd.resourceCountName"), ("amd: [1]\n", "amd")],
-    ids=_readable,
+    ids=readable,
 )
 def test_bad_section_is_a_config_error(yaml: str, key: str) -> None:
-    with pytest.raises(DeviceConfigError) as err:
-        parse_device_config(yaml, "f.yaml")
-    assert err.value.key == key
+    assert config_error_key(yaml) == key
 
 
 # --------------------------------------------------------------------------------------------
@@ -136,7 +130,7 @@ def t_limits(**kw: str) -> dict[str, Any]:
         (t_limits(count="0.5"), None),
         (t_limits(count="1", mem="1Ki", cores="1"), req(1, 1024, 1)),  # memory as written, no factor
     ],
-    ids=_readable,
+    ids=readable,
 )
 def test_requests(ctr: dict[str, Any], expected: ContainerDeviceRequest | None) -> None:
     assert TEST_AMD.request(ctr) == expected
@@ -175,7 +169,7 @@ def test_inventory_json() -> None:
         ("GPU-0,1,8192,100,amd,0,true:", "invalid node annotation JSON"),  # JSON only
         ('[{"id":"GPU-0","count":"1"}]', "device 0: field 'count' must be an int32"),
     ],
-    ids=_readable,
+    ids=readable,
 )
 def test_inventory_errors(register: str | None, error: str) -> None:
     with pytest.raises(InventoryError, match=error):
@@ -185,12 +179,12 @@ def test_inventory_errors(register: str | None, error: str) -> None:
 @pytest.mark.parametrize(
     ("capacity", "healthy"),
     [(None, False), ("0", False), ("2", True), ("1.5", False), ("-1", True)],
-    ids=_readable,
+    ids=readable,
 )
 def test_health_is_the_count_capacity(capacity: str | None, healthy: bool) -> None:
     """CheckHealth reads status.capacity (not allocatable): absent/0/not an integer is unhealthy."""
     health = AMD.check_health(amd_node(REGISTER_JSON, capacity=capacity), NOW, UTC)
-    assert (health.healthy, health.need_update, health.write_requesting) == (healthy, healthy, False)
+    assert health_flags(health) == (healthy, healthy, False)
 
 
 def test_health_with_an_empty_count_name_and_allocatable_only() -> None:
@@ -224,7 +218,7 @@ def test_health_with_an_empty_count_name_and_allocatable_only() -> None:
         ({amd.USE_TYPE: ", "}, "MI300X", False),
         ({amd.USE_TYPE: "mi300"}, "AMD-MI300X", True),  # case-insensitive
     ],
-    ids=_readable,
+    ids=readable,
 )
 def test_type_annotations(annos: dict[str, str], cardtype: str, ok: bool) -> None:
     filters = AMD.pod_filters(annos)
@@ -237,30 +231,20 @@ def test_type_annotations(annos: dict[str, str], cardtype: str, ok: bool) -> Non
 
 
 @dataclasses.dataclass
-class Dev:
-    id: str
+class Dev(vendorkit.Dev):
     count: int = 2
     totalmem: int = 1000
-    totalcore: int = 100
-    used: int = 0
-    usedmem: int = 0
-    usedcores: int = 0
-    health: bool = True
-    index: int = 0
     type: str = "AMD"
 
 
 def run_fit(
     devs: list[Dev], request: ContainerDeviceRequest, annos: dict[str, str] | None = None
 ) -> tuple[bool, list[ContainerDevice], str]:
-    devices = [DeviceInfo(id=d.id, index=d.index, count=d.count, devmem=d.totalmem, devcore=d.totalcore,
-                          type=d.type, health=d.health) for d in devs]
-    usage = [DeviceUsage(d.used, d.usedmem, d.usedcores) for d in devs]
-    ctx = pod_fit_context(pod(annotations=annos or {}), vendors=Vendors([AMD]))
-    order = list(range(len(devs)))
-    result = AMD.fit(request, devices, usage, order, ctx=ctx, cordoned=frozenset(), allocated=())
+    devices = device_infos(devs, "")
+    for info, d in zip(devices, devs, strict=True):
+        info.type = d.type  # a product name per device
     # The order-free verdict always answers for AMD, and agrees with the ordered Fit.
-    assert AMD.quick_verdict(request, devices, usage, order, ctx=ctx, cordoned=frozenset()) == result.reason
+    result = fit_checked(AMD, request, devices, usages(devs), annos=annos, exact=True)
     assert [devices[p].id for p in result.positions] == [e.uuid for e in result.devices]
     return result.ok, result.devices, result.reason
 
@@ -302,7 +286,7 @@ def run_fit(
         ([Dev("dev-0"), Dev("dev-1", usedmem=900, index=1)], req(2, 500, 10), {},
          "1/2 AllocatedCardsInsufficientRequest, 1/2 CardInsufficientMemory", []),
     ],
-    ids=_readable,
+    ids=readable,
 )
 def test_fit(
     devs: list[Dev], request_: ContainerDeviceRequest, annos: dict[str, str], reason: str,
@@ -344,7 +328,7 @@ def test_patch_annotations() -> None:
         (pod(containers=[{"name": "c", "resources": {"requests": {COUNT: "1"}}}]), False),
         (pod(init_containers=[limits(count="1")], containers=[container()]), False),
     ],
-    ids=_readable,
+    ids=readable,
 )
 def test_lock_only_for_regular_containers(p: dict[str, Any], locks: bool) -> None:
     assert _locking_request(p, VENDORS) is locks
@@ -361,7 +345,7 @@ def test_lock_only_for_regular_containers(p: dict[str, Any], locks: bool) -> Non
         (container(limits={}), False),
         (t_limits(cores="0"), True),  # validated only next to a count
     ],
-    ids=_readable,
+    ids=readable,
 )
 def test_mutate(ctr: dict[str, Any], has: bool) -> None:
     before = json.loads(json.dumps(ctr))
@@ -377,12 +361,11 @@ def test_mutate_rejects_a_bad_core_percentage(cores: str) -> None:
 
 
 def test_webhook_answers_500_for_a_bad_percentage_and_schedules_amd_pods() -> None:
-    opts = dataclasses.replace(SchedulerOptions(), scheduler_name="hami-scheduler")
-    bad = review_pod(pod(containers=[limits(count="1", cores="150")]), opts, VENDORS)
+    bad = review(pod(containers=[limits(count="1", cores="150")]), VENDORS)
     assert (bad.allowed, bad.code, bad.message) == (
         False, 500, "amd.com/gpucores must be an integer percentage between 1 and 100"
     )
-    good = review_pod(pod(containers=[limits(count="1", cores="50")]), opts, VENDORS)
+    good = review(pod(containers=[limits(count="1", cores="50")]), VENDORS)
     assert good.allowed
     assert {"op": "add", "path": "/spec/schedulerName", "value": "hami-scheduler"} in good.patch or any(
         op.get("path") == "/spec/schedulerName" and op.get("value") == "hami-scheduler" for op in good.patch
@@ -407,38 +390,26 @@ def amd_devices(n: int = 2, devmem: int = 65536, devcore: int = 64, type_: str =
 
 
 async def test_registration_reads_amd_nodes_cleans_up_and_writes_no_amd_handshake() -> None:
-    cluster = MemoryCluster(seed=1)
-    client = KubeClient(MemoryTransport(cluster))
-    store = Store()
-    state = SchedulerState(VENDORS)
-    loop = RegistrationLoop(client, state, store, now=lambda: NOW, tz=UTC)
-    try:
-        for obj in (
+    async with registration(VENDORS, NOW) as reg:
+        reg.add(
             amd_node(amd_devices(), name="amd-1"),
             amd_node("[{", name="amd-broken"),  # one node's bad annotation ...
-            amd_node(amd_devices(1), name="amd-2"),
-        ):
-            store.upsert(cluster.create("nodes", obj))
-        report = await loop.run_pass()
-        await loop.flush_writes()
-        view = state.ledger.view("amd-1")
+            amd_node(amd_devices(1), name="amd-2"))
+        report = await reg.run()
+        view = reg.state.ledger.view("amd-1")
         assert view is not None and [d.id for d in view.devices] == ["AMD-0", "AMD-1"]
-        assert state.ledger.view("amd-2") is not None  # ... never affects another
-        assert state.ledger.view("amd-broken") is None
+        assert reg.state.ledger.view("amd-2") is not None  # ... never affects another
+        assert reg.state.ledger.view("amd-broken") is None
         assert report.errors["amd-broken"].startswith("invalid node annotation JSON")
-        annotations = cluster.get("nodes", "amd-1")["metadata"]["annotations"]
+        annotations = reg.node_annotations("amd-1")
         assert not any("amd" in k for k in annotations if k != amd.REGISTER)  # no AMD handshake
         # The plugin goes away (capacity 0): AMD is unhealthy, its register annotation deleted.
-        cluster.patch("nodes", "amd-1", {"status": {"capacity": {COUNT: "0"}}}, subresource="status")
-        store.upsert(cluster.get("nodes", "amd-1"))
-        report = await loop.run_pass()
-        await loop.flush_writes()
+        reg.cluster.patch("nodes", "amd-1", {"status": {"capacity": {COUNT: "0"}}}, subresource="status")
+        reg.refresh("amd-1")
+        report = await reg.run()
         assert "amd-1" in report.cleaned
-        assert state.ledger.view("amd-1") is None
-        assert amd.REGISTER not in cluster.get("nodes", "amd-1")["metadata"]["annotations"]
-    finally:
-        await loop.stop()
-        await client.close()
+        assert reg.state.ledger.view("amd-1") is None
+        assert amd.REGISTER not in reg.node_annotations("amd-1")
 
 
 def amd_pod(name: str, **kw: str) -> dict[str, Any]:
@@ -482,7 +453,7 @@ def test_metrics_normalize_amd_cores() -> None:
     d = decide(p, ["amd-1"], state, default_node_policy="binpack", default_gpu_policy="spread", now=1)
     assert isinstance(d, Chosen)
     state.reserve(p, d)
-    text = exposition(metrics_registry(state, legacy=True)).decode()
+    text = metrics_text(state, legacy=True)
     dev = 'device_index="1",device_type="AMD-MI300X",device_uuid="AMD-1",node="amd-1",zone="vGPU"'
     assert f"hami_gpu_core_limit_ratio{{{dev}}} 100\n" in text
     assert f"hami_gpu_core_allocated_ratio{{{dev}}} 30\n" in text  # ceil(19 / 64 × 100) = 30
@@ -499,28 +470,23 @@ def test_metrics_go_by_the_device_type_not_the_vendor() -> None:
     raw compute units."""
     state = SchedulerState(VENDORS)
     state.set_node_devices("amd-1", AMD.node_devices(amd_node(amd_devices(1, type_="MI300X"))))
-    text = exposition(metrics_registry(state)).decode()
+    text = metrics_text(state)
     assert 'hami_gpu_core_limit_ratio{device_index="0",device_type="MI300X",device_uuid="AMD-0",' \
         'node="amd-1",zone="vGPU"} 64\n' in text
 
 
 async def test_simulated_device_plugin_consumes_amd_allocations() -> None:
-    cluster = MemoryCluster(seed=1)
-    lock = {keys.NODE_LOCK: "2026-01-01T00:00:00Z,default,p"}
-    cluster.create("nodes", {"metadata": {"name": "n1", "annotations": lock}})
     annotations = {
         "hami.io/amd-devices-to-allocate": ";AMD-1,AMD-MI300X,2048,32:;",
         "hami.io/amd-devices-allocated": ";AMD-1,AMD-MI300X,2048,32:;",
         keys.BIND_PHASE: "allocating",
     }
-    cluster.create("pods", pod("p", annotations=annotations, containers=[container("a"), limits(count="1")]))
-    cluster.bind("default", "p", "n1")
-    plugin = SimDevicePlugin(KubeClient(MemoryTransport(cluster)), VENDORS)
-    result = await plugin.admit(cluster.get("pods", "p", "default"))
-    assert result.phase == "Running"
-    after = cluster.get("pods", "p", "default")["metadata"]["annotations"]
+    bound = pod("p", annotations=annotations, containers=[container("a"), limits(count="1")])
+    admitted = await admit_bound_pod(VENDORS, bound)
+    assert admitted.phase == "Running"
+    after = admitted.annotations
     assert after["hami.io/amd-devices-to-allocate"] == ";;" and after[keys.BIND_PHASE] == "success"
-    assert keys.NODE_LOCK not in (cluster.get("nodes", "n1")["metadata"].get("annotations") or {})
+    assert keys.NODE_LOCK not in admitted.node_annotations
 
 
 def snapshot_node(name: str, register: str, gpus: str) -> dict[str, Any]:
@@ -542,20 +508,10 @@ spec:
 
 
 def test_cli_simulate_places_amd_pods(tmp_path: Path) -> None:
-    snap = tmp_path / "snap.json"
     nodes = [snapshot_node("amd-a", amd_devices(2), "8"),
              snapshot_node("amd-b", amd_devices(1, devcore=304), "4")]
-    snap.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": nodes}))
-    pods = tmp_path / "pods.yaml"
-    pods.write_text("---\n".join([POD_YAML.format(name="two", count=2, cores=25),
-                                  POD_YAML.format(name="big", count=1, cores=50)]))
-    config = tmp_path / "device-config.yaml"
-    config.write_text(CHART_SECTION)
-    out = tmp_path / "r.json"
-    args = ["--snapshot", str(snap), "--pods", str(pods), "--device-config-file", str(config),
-            "--output", str(out)]
-    assert simulate_main(args) == 0
-    report = {p["name"]: p for p in json.loads(out.read_text())["pods"]}
+    pods = [POD_YAML.format(name="two", count=2, cores=25), POD_YAML.format(name="big", count=1, cores=50)]
+    report = simulate_report(tmp_path, nodes=nodes, pods=pods, config=CHART_SECTION)
     # Two devices: only amd-a has them; 25 % of 64 CUs = 16 each.
     assert report["two"]["node"] == "amd-a"
     assert report["two"]["annotations"]["hami.io/amd-devices-allocated"] == \

@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from datetime import UTC, datetime
+from datetime import UTC
 from typing import Any
 
 import pytest
 
 from tests.builders import container, node, pod
+from tests.devices import vendorkit
+from tests.devices.vendorkit import NOW, fit_checked, health_flags, readable, usages
 from vgpu_scheduler.config import DeviceConfig
 from vgpu_scheduler.configfile import DeviceConfigError, default_device_config, parse_device_config
 from vgpu_scheduler.devices.ascend import topology
@@ -37,7 +39,6 @@ CHART = default_device_config()
 ENABLED = VendorFlags(enable_ascend=True)
 VENDORS = build(CHART, ENABLED)
 CHIPS = [v for v in VENDORS if isinstance(v, AscendVendor)]
-NOW = datetime(2026, 11, 29, 21, 3, 30, tzinfo=UTC)
 
 A910 = (
     Template("vir02", 2184, 2),
@@ -48,13 +49,8 @@ A910 = (
 
 
 def _readable(value: object) -> str | None:
-    """Case ids for the tables below: objects as compact JSON-ish text."""
-    if isinstance(value, AscendVendor):
-        return value.key
-    if isinstance(value, (dict, list, tuple)) or dataclasses.is_dataclass(value):
-        text = json.dumps(value, default=repr, separators=(",", ":"), sort_keys=True)
-        return text if len(text) <= 60 else text[:57] + "..."
-    return None
+    """Case ids for the tables below: a vendor by its key, other objects as `vendorkit.readable`."""
+    return value.key if isinstance(value, AscendVendor) else readable(value)
 
 
 def chip(cw: str = "Ascend910A", **kw: Any) -> AscendVendor:
@@ -442,7 +438,7 @@ def test_health(
 ) -> None:
     annos = {} if handshake is None else {"hami.io/node-handshake-Ascend910A": handshake}
     health = A.check_health(npu_node("[]", allocatable=allocatable, **annos), NOW, UTC)
-    assert (health.healthy, health.need_update, health.write_requesting) == (healthy, need_update, write)
+    assert health_flags(health) == (healthy, need_update, write)
 
 
 # --------------------------------------------------------------------------------------------
@@ -450,16 +446,7 @@ def test_health(
 
 
 @dataclasses.dataclass
-class Dev:
-    id: str
-    count: int = 100
-    totalmem: int = 128
-    totalcore: int = 100
-    used: int = 0
-    usedmem: int = 0
-    usedcores: int = 0
-    health: bool = True
-    index: int = 0
+class Dev(vendorkit.Dev):
     network: Any = None  # NetworkID in custominfo ("" = custominfo without it)
 
 
@@ -493,14 +480,8 @@ def run_fit(
     annos: dict[str, str] | None = None,
     node_mode: bool | None = None,
 ) -> tuple[bool, list[str], str]:
-    devices = devices_of(devs, vendor.key, node_mode)
-    usage = [DeviceUsage(d.used, d.usedmem, d.usedcores) for d in devs]
-    ctx = pod_fit_context(pod(annotations=annos or {}), vendors=Vendors([vendor]))
-    order = list(range(len(devs)))
-    result = vendor.fit(request, devices, usage, order, ctx=ctx, cordoned=frozenset(), allocated=())
-    quick = vendor.quick_verdict(request, devices, usage, order, ctx=ctx, cordoned=frozenset())
-    assert quick is None or quick == result.reason  # the order-free verdict agrees where it answers
-    assert result.positions == [order[[d.id for d in devs].index(c.uuid)] for c in result.devices]
+    result = fit_checked(vendor, request, devices_of(devs, vendor.key, node_mode), usages(devs), annos=annos)
+    assert result.positions == [[d.id for d in devs].index(c.uuid) for c in result.devices]
     return result.ok, [d.uuid for d in result.devices], result.reason
 
 

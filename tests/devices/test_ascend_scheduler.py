@@ -4,21 +4,23 @@ to end with the chart's `vnpus` section (the vendor's own vectors are in test_as
 
 from __future__ import annotations
 
-import dataclasses
 import json
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.builders import container, node, pod
-from vgpu_scheduler.cluster.client import KubeClient
-from vgpu_scheduler.cluster.embedded.deviceplugin import SimDevicePlugin
-from vgpu_scheduler.cluster.memory import MemoryCluster
-from vgpu_scheduler.cluster.registration import RegistrationLoop
-from vgpu_scheduler.cluster.store import Store
-from vgpu_scheduler.cluster.transport import MemoryTransport
+from tests.devices.vendorkit import (
+    NOW,
+    admit_bound_pod,
+    metrics_text,
+    patch_ops,
+    registration,
+    review,
+    simulate_report,
+)
 from vgpu_scheduler.configfile import default_device_config, parse_device_config
 from vgpu_scheduler.devices.protocol import VendorFlags
 from vgpu_scheduler.devices.registry import build
@@ -26,14 +28,11 @@ from vgpu_scheduler.engine.decide import Chosen, NoFit, decide, decide_on_nodes
 from vgpu_scheduler.engine.state import SchedulerState
 from vgpu_scheduler.scheduler.extender import _locking_request
 from vgpu_scheduler.scheduler.options import SchedulerOptions
-from vgpu_scheduler.server.metrics import exposition, metrics_registry
 from vgpu_scheduler.server.webhook import review_pod
-from vgpu_scheduler.simulate.cli import main as simulate_main
 from vgpu_scheduler.wire import keys
 
 CHART = default_device_config()
 VENDORS = build(CHART, VendorFlags(enable_ascend=True))
-NOW = datetime(2026, 11, 29, 21, 3, 30, tzinfo=UTC)
 B3 = "Ascend910B3"
 REGISTER_B3 = "hami.io/node-register-Ascend910B3"
 HAMI_CORE = {"huawei.com/vnpu-mode": "hami-core"}
@@ -109,88 +108,56 @@ def run(
 
 
 async def test_registration_reads_npu_nodes_and_stamps_each_chip_handshake() -> None:
-    cluster = MemoryCluster(seed=1)
-    client = KubeClient(MemoryTransport(cluster))
-    store = Store()
-    state = SchedulerState(VENDORS)
-    loop = RegistrationLoop(client, state, store, now=lambda: NOW, tz=UTC)
-    try:
-        for obj in (
+    async with registration(VENDORS, NOW) as reg:
+        reg.add(
             npu_node("npu-1", npu_devices(2)),
             npu_node("npu-broken", "[{"),  # one node's bad annotation ...
-            npu_node("npu-310", npu_devices(1, cw="Ascend310P"), cw="Ascend310P"),
-        ):
-            store.upsert(cluster.create("nodes", obj))
-        report = await loop.run_pass()
-        await loop.flush_writes()
-        view = state.ledger.view("npu-1")
+            npu_node("npu-310", npu_devices(1, cw="Ascend310P"), cw="Ascend310P"))
+        report = await reg.run()
+        view = reg.state.ledger.view("npu-1")
         assert view is not None and [d.id for d in view.devices] == ["Ascend910B3-0", "Ascend910B3-1"]
         assert {d.device_vendor for d in view.devices} == {B3}
-        p310 = state.ledger.view("npu-310")  # ... never affects another
+        p310 = reg.state.ledger.view("npu-310")  # ... never affects another
         assert p310 is not None and [d.device_vendor for d in p310.devices] == ["Ascend310P"]
-        assert state.ledger.view("npu-broken") is None
+        assert reg.state.ledger.view("npu-broken") is None
         assert report.errors["npu-broken"].startswith("invalid node annotation JSON")
-        annotations = cluster.get("nodes", "npu-1")["metadata"]["annotations"]
+        annotations = reg.node_annotations("npu-1")
         # Every registered chip's handshake is stamped on every node, as HAMi does.
         for cw in ("Ascend910A", B3, "Ascend310P", "Ascend910C"):
             assert annotations[f"hami.io/node-handshake-{cw}"] == "Requesting_2026-11-29 21:03:30"
-    finally:
-        await loop.stop()
-        await client.close()
 
 
 async def test_node_hami_core_annotation_is_read_again_with_the_inventory() -> None:
     """A new `hami-vnpu-core` value counts from the next registration pass (HAMi: from the next
     inventory update, i.e. the next answered handshake)."""
-    cluster = MemoryCluster(seed=1)
-    client = KubeClient(MemoryTransport(cluster))
-    store = Store()
-    state = SchedulerState(VENDORS)
-    loop = RegistrationLoop(client, state, store, now=lambda: NOW, tz=UTC)
     p = npu_pod("p", annotations=HAMI_CORE, count="1")
-    try:
-        store.upsert(cluster.create("nodes", npu_node("n", npu_devices(1))))
-        await loop.run_pass()
-        await loop.flush_writes()
-        assert run(p, state, ["n"]) == NoFit({"n": "1/1 ModeNotFit"})
-        cluster.patch("nodes", "n", {"metadata": {"annotations": {"hami-vnpu-core": "true"}}})
-        store.upsert(cluster.get("nodes", "n"))
-        report = await loop.run_pass()
-        await loop.flush_writes()
+    async with registration(VENDORS, NOW) as reg:
+        reg.add(npu_node("n", npu_devices(1)))
+        await reg.run()
+        assert run(p, reg.state, ["n"]) == NoFit({"n": "1/1 ModeNotFit"})
+        reg.cluster.patch("nodes", "n", {"metadata": {"annotations": {"hami-vnpu-core": "true"}}})
+        reg.refresh("n")
+        report = await reg.run()
         assert report.errors == {}
-        assert isinstance(run(p, state, ["n"]), Chosen)
-    finally:
-        await loop.stop()
-        await client.close()
+        assert isinstance(run(p, reg.state, ["n"]), Chosen)
 
 
 async def test_unhealthy_chip_is_cleaned_up() -> None:
     """No allocatable NPUs and a stale handshake: the chip's devices and handshake go."""
-    cluster = MemoryCluster(seed=1)
-    client = KubeClient(MemoryTransport(cluster))
-    store = Store()
-    state = SchedulerState(VENDORS)
-    clock = [NOW]
-    loop = RegistrationLoop(client, state, store, now=lambda: clock[0], tz=UTC)
-    try:
-        store.upsert(cluster.create("nodes", npu_node("n", npu_devices(1))))
-        await loop.run_pass()
-        await loop.flush_writes()
-        assert state.ledger.view("n") is not None
-        cluster.patch(
+    async with registration(VENDORS, NOW) as reg:
+        reg.add(npu_node("n", npu_devices(1)))
+        await reg.run()
+        assert reg.state.ledger.view("n") is not None
+        reg.cluster.patch(
             "nodes", "n", {"status": {"allocatable": {"huawei.com/Ascend910B3": "0"}}}, subresource="status"
         )
-        store.upsert(cluster.get("nodes", "n"))
-        clock[0] = NOW + timedelta(seconds=61)
-        report = await loop.run_pass()
-        await loop.flush_writes()
-        assert report.cleaned == ["n"] and state.ledger.view("n") is None
+        reg.refresh("n")
+        reg.clock[0] = NOW + timedelta(seconds=61)
+        report = await reg.run()
+        assert report.cleaned == ["n"] and reg.state.ledger.view("n") is None
         assert (
-            "hami.io/node-handshake-Ascend910B3" not in cluster.get("nodes", "n")["metadata"]["annotations"]
+            "hami.io/node-handshake-Ascend910B3" not in reg.node_annotations("n")
         )
-    finally:
-        await loop.stop()
-        await client.close()
 
 
 # --------------------------------------------------------------------------------------------
@@ -288,11 +255,10 @@ def test_webhook_trims_memory_sets_the_runtime_class_and_our_scheduler() -> None
         "    templates: [{name: vir05_1c_16g, memory: 16384}, {name: vir10_3c_32g, memory: 32768}]\n"
     )
     vendors = build(config, VendorFlags(enable_ascend=True))
-    opts = dataclasses.replace(SchedulerOptions(), scheduler_name="hami-scheduler")
     original = npu_pod("p", count="1", mem="10000")
-    response = review_pod(original, opts, vendors)
+    response = review(original, vendors)
     assert response.allowed
-    ops = {(op["op"], op["path"]): op.get("value") for op in response.patch}
+    ops = patch_ops(response)
     assert ops[("add", "/spec/schedulerName")] == "hami-scheduler"
     assert ops[("add", "/spec/runtimeClassName")] == "ascend"
     assert ops[("replace", "/spec/containers/0/resources/limits/huawei.com~1Ascend910B3-memory")] == "16384"
@@ -326,7 +292,7 @@ def test_metrics_list_npu_devices() -> None:
     d = run(p, state, ["npu-1"])
     assert isinstance(d, Chosen)
     state.reserve(p, d)
-    text = exposition(metrics_registry(state)).decode()
+    text = metrics_text(state)
     assert (
         'hami_gpu_memory_allocated_bytes{device_cores="20",device_index="1",device_type="Ascend910B3",'
         'device_uuid="Ascend910B3-1",node="npu-1",zone="vGPU"} 1.7179869184e+10'
@@ -334,23 +300,17 @@ def test_metrics_list_npu_devices() -> None:
 
 
 async def test_simulated_device_plugin_consumes_npu_allocations() -> None:
-    cluster = MemoryCluster(seed=1)
-    lock = {keys.NODE_LOCK: "2026-01-01T00:00:00Z,default,p"}
-    cluster.create("nodes", {"metadata": {"name": "n1", "annotations": lock}})
     annotations = {
         "hami.io/Ascend910B3-devices-to-allocate": ";Ascend910B3-1,Ascend910B3,16384,0:;",
         "hami.io/Ascend910B3-devices-allocated": ";Ascend910B3-1,Ascend910B3,16384,0:;",
         keys.BIND_PHASE: "allocating",
     }
     ctrs = [container("a"), container("b", limits={"huawei.com/Ascend910B3": "1"})]
-    cluster.create("pods", pod("p", annotations=annotations, containers=ctrs))
-    cluster.bind("default", "p", "n1")
-    plugin = SimDevicePlugin(KubeClient(MemoryTransport(cluster)), VENDORS)
-    result = await plugin.admit(cluster.get("pods", "p", "default"))
-    assert result.phase == "Running"
-    after = cluster.get("pods", "p", "default")["metadata"]["annotations"]
+    admitted = await admit_bound_pod(VENDORS, pod("p", annotations=annotations, containers=ctrs))
+    assert admitted.phase == "Running"
+    after = admitted.annotations
     assert after["hami.io/Ascend910B3-devices-to-allocate"] == ";;" and after[keys.BIND_PHASE] == "success"
-    assert keys.NODE_LOCK not in (cluster.get("nodes", "n1")["metadata"].get("annotations") or {})
+    assert keys.NODE_LOCK not in admitted.node_annotations
 
 
 # --------------------------------------------------------------------------------------------
@@ -405,25 +365,8 @@ def test_simulate_end_to_end(tmp_path: Path, enable: bool, scheduled: list[str])
         obj.update(apiVersion="v1", kind="Node")
         obj["status"]["capacity"].update(counts)
         obj["status"]["allocatable"].update(counts)
-    snap = tmp_path / "snap.json"
-    snap.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": nodes}))
-    pods = tmp_path / "pods.yaml"
-    pods.write_text(PODS)
-    config = tmp_path / "device-config.yaml"
-    config.write_text(chart_vnpus_section())
-    out = tmp_path / "r.json"
-    args = [
-        "--snapshot",
-        str(snap),
-        "--pods",
-        str(pods),
-        "--device-config-file",
-        str(config),
-        "--output",
-        str(out),
-    ]
-    assert simulate_main([*args, f"--enable-ascend={str(enable).lower()}"]) == 0
-    report = {p["name"]: p for p in json.loads(out.read_text())["pods"]}
+    flags = [f"--enable-ascend={str(enable).lower()}"]
+    report = simulate_report(tmp_path, nodes=nodes, pods=[PODS], config=chart_vnpus_section(), flags=flags)
     assert [name for name, p in report.items() if p["node"]] == scheduled
     if not enable:
         assert "hami.io/vgpu-node" not in report["pair"]["annotations"]

@@ -6,21 +6,26 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from datetime import UTC, datetime
+from datetime import UTC
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.builders import container, node, pod
-from vgpu_scheduler.cluster.client import KubeClient
-from vgpu_scheduler.cluster.embedded.deviceplugin import SimDevicePlugin
-from vgpu_scheduler.cluster.memory import MemoryCluster
-from vgpu_scheduler.cluster.registration import RegistrationLoop
-from vgpu_scheduler.cluster.store import Store
-from vgpu_scheduler.cluster.transport import MemoryTransport
+from tests.devices.vendorkit import (
+    NOW,
+    admit_bound_pod,
+    config_error_key,
+    health_flags,
+    metrics_text,
+    readable,
+    registration,
+    review,
+    simulate_report,
+)
 from vgpu_scheduler.config import DeviceConfig
-from vgpu_scheduler.configfile import DeviceConfigError, default_device_config, parse_device_config
+from vgpu_scheduler.configfile import default_device_config, parse_device_config
 from vgpu_scheduler.devices import awsneuron as aws
 from vgpu_scheduler.devices.awsneuron import (
     AWSNeuronVendor,
@@ -37,30 +42,18 @@ from vgpu_scheduler.engine.requests import pod_requests
 from vgpu_scheduler.engine.state import SchedulerState
 from vgpu_scheduler.model import ContainerDevice, ContainerDeviceRequest, DeviceInfo, DeviceUsage
 from vgpu_scheduler.scheduler.extender import _locking_request
-from vgpu_scheduler.scheduler.options import SchedulerOptions
-from vgpu_scheduler.server.metrics import exposition, metrics_registry
-from vgpu_scheduler.server.webhook import review_pod
-from vgpu_scheduler.simulate.cli import main as simulate_main
 from vgpu_scheduler.wire import keys
 from vgpu_scheduler.wire.inventory import InventoryError
 
 COUNT, CORES = "aws.amazon.com/neuron", "aws.amazon.com/neuroncore"
 NAMES = ResourceNames(COUNT, "", CORES)
 CHART = default_device_config()
-NOW = datetime(2026, 11, 29, 21, 3, 30, tzinfo=UTC)
 SECTION = """\
 awsneuron:
   resourceCountName: "aws.amazon.com/neuron"
   resourceCoreName: "aws.amazon.com/neuroncore"
 """
 
-
-def _readable(value: object) -> str | None:
-    """Case ids for the tables below (no pytest-made-up ids): objects as compact JSON-ish text."""
-    if isinstance(value, (dict, list, tuple)) or dataclasses.is_dataclass(value):
-        text = json.dumps(value, default=repr, separators=(",", ":"), sort_keys=True)
-        return text if len(text) <= 60 else text[:57] + "..."
-    return None
 
 
 def neuron(cores_per_device: int = 2) -> AWSNeuronVendor:
@@ -119,12 +112,10 @@ def test_missing_section_registers_awsneuron_with_empty_names() -> None:
         ("awsneuron:\n  resourceCoreName: [a]\n", "awsneuron.resourceCoreName"),
         ("awsneuron: text\n", "awsneuron"),
     ],
-    ids=_readable,
+    ids=readable,
 )
 def test_bad_section_is_a_config_error(yaml: str, key: str) -> None:
-    with pytest.raises(DeviceConfigError) as err:
-        parse_device_config(yaml, "f.yaml")
-    assert err.value.key == key
+    assert config_error_key(yaml) == key
 
 
 def test_custom_section() -> None:
@@ -161,7 +152,7 @@ def req(nums: int, cores: int) -> ContainerDeviceRequest:
         (container(limits={}), None),
         (container(), None),
     ],
-    ids=_readable,
+    ids=readable,
 )
 def test_requests(ctr: dict[str, Any], expected: ContainerDeviceRequest | None) -> None:
     assert neuron().request(ctr) == expected
@@ -179,7 +170,7 @@ def test_requests(ctr: dict[str, Any], expected: ContainerDeviceRequest | None) 
         (1, 2**31, None,
          "aws.amazon.com/neuroncore needs 2147483648 devices, which exceeds the maximum of 2147483647"),
     ],
-    ids=_readable,
+    ids=readable,
 )
 def test_split_cores(per_device: int, cores: int, shape: tuple[int, int] | None, error: str) -> None:
     if shape is not None:
@@ -216,7 +207,7 @@ def test_requests_before_any_node_is_seen() -> None:
         (limits(count="500m"), False, "aws.amazon.com/neuron must be an integer"),
         (container(limits={}), False, ""),
     ],
-    ids=_readable,
+    ids=readable,
 )
 def test_mutate(ctr: dict[str, Any], has: bool, error: str) -> None:
     before = json.dumps(ctr, sort_keys=True)
@@ -230,11 +221,10 @@ def test_mutate(ctr: dict[str, Any], has: bool, error: str) -> None:
 
 
 def test_webhook_denies_an_odd_core_count_with_hamis_text() -> None:
-    opts = dataclasses.replace(SchedulerOptions(), scheduler_name="hami-scheduler")
     vendors = build(CHART)
-    ok = review_pod(pod(containers=[limits(cores="2")]), opts, vendors)
+    ok = review(pod(containers=[limits(cores="2")]), vendors)
     assert ok.allowed and any(op["path"] == "/spec/schedulerName" for op in ok.patch)
-    bad = review_pod(pod(containers=[limits(cores="3")]), opts, vendors)
+    bad = review(pod(containers=[limits(cores="3")]), vendors)
     assert (bad.allowed, bad.code, bad.message) == (
         False, 500, "aws.amazon.com/neuroncore must be 1 or a multiple of 2, got 3"
     )
@@ -273,7 +263,7 @@ def test_eight_cores_per_device_mask() -> None:
      (0, 2, "device not found aws.amazon.com/neuron"),
      ("1.5", 2, "device not found aws.amazon.com/neuron"),
      ("junk", 2, "device not found aws.amazon.com/neuron")],
-    ids=_readable,
+    ids=readable,
 )
 def test_inventory_errors(devices: Any, cores: Any, error: str) -> None:
     with pytest.raises(InventoryError) as err:
@@ -283,20 +273,20 @@ def test_inventory_errors(devices: Any, cores: Any, error: str) -> None:
 
 def test_always_healthy_without_handshake() -> None:
     health = neuron().check_health(aws_node(), NOW, UTC)
-    assert (health.healthy, health.need_update, health.write_requesting) == (True, True, False)
+    assert health_flags(health) == (True, True, False)
 
 
 # --------------------------------------------------------------------------------------------
 # Fit (Test_countMaskAvailable, Test_graphSelect, TestDevices_Fit)
 
 
-@pytest.mark.parametrize(("mask", "cores"), [(3, 2), (2, 1), (1, 1), (0, 0), (-1, 0)], ids=_readable)
+@pytest.mark.parametrize(("mask", "cores"), [(3, 2), (2, 1), (1, 1), (0, 0), (-1, 0)], ids=readable)
 def test_core_count(mask: int, cores: int) -> None:
     assert core_count(mask) == cores
 
 
 @pytest.mark.parametrize(
-    ("taken", "cores", "mask"), [(0, 2, 3), (0, 1, 1), (1, 1, 2), (2, 1, 1), (0, 8, 3)], ids=_readable
+    ("taken", "cores", "mask"), [(0, 2, 3), (0, 1, 1), (1, 1, 2), (2, 1, 1), (0, 8, 3)], ids=readable
 )
 def test_add_core_usage(taken: int, cores: int, mask: int) -> None:
     assert add_core_usage(taken, cores) == mask
@@ -328,7 +318,7 @@ def sixteen(
         ("trn", (), 2, []),
         ("trn", (), 4, [0, 1, 2, 3]),
     ],
-    ids=_readable,
+    ids=readable,
 )
 def test_graph_select(itype: str, used: tuple[int, ...], count: int, places: list[int]) -> None:
     devices, usage = sixteen(itype, used)
@@ -392,7 +382,7 @@ def run_fit(
         ([Dev("dev-0", used=1, usedcores=1), Dev("dev-1", health=False)], req(1, 2), {}, False, [],
          "1/2 CardInsufficientCore, 1/2 CardNotHealth"),
     ],
-    ids=_readable,
+    ids=readable,
 )
 def test_fit(
     devs: list[Dev], request_: ContainerDeviceRequest, annos: dict[str, str], ok: bool, ids: list[str],
@@ -407,7 +397,7 @@ def test_fit(
 @pytest.mark.parametrize(
     ("taken", "request_", "mask"),
     [(0, req(1, 2), 3), (0, req(1, 1), 1), (1, req(1, 1), 2), (2, req(1, 1), 1)],
-    ids=_readable,
+    ids=readable,
 )
 def test_fit_takes_the_free_cores_as_a_mask(taken: int, request_: ContainerDeviceRequest, mask: int) -> None:
     _, got, _ = run_fit([Dev("dev-0", index=5, used=1 if taken else 0, usedcores=taken)], request_)
@@ -497,29 +487,19 @@ def test_node_score_is_zero() -> None:
 
 
 async def test_registration_reads_capacity_and_one_broken_node_affects_no_other() -> None:
-    cluster = MemoryCluster(seed=1)
-    client = KubeClient(MemoryTransport(cluster))
-    store = Store()
-    state = SchedulerState(build(CHART))
-    loop = RegistrationLoop(client, state, store, now=lambda: NOW, tz=UTC)
-    try:
-        for obj in (aws_node("aws-1", devices=2, cores=4), aws_node("aws-broken", devices="junk"),
-                    aws_node("aws-2", devices=1, cores=2), node("cpu-1", capacity={"cpu": "4"})):
-            store.upsert(cluster.create("nodes", obj))
-        report = await loop.run_pass()
-        await loop.flush_writes()
-        view = state.ledger.view("aws-1")
+    async with registration(build(CHART), NOW) as reg:
+        reg.add(aws_node("aws-1", devices=2, cores=4), aws_node("aws-broken", devices="junk"),
+                    aws_node("aws-2", devices=1, cores=2), node("cpu-1", capacity={"cpu": "4"}))
+        report = await reg.run()
+        view = reg.state.ledger.view("aws-1")
         assert view is not None and [d.id for d in view.devices] == ["aws-1-AWSNeuron-0", "aws-1-AWSNeuron-1"]
-        assert state.ledger.view("aws-2") is not None and state.ledger.view("aws-broken") is None
+        assert reg.state.ledger.view("aws-2") is not None and reg.state.ledger.view("aws-broken") is None
         # Only the node whose capacity names the resource reports the error; a node without any
         # Neuron resource has no such devices (NVIDIA's missing annotation is its error).
         assert report.errors["aws-broken"].startswith("device not found aws.amazon.com/neuron")
         assert report.errors["cpu-1"] == "annos not found hami.io/node-nvidia-register"
-        annotations = cluster.get("nodes", "aws-1")["metadata"]["annotations"]
+        annotations = reg.node_annotations("aws-1")
         assert not [k for k in annotations if "neuron" in k.lower()]  # no handshake of its own
-    finally:
-        await loop.stop()
-        await client.close()
 
 
 def aws_pod(name: str, *ctrs: dict[str, Any]) -> dict[str, Any]:
@@ -585,7 +565,7 @@ def test_metrics_list_neuron_devices() -> None:
                default_gpu_policy="spread", now=1)
     assert isinstance(d, Chosen)
     state.reserve(aws_pod("p", limits(cores="1")), d)
-    text = exposition(metrics_registry(state)).decode()
+    text = metrics_text(state)
     lines = [line for line in text.splitlines() if "AWSNeuron-3" in line]
     labels = 'device_index="3",device_type="AWSNeuron",device_uuid="aws-1-AWSNeuron-3",node="aws-1",'
     labels += 'zone="vGPU"'
@@ -599,17 +579,12 @@ def test_metrics_list_neuron_devices() -> None:
 
 async def test_simulated_device_plugin_runs_neuron_pods_without_to_allocate() -> None:
     """No to-allocate key: the plugin has nothing to consume, writes nothing, and runs the pod."""
-    cluster = MemoryCluster(seed=1)
-    cluster.create("nodes", {"metadata": {"name": "n1"}})
     annotations = {"hami.io/aws-neuron-devices-allocated": "n1-AWSNeuron-0,AWSNeuron,0,3:;",
                    **extras("n1", "0"), keys.BIND_PHASE: "allocating"}
-    cluster.create("pods", pod("p", annotations=annotations, containers=[limits(count="1")]))
-    cluster.bind("default", "p", "n1")
-    plugin = SimDevicePlugin(KubeClient(MemoryTransport(cluster)), build(CHART))
-    result = await plugin.admit(cluster.get("pods", "p", "default"))
-    assert result.phase == "Running"
-    after = cluster.get("pods", "p", "default")
-    assert after["metadata"]["annotations"] == annotations and after["status"]["phase"] == "Running"
+    bound = pod("p", annotations=annotations, containers=[limits(count="1")])
+    admitted = await admit_bound_pod(build(CHART), bound, node_annotations=None)
+    assert admitted.phase == "Running"
+    assert admitted.annotations == annotations and admitted.pod["status"]["phase"] == "Running"
 
 
 SNAP_NODE = {
@@ -632,21 +607,12 @@ spec:
 
 def test_simulate_end_to_end(tmp_path: Path) -> None:
     items = [json.loads(json.dumps(SNAP_NODE).replace("{name}", n)) for n in ("inf-a", "inf-b")]
-    snap = tmp_path / "snap.json"
-    snap.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": items}))
-    pods = tmp_path / "pods.yaml"
-    pods.write_text("---\n".join([
+    pods = [
         PODS.format(name="whole", resource=COUNT, n=2),
         PODS.format(name="core", resource=CORES, n=1),
         PODS.format(name="odd", resource=CORES, n=3),
-    ]))
-    config = tmp_path / "devices.yaml"
-    config.write_text(SECTION)
-    out = tmp_path / "r.json"
-    argv = ["--snapshot", str(snap), "--pods", str(pods), "--device-config-file", str(config),
-            "--output", str(out)]
-    assert simulate_main(argv) == 0
-    report = {p["name"]: p for p in json.loads(out.read_text())["pods"]}
+    ]
+    report = simulate_report(tmp_path, nodes=items, pods=pods, config=SECTION)
     whole, core = report["whole"], report["core"]
     assert whole["node"] == core["node"]  # binpack
     n = whole["node"]

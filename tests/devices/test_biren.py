@@ -7,18 +7,27 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, timedelta
 from typing import Any
 
 import pytest
 
 from tests.builders import container, node, pod
-from vgpu_scheduler.cluster.client import KubeClient
-from vgpu_scheduler.cluster.embedded.deviceplugin import SimDevicePlugin
-from vgpu_scheduler.cluster.memory import MemoryCluster
-from vgpu_scheduler.cluster.registration import RegistrationLoop
-from vgpu_scheduler.cluster.store import Store
-from vgpu_scheduler.cluster.transport import MemoryTransport
+from tests.devices import vendorkit
+from tests.devices.vendorkit import (
+    HANDSHAKE_HEALTH,
+    NOW,
+    admit_bound_pod,
+    device_infos,
+    fit_checked,
+    health_flags,
+    metrics_text,
+    privileged,
+    readable,
+    registration,
+    review,
+    usages,
+)
 from vgpu_scheduler.config import DeviceConfig
 from vgpu_scheduler.configfile import DeviceConfigError, default_device_config, parse_device_config
 from vgpu_scheduler.devices import biren
@@ -26,14 +35,10 @@ from vgpu_scheduler.devices.biren import BirenVendor
 from vgpu_scheduler.devices.protocol import ResourceNames, Vendors
 from vgpu_scheduler.devices.registry import build
 from vgpu_scheduler.engine.decide import Chosen, NoFit, decide
-from vgpu_scheduler.engine.fit import pod_fit_context
 from vgpu_scheduler.engine.requests import pod_requests
 from vgpu_scheduler.engine.state import SchedulerState
 from vgpu_scheduler.model import NVIDIA, ContainerDevice, ContainerDeviceRequest, DeviceInfo, DeviceUsage
 from vgpu_scheduler.scheduler.extender import _locking_request
-from vgpu_scheduler.scheduler.options import SchedulerOptions
-from vgpu_scheduler.server.metrics import exposition, metrics_registry
-from vgpu_scheduler.server.webhook import review_pod
 from vgpu_scheduler.wire import keys
 from vgpu_scheduler.wire.inventory import InventoryError
 
@@ -41,15 +46,7 @@ COUNT = "birentech.com/gpu"
 BR = BirenVendor(ResourceNames(COUNT, "", "", 0))
 CHART = default_device_config()
 VENDORS = build(CHART)
-NOW = datetime(2026, 11, 29, 21, 3, 30, tzinfo=UTC)
 
-
-def _readable(value: object) -> str | None:
-    """Case ids for the tables below: objects as compact JSON-ish text."""
-    if isinstance(value, (dict, list, tuple)) or dataclasses.is_dataclass(value):
-        text = json.dumps(value, default=repr, separators=(",", ":"), sort_keys=True)
-        return text if len(text) <= 60 else text[:57] + "..."
-    return None
 
 
 # --------------------------------------------------------------------------------------------
@@ -107,7 +104,7 @@ WHOLE = ContainerDeviceRequest(1, "Biren", 0, 100, 0)
         (container(limits={COUNT: "0.5"}), None),
         (container(limits={"nvidia.com/gpu": "1"}), None),
     ],
-    ids=_readable,
+    ids=readable,
 )
 def test_requests(ctr: dict[str, Any], expected: ContainerDeviceRequest | None) -> None:
     assert BR.request(ctr) == expected
@@ -151,7 +148,7 @@ def test_inventory_json_with_cores_forced_to_100() -> None:
         ("a,1,1024,100,Biren,0,true:", "invalid node annotation JSON"),  # JSON only
         ('[{"id":"a","count":"1"}]', "field 'count' must be an int32"),
     ],
-    ids=_readable,
+    ids=readable,
 )
 def test_inventory_errors(register: str | None, error: str) -> None:
     with pytest.raises(InventoryError, match=error):
@@ -160,21 +157,15 @@ def test_inventory_errors(register: str | None, error: str) -> None:
 
 @pytest.mark.parametrize(
     ("handshake", "allocatable", "healthy", "need_update", "write"),
-    [
-        ("Requesting_2025-01-07 00:00:00", None, False, False, False),
-        ("Requesting_2025-01-07 00:00:00", "4", True, False, False),
-        ("Requesting_2026-11-29 21:03:00", None, True, False, False),
-        ("Unknown", None, True, True, True),
-        (None, None, True, True, True),
-    ],
-    ids=_readable,
+    HANDSHAKE_HEALTH,
+    ids=readable,
 )
 def test_health(
     handshake: str | None, allocatable: str | None, healthy: bool, need_update: bool, write: bool
 ) -> None:
     annos = {biren.HANDSHAKE: handshake} if handshake is not None else {}
     health = BR.check_health(br_node(":", allocatable=allocatable, **annos), NOW, UTC)
-    assert (health.healthy, health.need_update, health.write_requesting) == (healthy, need_update, write)
+    assert health_flags(health) == (healthy, need_update, write)
 
 
 # --------------------------------------------------------------------------------------------
@@ -182,29 +173,17 @@ def test_health(
 
 
 @dataclasses.dataclass
-class Dev:
-    id: str
+class Dev(vendorkit.Dev):
     count: int = 1
     totalmem: int = 0
     totalcore: int = 0
-    used: int = 0
-    usedmem: int = 0
-    usedcores: int = 0
-    health: bool = True
-    index: int = 0
 
 
 def run_fit(
     devs: list[Dev], request: ContainerDeviceRequest, annos: dict[str, str] | None = None
 ) -> tuple[bool, list[ContainerDevice], str]:
-    devices = [DeviceInfo(id=d.id, index=d.index, count=d.count, devmem=d.totalmem, devcore=d.totalcore,
-                          type="Biren", health=d.health) for d in devs]
-    usage = [DeviceUsage(d.used, d.usedmem, d.usedcores) for d in devs]
-    ctx = pod_fit_context(pod(annotations=annos or {}), vendors=Vendors([BR]))
-    order = list(range(len(devs)))
-    result = BR.fit(request, devices, usage, order, ctx=ctx, cordoned=frozenset(), allocated=())
-    quick = BR.quick_verdict(request, devices, usage, order, ctx=ctx, cordoned=frozenset())
-    assert quick == result.reason  # Biren's fit never depends on the order
+    # Biren's fit never depends on the order: the quick verdict always answers.
+    result = fit_checked(BR, request, device_infos(devs, "Biren"), usages(devs), annos=annos, exact=True)
     return result.ok, result.devices, result.reason
 
 
@@ -238,7 +217,7 @@ def req(nums: int, mem: int = 0, pct: int = 0, cores: int = 0, type_: str = "Bir
         ([Dev("dev-0", used=1), Dev("dev-1", health=False), Dev("dev-2", index=2)], req(2), {}, [],
          "1/3 AllocatedCardsInsufficientRequest, 1/3 CardNotHealth, 1/3 CardTimeSlicingExhausted"),
     ],
-    ids=_readable,
+    ids=readable,
 )
 def test_fit(
     devs: list[Dev], request_: ContainerDeviceRequest, annos: dict[str, str], ids: list[str], reason: str
@@ -279,7 +258,7 @@ def test_patch_annotations() -> None:
         (pod(containers=[container(limits={COUNT: "1"})]), True),
         (pod(init_containers=[container(limits={COUNT: "1"})], containers=[container()]), False),
     ],
-    ids=_readable,
+    ids=readable,
 )
 def test_lock_only_for_regular_containers(p: dict[str, Any], locks: bool) -> None:
     assert _locking_request(p, VENDORS) is locks
@@ -292,7 +271,7 @@ def test_lock_only_for_regular_containers(p: dict[str, Any], locks: bool) -> Non
         (container(requests={COUNT: "1"}), False),  # MutateAdmission reads limits
         (container(limits={"nvidia.com/gpu": "1"}), False),
     ],
-    ids=_readable,
+    ids=readable,
 )
 def test_mutate(ctr: dict[str, Any], has: bool) -> None:
     before = json.dumps(ctr)
@@ -301,12 +280,10 @@ def test_mutate(ctr: dict[str, Any], has: bool) -> None:
 
 
 def test_webhook_puts_biren_pods_under_our_scheduler_and_denies_privileged() -> None:
-    opts = dataclasses.replace(SchedulerOptions(), scheduler_name="hami-scheduler")
-    response = review_pod(pod(containers=[container(limits={COUNT: "1"})]), opts, VENDORS)
+    response = review(pod(containers=[container(limits={COUNT: "1"})]), VENDORS)
     assert response.allowed
     assert [op["path"] for op in response.patch] == ["/spec/schedulerName"]
-    privileged = pod(containers=[container(limits={COUNT: "1"}, securityContext={"privileged": True})])
-    denied = review_pod(privileged, opts, VENDORS)
+    denied = review(privileged(container(limits={COUNT: "1"})), VENDORS)
     assert not denied.allowed and denied.message == "container c is privileged"
 
 
@@ -320,57 +297,36 @@ def br_devices(n: int = 2, count: int = 1) -> str:
 
 
 async def test_registration_reads_biren_nodes_and_stamps_the_handshake() -> None:
-    cluster = MemoryCluster(seed=1)
-    client = KubeClient(MemoryTransport(cluster))
-    store = Store()
-    state = SchedulerState(VENDORS)
-    loop = RegistrationLoop(client, state, store, now=lambda: NOW, tz=UTC)
-    try:
-        for obj in (br_node(br_devices(), name="br-1"), br_node("[{", name="br-broken"),
-                    br_node(br_devices(1), name="br-2")):
-            store.upsert(cluster.create("nodes", obj))
-        report = await loop.run_pass()
-        await loop.flush_writes()
-        view = state.ledger.view("br-1")
+    async with registration(VENDORS, NOW) as reg:
+        reg.add(br_node(br_devices(), name="br-1"), br_node("[{", name="br-broken"),
+                    br_node(br_devices(1), name="br-2"))
+        report = await reg.run()
+        view = reg.state.ledger.view("br-1")
         assert view is not None
         assert [(d.id, d.devcore) for d in view.devices] == [("BR-0", 100), ("BR-1", 100)]
-        assert state.ledger.view("br-2") is not None
-        assert state.ledger.view("br-broken") is None
+        assert reg.state.ledger.view("br-2") is not None
+        assert reg.state.ledger.view("br-broken") is None
         assert list(report.errors) == ["br-broken"]
         assert report.errors["br-broken"].startswith("invalid node annotation JSON")
-        annotations = cluster.get("nodes", "br-1")["metadata"]["annotations"]
+        annotations = reg.node_annotations("br-1")
         assert annotations[biren.HANDSHAKE] == "Requesting_2026-11-29 21:03:30"
-    finally:
-        await loop.stop()
-        await client.close()
 
 
 async def test_unhealthy_biren_is_cleaned_up_and_its_handshake_deleted() -> None:
-    cluster = MemoryCluster(seed=1)
-    client = KubeClient(MemoryTransport(cluster))
-    store = Store()
-    state = SchedulerState(VENDORS)
-    clock = [NOW]
-    loop = RegistrationLoop(client, state, store, now=lambda: clock[0], tz=UTC)
     gpus = '[{"id":"GPU-0","count":10,"devmem":8000,"devcore":100,"type":"NVIDIA-A100","health":true}]'
     obj = br_node(br_devices(), name="mixed", **{keys.NODE_NVIDIA_REGISTER: gpus})
     obj["status"]["allocatable"]["nvidia.com/gpu"] = "10"
-    try:
-        store.upsert(cluster.create("nodes", obj))
-        await loop.run_pass()
-        await loop.flush_writes()
-        cluster.patch("nodes", "mixed", {"status": {"allocatable": {COUNT: "0"}}}, subresource="status")
-        store.upsert(cluster.get("nodes", "mixed"))
-        clock[0] = NOW + timedelta(seconds=61)
-        report = await loop.run_pass()
-        await loop.flush_writes()
+    async with registration(VENDORS, NOW) as reg:
+        reg.add(obj)
+        await reg.run()
+        reg.cluster.patch("nodes", "mixed", {"status": {"allocatable": {COUNT: "0"}}}, subresource="status")
+        reg.refresh("mixed")
+        reg.clock[0] = NOW + timedelta(seconds=61)
+        report = await reg.run()
         assert report.cleaned == ["mixed"]
-        view = state.ledger.view("mixed")
+        view = reg.state.ledger.view("mixed")
         assert view is not None and [d.id for d in view.devices] == ["GPU-0"]
-        assert biren.HANDSHAKE not in cluster.get("nodes", "mixed")["metadata"]["annotations"]
-    finally:
-        await loop.stop()
-        await client.close()
+        assert biren.HANDSHAKE not in reg.node_annotations("mixed")
 
 
 def br_pod(name: str, n: str = "1") -> dict[str, Any]:
@@ -426,7 +382,7 @@ def test_metrics_list_biren_devices() -> None:
     d = decide(p, ["br-1"], state, default_node_policy="binpack", default_gpu_policy="spread", now=1)
     assert isinstance(d, Chosen)
     state.reserve(p, d)
-    text = exposition(metrics_registry(state)).decode()
+    text = metrics_text(state)
     assert ('hami_gpu_shared_count{device_index="1",device_type="Biren",device_uuid="BR-1",node="br-1",'
             'zone="vGPU"} 1') in text
     assert ('hami_gpu_core_limit_ratio{device_index="0",device_type="Biren",device_uuid="BR-0",node="br-1",'
@@ -434,19 +390,14 @@ def test_metrics_list_biren_devices() -> None:
 
 
 async def test_simulated_device_plugin_consumes_biren_allocations() -> None:
-    cluster = MemoryCluster(seed=1)
-    lock = {keys.NODE_LOCK: "2026-01-01T00:00:00Z,default,p"}
-    cluster.create("nodes", {"metadata": {"name": "n1", "annotations": lock}})
     annotations = {
         "hami.io/Biren-devices-to-allocate": "BR-0,Biren,0,0:BR-1,Biren,0,0:;",
         "hami.io/Biren-devices-allocated": "BR-0,Biren,0,0:BR-1,Biren,0,0:;",
         keys.BIND_PHASE: "allocating",
     }
-    cluster.create("pods", pod("p", annotations=annotations, containers=[container(limits={COUNT: "2"})]))
-    cluster.bind("default", "p", "n1")
-    plugin = SimDevicePlugin(KubeClient(MemoryTransport(cluster)), VENDORS)
-    result = await plugin.admit(cluster.get("pods", "p", "default"))
-    assert result.phase == "Running"
-    after = cluster.get("pods", "p", "default")["metadata"]["annotations"]
+    bound = pod("p", annotations=annotations, containers=[container(limits={COUNT: "2"})])
+    admitted = await admit_bound_pod(VENDORS, bound)
+    assert admitted.phase == "Running"
+    after = admitted.annotations
     assert after["hami.io/Biren-devices-to-allocate"] == ";" and after[keys.BIND_PHASE] == "success"
-    assert keys.NODE_LOCK not in (cluster.get("nodes", "n1")["metadata"].get("annotations") or {})
+    assert keys.NODE_LOCK not in admitted.node_annotations

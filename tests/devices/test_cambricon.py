@@ -7,36 +7,47 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from datetime import UTC, datetime
+from datetime import UTC
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.builders import container, node, pod
+from tests.devices.vendorkit import (
+    NOW,
+    Dev,
+    admit_bound_pod,
+    config_error_key,
+    device_infos,
+    fit_checked,
+    hami_fit_vectors,
+    health_flags,
+    metrics_text,
+    privileged,
+    readable,
+    registration,
+    review,
+    simulate_report,
+    usages,
+)
 from vgpu_scheduler.cluster.client import KubeClient
 from vgpu_scheduler.cluster.embedded.deviceplugin import SimDevicePlugin
 from vgpu_scheduler.cluster.memory import MemoryCluster
-from vgpu_scheduler.cluster.registration import RegistrationLoop
-from vgpu_scheduler.cluster.store import Store
 from vgpu_scheduler.cluster.transport import MemoryTransport
 from vgpu_scheduler.config import DeviceConfig
-from vgpu_scheduler.configfile import DeviceConfigError, default_device_config, parse_device_config
+from vgpu_scheduler.configfile import default_device_config, parse_device_config
 from vgpu_scheduler.devices import cambricon
 from vgpu_scheduler.devices.cambricon import CambriconVendor
 from vgpu_scheduler.devices.protocol import NodeLockSpec, PodFitContext, ResourceNames, Vendors
 from vgpu_scheduler.devices.registry import build
 from vgpu_scheduler.engine.decide import Chosen, NoFit, decide, decide_on_nodes
-from vgpu_scheduler.engine.fit import pod_fit_context
 from vgpu_scheduler.engine.quota import QuotaManager
 from vgpu_scheduler.engine.requests import pod_requests
 from vgpu_scheduler.engine.state import SchedulerState
 from vgpu_scheduler.model import ContainerDevice, ContainerDeviceRequest, DeviceInfo, DeviceUsage
 from vgpu_scheduler.scheduler.extender import pod_node_locks
 from vgpu_scheduler.scheduler.options import SchedulerOptions, vendor_flags
-from vgpu_scheduler.server.metrics import exposition, metrics_registry
-from vgpu_scheduler.server.webhook import review_pod
-from vgpu_scheduler.simulate.cli import main as simulate_main
 from vgpu_scheduler.wire import keys
 from vgpu_scheduler.wire.inventory import InventoryError
 
@@ -46,15 +57,7 @@ VENDORS = build(CHART)  # NVIDIA, MLU, DCU, ... (the chart's sections)
 MLU = VENDORS["MLU"]
 # HAMi's tests name the count resource cambricon.com/mlu (the legacy flag's default).
 GO_TEST = CambriconVendor(ResourceNames("cambricon.com/mlu", MEM, CORES, 256))
-NOW = datetime(2026, 11, 29, 21, 3, 30, tzinfo=UTC)
 
-
-def _readable(value: object) -> str | None:
-    """Case ids for the tables below: objects as compact JSON-ish text."""
-    if isinstance(value, (dict, list, tuple)) or dataclasses.is_dataclass(value):
-        text = json.dumps(value, default=repr, separators=(",", ":"), sort_keys=True)
-        return text if len(text) <= 60 else text[:57] + "..."
-    return None
 
 
 def limits(**kw: str) -> dict[str, Any]:
@@ -112,12 +115,10 @@ def test_config_wins_over_the_legacy_flags() -> None:
         ("cambricon:\n  resourceCoreName: [a]\n", "cambricon.resourceCoreName"),
         ("cambricon: text\n", "cambricon"),
     ],
-    ids=_readable,
+    ids=readable,
 )
 def test_bad_section_is_a_config_error(yaml: str, key: str) -> None:
-    with pytest.raises(DeviceConfigError) as err:
-        parse_device_config(yaml, "f.yaml")
-    assert err.value.key == key
+    assert config_error_key(yaml) == key
 
 
 def test_custom_section_keeps_the_memory_unit() -> None:
@@ -215,77 +216,32 @@ def test_inventory_absent(vcore: str | None, vmemory: str | None) -> None:
 
 def test_health_is_always_healthy_without_handshake() -> None:
     health = MLU.check_health(mlu_node(vcore=None), NOW, UTC)
-    assert (health.healthy, health.need_update, health.write_requesting) == (True, True, False)
+    assert health_flags(health) == (True, True, False)
 
 
 # --------------------------------------------------------------------------------------------
 # Fit (TestDevices_Fit, TestDevices_Fit_ResourceQuotaWholeCardRequest, TestDevices_AddResourceUsage)
 
 
-@dataclasses.dataclass
-class Dev:
-    id: str
-    count: int = 100
-    totalmem: int = 128
-    totalcore: int = 100
-    used: int = 0
-    usedmem: int = 0
-    usedcores: int = 0
-    health: bool = True
-    index: int = 0
-
-
 def run_fit(
     devs: list[Dev], request: ContainerDeviceRequest, annos: dict[str, str] | None = None, *,
     quota: QuotaManager | None = None, namespace: str = "default",
 ) -> tuple[bool, list[str], str]:
-    devices = [DeviceInfo(id=d.id, index=d.index, count=d.count, devmem=d.totalmem, devcore=d.totalcore,
-                          type="MLU", health=d.health) for d in devs]
-    usage = [DeviceUsage(d.used, d.usedmem, d.usedcores) for d in devs]
-    the_pod = pod(namespace=namespace, annotations=annos or {})
-    ctx = pod_fit_context(the_pod, vendors=Vendors([MLU]), quota=quota)
-    order = list(range(len(devs)))
-    result = MLU.fit(request, devices, usage, order, ctx=ctx, cordoned=frozenset(), allocated=())
-    quick = MLU.quick_verdict(request, devices, usage, order, ctx=ctx, cordoned=frozenset())
-    assert quick is None or quick == result.reason
+    result = fit_checked(MLU, request, device_infos(devs, "MLU"), usages(devs), annos=annos, quota=quota,
+                         namespace=namespace)
     return result.ok, [d.uuid for d in result.devices], result.reason
 
 
 @pytest.mark.parametrize(
     ("devs", "request_", "annos", "ok", "ids", "reason"),
     [
-        ([Dev("dev-0"), Dev("dev-1")], req(1, 64, 0, 50), {}, True, ["dev-1"], ""),
-        ([Dev("dev-0")], req(1, 512, 0, 50), {}, False, [], "1/1 CardInsufficientMemory"),
-        ([Dev("dev-0", totalmem=1024, usedcores=100)], req(1, 512, 0, 50), {}, False, [],
-         "1/1 CardInsufficientCore"),
-        ([Dev("dev-0")], ContainerDeviceRequest(1, "OtherType", 512, 0, 50), {}, False, [],
-         "1/1 CardTypeMismatch"),
-        ([Dev("dev-1", totalmem=1280)], req(2, 512, 0, 50), {cambricon.USE_UUID: "dev-0"}, False, [],
-         "1/1 CardUuidMismatch"),
-        ([Dev("dev-0", totalmem=1280)], req(2, 512, 0, 50), {cambricon.NOUSE_UUID: "dev-0"}, False, [],
-         "1/1 CardUuidMismatch"),
-        ([Dev("dev-0", totalmem=1280, used=100)], req(1, 512, 0, 50), {}, False, [],
-         "1/1 CardTimeSlicingExhausted"),
-        ([Dev("dev-0", totalmem=1280)], req(1, 512, 0, 120), {}, True, ["dev-0"], ""),  # cores clamped
-        ([Dev("dev-0", totalmem=1280, used=20)], req(1, 512, 0, 100), {}, False, [],
-         "1/1 ExclusiveDeviceAllocateConflict"),
-        ([Dev("dev-0", totalmem=1280, used=20, usedcores=100)], req(1, 512, 0, 0), {}, False, [],
-         "1/1 CardComputeUnitsExhausted"),
-        ([Dev("dev-0", totalmem=1280, used=20, usedcores=10)], req(2, 512, 0, 20), {}, False, [],
-         "1/1 AllocatedCardsInsufficientRequest"),
-        ([Dev("dev-0", count=2, used=1)], req(1, 64, 0, 50), {keys.GPU_SCHEDULER_POLICY: "mutex"}, False, [],
-         "1/1 ExclusiveDeviceAllocateConflict"),
-        ([Dev("dev-0", totalmem=1280), Dev("dev-1", totalmem=1280, index=1)], req(3, 512, 0, 20), {}, False,
-         [], "2/2 AllocatedCardsInsufficientRequest"),
-        ([Dev("dev-0", totalmem=1280, health=False)], req(1, 512, 0, 50), {}, False, [], "1/1 CardNotHealth"),
+        *hami_fit_vectors("MLU", use_uuid=cambricon.USE_UUID, nouse_uuid=cambricon.NOUSE_UUID),
         # HAMi declares cambricon.com/use-mlutype but never reads it; NUMA binding is not Cambricon's.
         ([Dev("dev-0")], req(1, 64, 0, 50), {"cambricon.com/use-mlutype": "MLU590"}, True, ["dev-0"], ""),
         ([Dev("dev-0")], req(1, 64, 0, 50), {"cambricon.com/nouse-mlutype": "MLU"}, True, ["dev-0"], ""),
         ([Dev("dev-0")], req(1, 64, 0, 50), {keys.NUMA_BIND: "true"}, True, ["dev-0"], ""),
-        # Percentage of a device's memory.
-        ([Dev("dev-0", totalmem=1280, used=20, usedcores=10)], req(1, 0, 10, 20), {}, True, ["dev-0"], ""),
     ],
-    ids=_readable,
+    ids=readable,
 )
 def test_fit(
     devs: list[Dev], request_: ContainerDeviceRequest, annos: dict[str, str], ok: bool, ids: list[str],
@@ -381,11 +337,9 @@ def test_mutate(ctr: dict[str, Any], has: bool) -> None:
 
 
 def test_webhook_puts_mlu_pods_under_our_scheduler_and_denies_privileged() -> None:
-    opts = dataclasses.replace(SchedulerOptions(), scheduler_name="hami-scheduler")
-    response = review_pod(pod(containers=[limits(count="1", mem="10")]), opts, VENDORS)
+    response = review(pod(containers=[limits(count="1", mem="10")]), VENDORS)
     assert response.allowed
-    privileged = pod(containers=[{**limits(count="1"), "securityContext": {"privileged": True}}])
-    denied = review_pod(privileged, opts, VENDORS)
+    denied = review(privileged(limits(count="1")), VENDORS)
     assert not denied.allowed and denied.message == "container c is privileged"
 
 
@@ -400,39 +354,28 @@ def test_node_score_is_zero() -> None:
 
 
 async def test_registration_reads_capacity_and_writes_no_handshake() -> None:
-    cluster = MemoryCluster(seed=1)
-    client = KubeClient(MemoryTransport(cluster))
-    store = Store()
-    state = SchedulerState(VENDORS)
-    loop = RegistrationLoop(client, state, store, now=lambda: NOW, tz=UTC)
-    try:
-        for obj in (
+    async with registration(VENDORS, NOW) as reg:
+        reg.add(
             mlu_node("mlu-1"),
             mlu_node("mlu-odd", vcore="1.5"),  # unusable capacity: this node has no MLU ...
             mlu_node("mlu-2", vcore="100", vmemory="1024"),
-            node("plain"),
-        ):
-            store.upsert(cluster.create("nodes", obj))
-        report = await loop.run_pass()
-        await loop.flush_writes()
-        view = state.ledger.view("mlu-1")
+            node("plain"))
+        report = await reg.run()
+        view = reg.state.ledger.view("mlu-1")
         assert view is not None
         assert [d.id for d in view.devices] == ["mlu-1-cambricon-mlu-0", "mlu-1-cambricon-mlu-1"]
-        view = state.ledger.view("mlu-2")  # ... and it never affects another
+        view = reg.state.ledger.view("mlu-2")  # ... and it never affects another
         assert view is not None
         assert [(d.id, d.devmem) for d in view.devices] == [("mlu-2-cambricon-mlu-0", 262144)]
-        assert state.ledger.view("mlu-odd") is None and state.ledger.view("plain") is None
+        assert reg.state.ledger.view("mlu-odd") is None and reg.state.ledger.view("plain") is None
         # A node whose MLU capacity is unusable says so; one without any device reports the first
         # vendor's reason, as before MLU registered.
         assert report.errors == {
             "mlu-odd": "device not found cambricon.com/mlu.smlu.vcore",
             "plain": "annos not found hami.io/node-nvidia-register",
         }
-        annotations = cluster.get("nodes", "mlu-1")["metadata"].get("annotations") or {}
+        annotations = reg.cluster.get("nodes", "mlu-1")["metadata"].get("annotations") or {}
         assert not any("cambricon" in k for k in annotations)  # no MLU handshake exists
-    finally:
-        await loop.stop()
-        await client.close()
 
 
 def mlu_pod(name: str, **kw: str) -> dict[str, Any]:
@@ -492,7 +435,7 @@ def test_metrics_list_mlu_devices() -> None:
     d = decide(p, ["mlu-1"], state, default_node_policy="binpack", default_gpu_policy="spread", now=1)
     assert isinstance(d, Chosen)
     state.reserve(p, d)
-    text = exposition(metrics_registry(state)).decode()
+    text = metrics_text(state)
     assert (
         'hami_gpu_memory_allocated_bytes{device_cores="100",device_index="1",device_type="MLU",'
         'device_uuid="mlu-1-cambricon-mlu-1",node="mlu-1",zone="vGPU"} 1.073741824e+09'
@@ -515,22 +458,18 @@ def test_template_nodes_read_capacity() -> None:
 
 
 async def test_simulated_device_plugin_consumes_the_allocation_and_removes_the_lock() -> None:
-    cluster = MemoryCluster(seed=1)
     locks = {cambricon.LOCK: "2026-01-01T00:00:00Z", keys.NODE_LOCK: "2026-01-01T00:00:00Z,default,other"}
-    cluster.create("nodes", {"metadata": {"name": "n1", "annotations": locks}})
     annotations = {
         cambricon.TO_ALLOCATE: ";n1-cambricon-mlu-0,MLU,2048,100:;",
         cambricon.ALLOCATED: ";n1-cambricon-mlu-0,MLU,2048,100:;",
         keys.BIND_PHASE: "allocating",
     }
-    cluster.create("pods", pod("p", annotations=annotations, containers=[container("a"), limits(count="1")]))
-    cluster.bind("default", "p", "n1")
-    plugin = SimDevicePlugin(KubeClient(MemoryTransport(cluster)), VENDORS)
-    result = await plugin.admit(cluster.get("pods", "p", "default"))
-    assert result.phase == "Running"
-    after = cluster.get("pods", "p", "default")["metadata"]["annotations"]
+    bound = pod("p", annotations=annotations, containers=[container("a"), limits(count="1")])
+    admitted = await admit_bound_pod(VENDORS, bound, node_annotations=locks)
+    assert admitted.phase == "Running"
+    after = admitted.annotations
     assert after[cambricon.TO_ALLOCATE] == ";;" and after[keys.BIND_PHASE] == "success"
-    node_annos = cluster.get("nodes", "n1")["metadata"].get("annotations") or {}
+    node_annos = admitted.node_annotations
     # The Cambricon plugin removes its lock whoever wrote it; another pod's mutex stays.
     assert cambricon.LOCK not in node_annos and node_annos[keys.NODE_LOCK].endswith(",default,other")
 
@@ -571,22 +510,11 @@ cambricon.com/mlu.smlu.vcore: {cores}}}}}
 def test_simulate_cli_places_mlu_pods(tmp_path: Path) -> None:
     """End to end through `vgpu-scheduler simulate` with the chart's section verbatim: three pods
     on one node with two MLUs, each bind taking and the simulated plugin releasing the MLU lock."""
-    config = tmp_path / "device-config.yaml"
-    config.write_text(CHART_SECTION)
     snap_node = {"apiVersion": "v1", "kind": "Node", **mlu_node("mlu-node", vcore="200", vmemory="512")}
     snap_node["status"]["allocatable"] = {"cpu": "16", "memory": "64Gi", "pods": "110", COUNT: "2"}
-    snapshot = tmp_path / "snap.json"
-    snapshot.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": [snap_node]}))
-    pods = tmp_path / "pods.yaml"
-    pods.write_text("---\n".join(
-        MLU_POD.format(name=name, mem=mem, cores=cores) for name, mem, cores in
-        (("a", 64, 30), ("b", 64, 30), ("c", 180, 50))
-    ))
-    out = tmp_path / "r.json"
-    args = ["--snapshot", str(snapshot), "--pods", str(pods), "--device-config-file", str(config),
-            "--output", str(out)]
-    assert simulate_main(args) == 0
-    report = {p["name"]: p for p in json.loads(out.read_text())["pods"]}
+    pods = [MLU_POD.format(name=name, mem=mem, cores=cores) for name, mem, cores in
+            (("a", 64, 30), ("b", 64, 30), ("c", 180, 50))]
+    report = simulate_report(tmp_path, nodes=[snap_node], pods=pods, config=CHART_SECTION)
     assert {name: p["node"] for name, p in report.items()} == dict.fromkeys("abc", "mlu-node")
     allocated = {name: p["annotations"][cambricon.ALLOCATED] for name, p in report.items()}
     # 256 units × 256 MiB per MLU = 65536 MiB each; the spread GPU policy puts a and b on

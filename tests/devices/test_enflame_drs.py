@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-from datetime import UTC, datetime
+from datetime import UTC
 from typing import Any
 
 import pytest
@@ -24,6 +24,7 @@ from tests.devices.enflame_helpers import (
     drs_node,
     readable,
 )
+from tests.devices.vendorkit import NOW, health_flags
 from vgpu_scheduler.devices.enflame import capacity, drs
 from vgpu_scheduler.devices.enflame.profiles import candidates, memory_request_gb, parse_profile
 from vgpu_scheduler.devices.enflame.types import DrsDevice, DrsEntry, DrsRequest
@@ -34,7 +35,6 @@ from vgpu_scheduler.wire import keys
 from vgpu_scheduler.wire.inventory import InventoryError
 
 INT32_MAX = 2**31 - 1
-NOW = datetime(2026, 11, 29, 21, 3, 30, tzinfo=UTC)
 
 
 def direct(slices: int, ctr: str = "c") -> DrsRequest:
@@ -171,7 +171,7 @@ def test_parse_capacity(raw: object, expected: int | None) -> None:
 
 def test_health_is_always_good() -> None:
     health = DRS.check_health(drs_node("n"), NOW, UTC)
-    assert (health.healthy, health.need_update, health.write_requesting) == (True, True, False)
+    assert health_flags(health) == (True, True, False)
 
 
 # --------------------------------------------------------------------------------------------

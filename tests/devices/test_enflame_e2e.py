@@ -3,9 +3,7 @@ pods, the webhook, metrics, the simulated device plugin and `vgpu-scheduler simu
 
 from __future__ import annotations
 
-import dataclasses
 import json
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -22,22 +20,16 @@ from tests.devices.enflame_helpers import (
     drs_node,
     gcu_node,
 )
+from tests.devices.vendorkit import NOW, metrics_text, registration, review, simulate_report
 from vgpu_scheduler.cluster.client import KubeClient
 from vgpu_scheduler.cluster.embedded.deviceplugin import SimDevicePlugin
 from vgpu_scheduler.cluster.memory import MemoryCluster
-from vgpu_scheduler.cluster.registration import RegistrationLoop
-from vgpu_scheduler.cluster.store import Store
 from vgpu_scheduler.cluster.transport import MemoryTransport
 from vgpu_scheduler.engine.decide import Chosen, NoFit, decide
 from vgpu_scheduler.engine.state import SchedulerState
 from vgpu_scheduler.scheduler.extender import _locking_request
-from vgpu_scheduler.scheduler.options import SchedulerOptions
-from vgpu_scheduler.server.metrics import exposition, metrics_registry
-from vgpu_scheduler.server.webhook import review_pod
-from vgpu_scheduler.simulate.cli import main as simulate
 from vgpu_scheduler.wire import keys
 
-NOW = datetime(2026, 11, 29, 21, 3, 30, tzinfo=UTC)
 ALLOCATED = "hami.io/enflame-vgpu-devices-allocated"
 
 
@@ -54,25 +46,17 @@ def run(state: SchedulerState, p: dict[str, Any], nodes: list[str], now: int = 1
 
 
 async def test_registration_reads_both_vendors_and_writes_nothing_to_the_nodes() -> None:
-    cluster = MemoryCluster(seed=1)
-    client = KubeClient(MemoryTransport(cluster))
-    store = Store()
-    state = SchedulerState(VENDORS)
-    loop = RegistrationLoop(client, state, store, now=lambda: NOW, tz=UTC)
     both = drs_node("both", drs_capacity(6, 6), capacity={GCU_NAME: "2"})
-    try:
-        for obj in (
+    async with registration(VENDORS, NOW) as reg:
+        reg.add(
             both,
             drs_node(
                 "drs-broken", '{"devices":[{"capacity":0}],"profiles":{"1g.6gb":"0"}}'
             ),  # one node's bad
             drs_node("drs-ok", drs_capacity(4)),  # annotation never affects another
-            gcu_node("gcu-only", "1"),
-        ):
-            store.upsert(cluster.create("nodes", obj))
-        report = await loop.run_pass()
-        await loop.flush_writes()
-        view = state.ledger.view("both")
+            gcu_node("gcu-only", "1"))
+        report = await reg.run()
+        view = reg.state.ledger.view("both")
         assert view is not None
         assert [d.id for d in view.devices] == [
             "both-GCU-0",
@@ -80,37 +64,25 @@ async def test_registration_reads_both_vendors_and_writes_nothing_to_the_nodes()
             "both-enflame-drs-0",
             "both-enflame-drs-1",
         ]
-        assert state.ledger.view("drs-ok") is not None and state.ledger.view("gcu-only") is not None
-        assert state.ledger.view("drs-broken") is None
+        assert reg.state.ledger.view("drs-ok") is not None and reg.state.ledger.view("gcu-only") is not None
+        assert reg.state.ledger.view("drs-broken") is None
         assert report.errors["drs-broken"] == "invalid drs capacity on node drs-broken"
-        annotations = cluster.get("nodes", "drs-ok")["metadata"]["annotations"]
+        annotations = reg.node_annotations("drs-ok")
         # No Enflame handshake: only the vendors that have one are stamped.
         assert not any("enflame" in k and "handshake" in k for k in annotations)
         assert keys.NODE_HANDSHAKE in annotations
-    finally:
-        await loop.stop()
-        await client.close()
 
 
 async def test_gcu_devices_go_when_the_capacity_does() -> None:
-    cluster = MemoryCluster(seed=1)
-    client = KubeClient(MemoryTransport(cluster))
-    store = Store()
-    state = SchedulerState(VENDORS)
-    loop = RegistrationLoop(client, state, store, now=lambda: NOW, tz=UTC)
-    try:
-        store.upsert(cluster.create("nodes", drs_node("mixed", drs_capacity(6), capacity={GCU_NAME: "1"})))
-        await loop.run_pass()
-        cluster.patch("nodes", "mixed", {"status": {"capacity": {GCU_NAME: "0"}}}, subresource="status")
-        store.upsert(cluster.get("nodes", "mixed"))
-        report = await loop.run_pass()
-        await loop.flush_writes()
+    async with registration(VENDORS, NOW) as reg:
+        reg.add(drs_node("mixed", drs_capacity(6), capacity={GCU_NAME: "1"}))
+        await reg.loop.run_pass()
+        reg.cluster.patch("nodes", "mixed", {"status": {"capacity": {GCU_NAME: "0"}}}, subresource="status")
+        reg.refresh("mixed")
+        report = await reg.run()
         assert report.cleaned == ["mixed"]
-        view = state.ledger.view("mixed")
+        view = reg.state.ledger.view("mixed")
         assert view is not None and [d.id for d in view.devices] == ["mixed-enflame-drs-0"]
-    finally:
-        await loop.stop()
-        await client.close()
 
 
 # --------------------------------------------------------------------------------------------
@@ -210,7 +182,7 @@ def test_metrics_list_enflame_devices() -> None:
     d = run(state, p, ["drs-1"])
     assert isinstance(d, Chosen)
     state.reserve(p, d)
-    text = exposition(metrics_registry(state)).decode()
+    text = metrics_text(state)
     assert (
         'hami_gpu_memory_allocated_bytes{device_cores="100",device_index="0",device_type="Enflame",'
         'device_uuid="drs-1-enflame-drs-0",node="drs-1",zone="vGPU"} 2.147483648e+10'
@@ -222,8 +194,7 @@ def test_metrics_list_enflame_devices() -> None:
 
 
 def test_webhook_takes_enflame_pods_and_rejects_bad_requests() -> None:
-    opts = dataclasses.replace(SchedulerOptions(), scheduler_name="hami-scheduler")
-    ok = review_pod(pod(containers=[drs_ctr(mem="20480", core="50")]), opts, VENDORS)
+    ok = review(pod(containers=[drs_ctr(mem="20480", core="50")]), VENDORS)
     assert ok.allowed
     assert ok.patch == [  # the limits mirrored into requests, then our scheduler
         {
@@ -233,16 +204,16 @@ def test_webhook_takes_enflame_pods_and_rejects_bad_requests() -> None:
         },
         {"op": "add", "path": "/spec/schedulerName", "value": "hami-scheduler"},
     ]
-    whole = review_pod(pod(containers=[drs_ctr(gcu="1")]), opts, VENDORS)
+    whole = review(pod(containers=[drs_ctr(gcu="1")]), VENDORS)
     assert whole.allowed
     assert whole.patch == [{"op": "add", "path": "/spec/schedulerName", "value": "hami-scheduler"}]
-    bad = review_pod(pod(containers=[drs_ctr(core="150")]), opts, VENDORS)
+    bad = review(pod(containers=[drs_ctr(core="150")]), VENDORS)
     assert (bad.allowed, bad.code, bad.message) == (
         False,
         500,
         "enflame.com/gcu-core must be in range (0,100]",
     )
-    zero = review_pod(pod(containers=[drs_ctr(drs="0")]), opts, VENDORS)
+    zero = review(pod(containers=[drs_ctr(drs="0")]), VENDORS)
     assert (zero.allowed, zero.message) == (False, f"{DRS_NAME} must be greater than 0")
 
 
@@ -314,51 +285,21 @@ def sim_node(name: str, capacity: dict[str, str], annotations: dict[str, str]) -
 
 
 def test_simulate_places_gcu_and_drs_pods(tmp_path: Path) -> None:
-    snap = tmp_path / "snap.json"
-    snap.write_text(
-        json.dumps(
-            {
-                "apiVersion": "v1",
-                "kind": "List",
-                "items": [
-                    sim_node("gcu-1", {GCU_NAME: "2"}, {}),
-                    sim_node("drs-1", {DRS_NAME: "6"}, {"enflame.com/gcu-drs-capacity": drs_capacity(6)}),
-                ],
-            }
-        )
-    )
-    pods = tmp_path / "pods.yaml"
-    pods.write_text(
-        "---\n".join(
-            PODS.format(name=n, ctr=c, limits=lim)
-            for n, c, lim in [
-                ("whole", "c", f"{GCU_NAME}: 2"),
-                ("drs-a", "pod-gcu-example1", f"{DRS_NAME}: 3"),
-                ("drs-b", "worker", f"{MEM_NAME}: 20480, {CORE_NAME}: 40"),
-                ("drs-c", "late", f"{DRS_NAME}: 1"),
-                ("whole-2", "c", f"{GCU_NAME}: 1"),
-            ]
-        )
-    )
-    config = tmp_path / "device-config.yaml"
-    config.write_text(CHART_SECTION)
-    out = tmp_path / "r.json"
-    assert (
-        simulate(
-            [
-                "--snapshot",
-                str(snap),
-                "--pods",
-                str(pods),
-                "--device-config-file",
-                str(config),
-                "--output",
-                str(out),
-            ]
-        )
-        == 0
-    )
-    report = {p["name"]: p for p in json.loads(out.read_text())["pods"]}
+    nodes = [
+        sim_node("gcu-1", {GCU_NAME: "2"}, {}),
+        sim_node("drs-1", {DRS_NAME: "6"}, {"enflame.com/gcu-drs-capacity": drs_capacity(6)}),
+    ]
+    pods = [
+        PODS.format(name=n, ctr=c, limits=lim)
+        for n, c, lim in [
+            ("whole", "c", f"{GCU_NAME}: 2"),
+            ("drs-a", "pod-gcu-example1", f"{DRS_NAME}: 3"),
+            ("drs-b", "worker", f"{MEM_NAME}: 20480, {CORE_NAME}: 40"),
+            ("drs-c", "late", f"{DRS_NAME}: 1"),
+            ("whole-2", "c", f"{GCU_NAME}: 1"),
+        ]
+    ]
+    report = simulate_report(tmp_path, nodes=nodes, pods=pods, config=CHART_SECTION)
     assert report["whole"]["node"] == "gcu-1"
     assert report["whole"]["annotations"]["hami.io/enflame-gcu-devices-allocated"] == (
         "gcu-1-GCU-1,GCU,100,100:gcu-1-GCU-0,GCU,100,100:;"
@@ -395,7 +336,7 @@ def test_metrics_list_gcu_devices() -> None:
     d = run(state, p, ["gcu-1"])
     assert isinstance(d, Chosen)
     state.reserve(p, d)
-    text = exposition(metrics_registry(state)).decode()
+    text = metrics_text(state)
     assert (
         'hami_gpu_memory_allocated_bytes{device_cores="100",device_index="1",device_type="GCU",'
         'device_uuid="gcu-1-GCU-1",node="gcu-1",zone="vGPU"} 1.048576e+08'

@@ -5,28 +5,37 @@ decision, the bind and the webhook. The template for the other vendors' tests (d
 from __future__ import annotations
 
 import dataclasses
-import json
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, timedelta
 from typing import Any
 
 import pytest
 
 from tests.builders import container, node, pod
-from vgpu_scheduler.cluster.client import KubeClient
-from vgpu_scheduler.cluster.embedded.deviceplugin import SimDevicePlugin
-from vgpu_scheduler.cluster.memory import MemoryCluster
-from vgpu_scheduler.cluster.registration import RegistrationLoop
-from vgpu_scheduler.cluster.store import Store
-from vgpu_scheduler.cluster.transport import MemoryTransport
+from tests.devices.vendorkit import (
+    HANDSHAKE_HEALTH,
+    NOW,
+    Dev,
+    admit_bound_pod,
+    config_error_key,
+    device_infos,
+    fit_checked,
+    hami_fit_vectors,
+    health_flags,
+    metrics_text,
+    privileged,
+    readable,
+    registration,
+    review,
+    usages,
+)
 from vgpu_scheduler.config import DeviceConfig
-from vgpu_scheduler.configfile import DeviceConfigError, default_device_config, parse_device_config
+from vgpu_scheduler.configfile import default_device_config, parse_device_config
 from vgpu_scheduler.devices import hygon
 from vgpu_scheduler.devices.base import SelectionFilters
 from vgpu_scheduler.devices.hygon import HygonVendor
 from vgpu_scheduler.devices.protocol import PodFitContext, ResourceNames, Vendors
 from vgpu_scheduler.devices.registry import build
 from vgpu_scheduler.engine.decide import Chosen, NoFit, decide, decide_on_nodes
-from vgpu_scheduler.engine.fit import pod_fit_context
 from vgpu_scheduler.engine.requests import pod_requests
 from vgpu_scheduler.engine.state import SchedulerState
 from vgpu_scheduler.model import (
@@ -38,8 +47,6 @@ from vgpu_scheduler.model import (
 )
 from vgpu_scheduler.scheduler.extender import _locking_request
 from vgpu_scheduler.scheduler.options import SchedulerOptions, vendor_flags
-from vgpu_scheduler.server.metrics import exposition, metrics_registry
-from vgpu_scheduler.server.webhook import review_pod
 from vgpu_scheduler.wire import keys
 from vgpu_scheduler.wire.inventory import InventoryError
 
@@ -48,15 +55,7 @@ NAMES = ResourceNames(COUNT, MEM, CORES)
 DCU = HygonVendor(NAMES)
 CHART = default_device_config()
 VENDORS = build(CHART)  # NVIDIA, DCU, ... (the chart's sections)
-NOW = datetime(2026, 11, 29, 21, 3, 30, tzinfo=UTC)
 
-
-def _readable(value: object) -> str | None:
-    """Case ids for the tables below (no pytest-made-up ids): objects as compact JSON-ish text."""
-    if isinstance(value, (dict, list, tuple)) or dataclasses.is_dataclass(value):
-        text = json.dumps(value, default=repr, separators=(",", ":"), sort_keys=True)
-        return text if len(text) <= 60 else text[:57] + "..."
-    return None
 
 
 def limits(**kw: str) -> dict[str, Any]:
@@ -101,12 +100,10 @@ def test_config_wins_over_the_legacy_flags() -> None:
         ("hygon:\n  memoryFactor: two\n", "hygon.memoryFactor"),
         ("hygon:\n  memoryFactor: 3000000000\n", "hygon.memoryFactor"),
     ],
-    ids=_readable,
+    ids=readable,
 )
 def test_bad_section_is_a_config_error(yaml: str, key: str) -> None:
-    with pytest.raises(DeviceConfigError) as err:
-        parse_device_config(yaml, "f.yaml")
-    assert err.value.key == key
+    assert config_error_key(yaml) == key
 
 
 def test_custom_section() -> None:
@@ -144,7 +141,7 @@ def req(nums: int, mem: int, pct: int, cores: int) -> ContainerDeviceRequest:
         (limits(count="1", mem="0.5"), req(1, 0, 100, 100)),  # unreadable memory is ignored
         (limits(count="1", cores="1500m"), req(1, 0, 100, 100)),  # unreadable cores: the default
     ],
-    ids=_readable,
+    ids=readable,
 )
 def test_requests(ctr: dict[str, Any], expected: ContainerDeviceRequest | None) -> None:
     assert DCU.request(ctr) == expected
@@ -187,7 +184,7 @@ def test_inventory_legacy_form() -> None:
         # HAMi reads DCU inventories with the legacy decoder only: JSON is malformed there.
         ('[{"id":"a","count":1}]', "malformed node annotation segment"),
     ],
-    ids=_readable,
+    ids=readable,
 )
 def test_inventory_errors(register: str | None, error: str) -> None:
     with pytest.raises(InventoryError, match=error):
@@ -196,21 +193,15 @@ def test_inventory_errors(register: str | None, error: str) -> None:
 
 @pytest.mark.parametrize(
     ("handshake", "allocatable", "healthy", "need_update", "write"),
-    [
-        ("Requesting_2025-01-07 00:00:00", None, False, False, False),  # expired, no devices: gone
-        ("Requesting_2025-01-07 00:00:00", "4", True, False, False),  # expired but still allocatable
-        ("Requesting_2026-11-29 21:03:00", None, True, False, False),  # within 60 s
-        ("Unknown", None, True, True, True),
-        (None, None, True, True, True),
-    ],
-    ids=_readable,
+    HANDSHAKE_HEALTH,
+    ids=readable,
 )
 def test_health(
     handshake: str | None, allocatable: str | None, healthy: bool, need_update: bool, write: bool
 ) -> None:
     annos = {hygon.HANDSHAKE: handshake} if handshake is not None else {}
     health = DCU.check_health(dcu_node(":", allocatable=allocatable, **annos), NOW, UTC)
-    assert (health.healthy, health.need_update, health.write_requesting) == (healthy, need_update, write)
+    assert health_flags(health) == (healthy, need_update, write)
 
 
 # --------------------------------------------------------------------------------------------
@@ -233,7 +224,7 @@ def test_health(
         # NVIDIA's annotation says nothing about DCUs.
         ({keys.USE_GPUTYPE: "A100"}, "dcu", True),
     ],
-    ids=_readable,
+    ids=readable,
 )
 def test_type_annotations(annos: dict[str, str], cardtype: str, ok: bool) -> None:
     filters = DCU.pod_filters(annos)
@@ -241,67 +232,22 @@ def test_type_annotations(annos: dict[str, str], cardtype: str, ok: bool) -> Non
     assert filters.type_ok(DeviceInfo(id="d", type=cardtype)) is ok
 
 
-@dataclasses.dataclass
-class Dev:
-    id: str
-    count: int = 100
-    totalmem: int = 128
-    totalcore: int = 100
-    used: int = 0
-    usedmem: int = 0
-    usedcores: int = 0
-    health: bool = True
-    index: int = 0
-
-
 def run_fit(
     devs: list[Dev], request: ContainerDeviceRequest, annos: dict[str, str] | None = None
 ) -> tuple[bool, list[str], str, int]:
-    devices = [DeviceInfo(id=d.id, index=d.index, count=d.count, devmem=d.totalmem, devcore=d.totalcore,
-                          type="DCU", health=d.health) for d in devs]
-    usage = [DeviceUsage(d.used, d.usedmem, d.usedcores) for d in devs]
-    ctx = pod_fit_context(pod(annotations=annos or {}), vendors=Vendors([DCU]))
-    order = list(range(len(devs)))
-    result = DCU.fit(request, devices, usage, order, ctx=ctx, cordoned=frozenset(), allocated=())
-    # The order-free verdict agrees with the ordered Fit wherever it answers.
-    quick = DCU.quick_verdict(request, devices, usage, order, ctx=ctx, cordoned=frozenset())
-    assert quick is None or quick == result.reason
+    result = fit_checked(DCU, request, device_infos(devs, "DCU"), usages(devs), annos=annos)
     return result.ok, [d.uuid for d in result.devices], result.reason, len(result.devices)
 
 
 @pytest.mark.parametrize(
     ("devs", "request_", "annos", "ok", "ids", "reason"),
     [
-        ([Dev("dev-0"), Dev("dev-1")], req(1, 64, 0, 50), {}, True, ["dev-1"], ""),
-        ([Dev("dev-0")], req(1, 512, 0, 50), {}, False, [], "1/1 CardInsufficientMemory"),
-        ([Dev("dev-0", totalmem=1024, usedcores=100)], req(1, 512, 0, 50), {}, False, [],
-         "1/1 CardInsufficientCore"),
-        ([Dev("dev-0")], ContainerDeviceRequest(1, "OtherType", 512, 0, 50), {}, False, [],
-         "1/1 CardTypeMismatch"),
-        ([Dev("dev-1", totalmem=1280)], req(2, 512, 0, 50), {hygon.USE_UUID: "dev-0"}, False, [],
-         "1/1 CardUuidMismatch"),
-        ([Dev("dev-0", totalmem=1280)], req(2, 512, 0, 50), {hygon.NOUSE_UUID: "dev-0"}, False, [],
-         "1/1 CardUuidMismatch"),
-        ([Dev("dev-0", totalmem=1280, used=100)], req(1, 512, 0, 50), {}, False, [],
-         "1/1 CardTimeSlicingExhausted"),
-        ([Dev("dev-0", totalmem=1280)], req(1, 512, 0, 120), {}, True, ["dev-0"], ""),  # cores clamped
-        ([Dev("dev-0", totalmem=1280, used=20)], req(1, 512, 0, 100), {}, False, [],
-         "1/1 ExclusiveDeviceAllocateConflict"),
-        ([Dev("dev-0", totalmem=1280, used=20, usedcores=100)], req(1, 512, 0, 0), {}, False, [],
-         "1/1 CardComputeUnitsExhausted"),
-        ([Dev("dev-0", totalmem=1280, used=20, usedcores=10)], req(2, 512, 0, 20), {}, False, [],
-         "1/1 AllocatedCardsInsufficientRequest"),
-        ([Dev("dev-0", totalmem=1280, used=20, usedcores=10)], req(1, 0, 10, 20), {}, True, ["dev-0"], ""),
-        ([Dev("dev-0", count=2, used=1)], req(1, 64, 0, 50), {keys.GPU_SCHEDULER_POLICY: "mutex"}, False, [],
-         "1/1 ExclusiveDeviceAllocateConflict"),
-        ([Dev("dev-0", totalmem=1280), Dev("dev-1", totalmem=1280, index=1)], req(3, 512, 0, 20), {}, False,
-         [], "2/2 AllocatedCardsInsufficientRequest"),
-        ([Dev("dev-0", totalmem=1280, health=False)], req(1, 512, 0, 50), {}, False, [], "1/1 CardNotHealth"),
+        *hami_fit_vectors("DCU", use_uuid=hygon.USE_UUID, nouse_uuid=hygon.NOUSE_UUID),
         # The type annotations (checkDCUtype) and NVIDIA's numa-bind, which DCU ignores.
         ([Dev("dev-0")], req(1, 64, 0, 50), {hygon.NOUSE_TYPE: "dcu"}, False, [], "1/1 CardTypeMismatch"),
         ([Dev("dev-0")], req(1, 64, 0, 50), {keys.NUMA_BIND: "true"}, True, ["dev-0"], ""),
     ],
-    ids=_readable,
+    ids=readable,
 )
 def test_fit(
     devs: list[Dev], request_: ContainerDeviceRequest, annos: dict[str, str], ok: bool, ids: list[str],
@@ -346,7 +292,7 @@ def test_patch_annotations() -> None:
         (pod(containers=[{"name": "c", "resources": {"requests": {COUNT: "1"}}}]), True),
         (pod(init_containers=[limits(count="1")], containers=[container()]), False),
     ],
-    ids=_readable,
+    ids=readable,
 )
 def test_lock_only_for_regular_containers(p: dict[str, Any], locks: bool) -> None:
     assert _locking_request(p, VENDORS) is locks
@@ -359,7 +305,7 @@ def test_lock_only_for_regular_containers(p: dict[str, Any], locks: bool) -> Non
         ({"name": "c", "resources": {"requests": {COUNT: "1"}}}, False),  # MutateAdmission reads limits
         (limits(mem="1024"), False),
     ],
-    ids=_readable,
+    ids=readable,
 )
 def test_mutate(ctr: dict[str, Any], has: bool) -> None:
     before = dict(ctr)
@@ -368,12 +314,10 @@ def test_mutate(ctr: dict[str, Any], has: bool) -> None:
 
 
 def test_webhook_puts_dcu_pods_under_our_scheduler_and_denies_privileged() -> None:
-    opts = dataclasses.replace(SchedulerOptions(), scheduler_name="hami-scheduler")
     plain = pod(containers=[limits(count="1", mem="1024")])
-    response = review_pod(plain, opts, VENDORS)
+    response = review(plain, VENDORS)
     assert response.allowed
-    privileged = pod(containers=[{**limits(count="1"), "securityContext": {"privileged": True}}])
-    denied = review_pod(privileged, opts, VENDORS)
+    denied = review(privileged(limits(count="1")), VENDORS)
     assert not denied.allowed and denied.message == "container c is privileged"
 
 
@@ -386,32 +330,21 @@ def dcu_devices(n: int = 2, devmem: int = 16384) -> str:
 
 
 async def test_registration_reads_dcu_nodes_and_stamps_the_dcu_handshake() -> None:
-    cluster = MemoryCluster(seed=1)
-    client = KubeClient(MemoryTransport(cluster))
-    store = Store()
-    state = SchedulerState(VENDORS)
-    loop = RegistrationLoop(client, state, store, now=lambda: NOW, tz=UTC)
-    try:
-        for obj in (
+    async with registration(VENDORS, NOW) as reg:
+        reg.add(
             dcu_node(dcu_devices(), name="dcu-1"),
             dcu_node("DCU-0,4,16384:", name="dcu-broken"),  # one node's bad annotation ...
-            dcu_node(dcu_devices(1), name="dcu-2"),
-        ):
-            store.upsert(cluster.create("nodes", obj))
-        report = await loop.run_pass()
-        await loop.flush_writes()
-        view = state.ledger.view("dcu-1")
+            dcu_node(dcu_devices(1), name="dcu-2"))
+        report = await reg.run()
+        view = reg.state.ledger.view("dcu-1")
         assert view is not None and [d.id for d in view.devices] == ["DCU-0", "DCU-1"]
-        assert state.ledger.view("dcu-2") is not None  # ... never affects another
-        assert state.ledger.view("dcu-broken") is None
+        assert reg.state.ledger.view("dcu-2") is not None  # ... never affects another
+        assert reg.state.ledger.view("dcu-broken") is None
         assert report.errors == {"dcu-broken": "unexpected field count 3 in node annotation"}
-        annotations = cluster.get("nodes", "dcu-1")["metadata"]["annotations"]
+        annotations = reg.node_annotations("dcu-1")
         # HAMi stamps every vendor's handshake on every node.
         assert annotations[hygon.HANDSHAKE] == "Requesting_2026-11-29 21:03:30"
         assert annotations[keys.NODE_HANDSHAKE] == "Requesting_2026-11-29 21:03:30"
-    finally:
-        await loop.stop()
-        await client.close()
 
 
 def dcu_pod(name: str, **kw: str) -> dict[str, Any]:
@@ -469,7 +402,7 @@ def test_metrics_list_dcu_devices() -> None:
                default_node_policy="binpack", default_gpu_policy="spread", now=1)
     assert isinstance(d, Chosen)
     state.reserve(dcu_pod("p", count="1", mem="1024", cores="30"), d)
-    text = exposition(metrics_registry(state)).decode()
+    text = metrics_text(state)
     assert (
         'hami_gpu_memory_allocated_bytes{device_cores="100",device_index="1",device_type="DCU-Z100",'
         'device_uuid="DCU-1",node="dcu-1",zone="vGPU"} 1.073741824e+09'
@@ -479,35 +412,24 @@ def test_metrics_list_dcu_devices() -> None:
 async def test_unhealthy_dcu_is_cleaned_up_and_nvidia_devices_stay() -> None:
     """A node with both vendors whose DCU plugin is gone (stale handshake, no allocatable DCUs)
     loses its DCUs and the DCU handshake; its GPUs stay."""
-    cluster = MemoryCluster(seed=1)
-    client = KubeClient(MemoryTransport(cluster))
-    store = Store()
-    state = SchedulerState(VENDORS)
-    clock = [NOW]
-    loop = RegistrationLoop(client, state, store, now=lambda: clock[0], tz=UTC)
     gpus = '[{"id":"GPU-0","count":10,"devmem":8000,"devcore":100,"type":"NVIDIA-A100","health":true}]'
     obj = dcu_node(dcu_devices(), name="mixed", **{keys.NODE_NVIDIA_REGISTER: gpus})
     obj["status"]["allocatable"]["nvidia.com/gpu"] = "10"
-    try:
-        store.upsert(cluster.create("nodes", obj))
-        await loop.run_pass()
-        await loop.flush_writes()
-        view = state.ledger.view("mixed")
+    async with registration(VENDORS, NOW) as reg:
+        reg.add(obj)
+        await reg.run()
+        view = reg.state.ledger.view("mixed")
         assert view is not None and [d.id for d in view.devices] == ["GPU-0", "DCU-0", "DCU-1"]
         # The DCU plugin goes away: no allocatable DCUs, and nobody answers the handshake.
-        cluster.patch("nodes", "mixed", {"status": {"allocatable": {COUNT: "0"}}}, subresource="status")
-        store.upsert(cluster.get("nodes", "mixed"))
-        clock[0] = NOW + timedelta(seconds=61)
-        report = await loop.run_pass()
-        await loop.flush_writes()
+        reg.cluster.patch("nodes", "mixed", {"status": {"allocatable": {COUNT: "0"}}}, subresource="status")
+        reg.refresh("mixed")
+        reg.clock[0] = NOW + timedelta(seconds=61)
+        report = await reg.run()
         assert report.cleaned == ["mixed"]
-        view = state.ledger.view("mixed")
+        view = reg.state.ledger.view("mixed")
         assert view is not None and [d.id for d in view.devices] == ["GPU-0"]
-        annotations = cluster.get("nodes", "mixed")["metadata"]["annotations"]
+        annotations = reg.node_annotations("mixed")
         assert hygon.HANDSHAKE not in annotations and keys.NODE_HANDSHAKE in annotations
-    finally:
-        await loop.stop()
-        await client.close()
 
 
 def test_template_nodes_read_dcu_inventories() -> None:
@@ -521,19 +443,14 @@ def test_template_nodes_read_dcu_inventories() -> None:
 
 
 async def test_simulated_device_plugin_consumes_dcu_allocations() -> None:
-    cluster = MemoryCluster(seed=1)
-    lock = {keys.NODE_LOCK: "2026-01-01T00:00:00Z,default,p"}
-    cluster.create("nodes", {"metadata": {"name": "n1", "annotations": lock}})
     annotations = {
         "hami.io/dcu-devices-to-allocate": ";DCU-1,DCU,2048,100:;",
         "hami.io/dcu-devices-allocated": ";DCU-1,DCU,2048,100:;",
         keys.BIND_PHASE: "allocating",
     }
-    cluster.create("pods", pod("p", annotations=annotations, containers=[container("a"), limits(count="1")]))
-    cluster.bind("default", "p", "n1")
-    plugin = SimDevicePlugin(KubeClient(MemoryTransport(cluster)), VENDORS)
-    result = await plugin.admit(cluster.get("pods", "p", "default"))
-    assert result.phase == "Running"
-    after = cluster.get("pods", "p", "default")["metadata"]["annotations"]
+    bound = pod("p", annotations=annotations, containers=[container("a"), limits(count="1")])
+    admitted = await admit_bound_pod(VENDORS, bound)
+    assert admitted.phase == "Running"
+    after = admitted.annotations
     assert after["hami.io/dcu-devices-to-allocate"] == ";;" and after[keys.BIND_PHASE] == "success"
-    assert keys.NODE_LOCK not in (cluster.get("nodes", "n1")["metadata"].get("annotations") or {})
+    assert keys.NODE_LOCK not in admitted.node_annotations

@@ -6,19 +6,28 @@ The `simulate` CLI end to end is in test_iluvatar_biren_cli.py."""
 from __future__ import annotations
 
 import dataclasses
-import json
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, timedelta
 from typing import Any
 
 import pytest
 
 from tests.builders import container, node, pod
-from vgpu_scheduler.cluster.client import KubeClient
-from vgpu_scheduler.cluster.embedded.deviceplugin import SimDevicePlugin
-from vgpu_scheduler.cluster.memory import MemoryCluster
-from vgpu_scheduler.cluster.registration import RegistrationLoop
-from vgpu_scheduler.cluster.store import Store
-from vgpu_scheduler.cluster.transport import MemoryTransport
+from tests.devices.vendorkit import (
+    HANDSHAKE_HEALTH,
+    NOW,
+    Dev,
+    admit_bound_pod,
+    device_infos,
+    fit_checked,
+    health_flags,
+    metrics_text,
+    patch_ops,
+    privileged,
+    readable,
+    registration,
+    review,
+    usages,
+)
 from vgpu_scheduler.config import DeviceConfig
 from vgpu_scheduler.configfile import default_device_config, parse_device_config
 from vgpu_scheduler.devices import iluvatar
@@ -26,15 +35,12 @@ from vgpu_scheduler.devices.iluvatar import IluvatarVendor, decimal_si
 from vgpu_scheduler.devices.protocol import ResourceNames, VendorConfigError, VendorFlags, Vendors
 from vgpu_scheduler.devices.registry import build
 from vgpu_scheduler.engine.decide import Chosen, NoFit, decide
-from vgpu_scheduler.engine.fit import pod_fit_context
 from vgpu_scheduler.engine.quota import QuotaManager
 from vgpu_scheduler.engine.requests import pod_requests
 from vgpu_scheduler.engine.state import SchedulerState
 from vgpu_scheduler.model import NVIDIA, ContainerDevice, ContainerDeviceRequest, DeviceInfo, DeviceUsage
 from vgpu_scheduler.scheduler.extender import _locking_request
 from vgpu_scheduler.scheduler.options import SchedulerOptions, vendor_flags
-from vgpu_scheduler.server.metrics import exposition, metrics_registry
-from vgpu_scheduler.server.webhook import review_pod
 from vgpu_scheduler.wire import keys
 from vgpu_scheduler.wire.inventory import InventoryError
 
@@ -45,15 +51,7 @@ CHART = default_device_config()
 ENABLED = VendorFlags(enable_iluvatar=True)
 VENDORS = build(CHART, ENABLED)
 CHIPS = ("MR-V100", "MR-V50", "BI-V150", "BI-V100")
-NOW = datetime(2026, 11, 29, 21, 3, 30, tzinfo=UTC)
 
-
-def _readable(value: object) -> str | None:
-    """Case ids for the tables below: objects as compact JSON-ish text."""
-    if isinstance(value, (dict, list, tuple)) or dataclasses.is_dataclass(value):
-        text = json.dumps(value, default=repr, separators=(",", ":"), sort_keys=True)
-        return text if len(text) <= 60 else text[:57] + "..."
-    return None
 
 
 def limits(**kw: str) -> dict[str, Any]:
@@ -132,7 +130,7 @@ def test_a_repeated_common_word_keeps_the_last_entry_in_the_first_place() -> Non
         ([{"chipName": "A"}], "iluvatars.0.commonWord"),  # no commonWord: no key, no annotations
         ({"commonWord": "A"}, "iluvatars"),
     ],
-    ids=_readable,
+    ids=readable,
 )
 def test_bad_entries_are_config_errors_naming_the_entry(section: object, key: str) -> None:
     with pytest.raises(VendorConfigError) as err:
@@ -182,7 +180,7 @@ def req(nums: int, mem: int, pct: int, cores: int) -> ContainerDeviceRequest:
         (limits(count="0.5"), None),
         (limits(mem="4"), None),
     ],
-    ids=_readable,
+    ids=readable,
 )
 def test_requests(ctr: dict[str, Any], expected: ContainerDeviceRequest | None) -> None:
     assert ILU.request(ctr) == expected
@@ -233,7 +231,7 @@ def test_inventory_nine_fields_and_unhealthy_device() -> None:
         ("a,x,1024,100,MR-V100,0,true:", "invalid count field"),
         ("a,4,1024,100,MR-V100,0,yes:", "invalid health field"),
     ],
-    ids=_readable,
+    ids=readable,
 )
 def test_inventory_errors(register: str | None, error: str) -> None:
     with pytest.raises(InventoryError, match=error):
@@ -243,14 +241,11 @@ def test_inventory_errors(register: str | None, error: str) -> None:
 @pytest.mark.parametrize(
     ("handshake", "allocatable", "healthy", "need_update", "write"),
     [
-        ("Requesting_2025-01-07 00:00:00", None, False, False, False),
-        ("Requesting_2025-01-07 00:00:00", "4", True, False, False),
-        ("Requesting_2026-11-29 21:03:00", None, True, False, False),
+        *HANDSHAKE_HEALTH[:3],
         ("Requesting", None, True, False, False),  # no timestamp: healthy, nothing to do
-        ("Unknown", None, True, True, True),
-        (None, None, True, True, True),
+        *HANDSHAKE_HEALTH[3:],
     ],
-    ids=_readable,
+    ids=readable,
 )
 def test_health_reads_the_chips_handshake_and_count(
     handshake: str | None, allocatable: str | None, healthy: bool, need_update: bool, write: bool
@@ -259,37 +254,17 @@ def test_health_reads_the_chips_handshake_and_count(
     # Another chip's handshake says nothing about this one.
     annos[iluvatar.handshake_key("MR-V50")] = "Requesting_2026-11-29 21:03:29"
     health = ILU.check_health(ilu_node(":", allocatable=allocatable, **annos), NOW, UTC)
-    assert (health.healthy, health.need_update, health.write_requesting) == (healthy, need_update, write)
+    assert health_flags(health) == (healthy, need_update, write)
 
 
 # --------------------------------------------------------------------------------------------
 # Fit (Test_Fit, TestFit_MutexRejectsUsedDevice, Test_checkType)
 
 
-@dataclasses.dataclass
-class Dev:
-    id: str
-    count: int = 100
-    totalmem: int = 128
-    totalcore: int = 100
-    used: int = 0
-    usedmem: int = 0
-    usedcores: int = 0
-    health: bool = True
-    index: int = 0
-
-
 def run_fit(
     devs: list[Dev], request: ContainerDeviceRequest, annos: dict[str, str] | None = None
 ) -> tuple[bool, list[ContainerDevice], str]:
-    devices = [DeviceInfo(id=d.id, index=d.index, count=d.count, devmem=d.totalmem, devcore=d.totalcore,
-                          type=CW, health=d.health) for d in devs]
-    usage = [DeviceUsage(d.used, d.usedmem, d.usedcores) for d in devs]
-    ctx = pod_fit_context(pod(annotations=annos or {}), vendors=Vendors([ILU]))
-    order = list(range(len(devs)))
-    result = ILU.fit(request, devices, usage, order, ctx=ctx, cordoned=frozenset(), allocated=())
-    quick = ILU.quick_verdict(request, devices, usage, order, ctx=ctx, cordoned=frozenset())
-    assert quick is None or quick == result.reason
+    result = fit_checked(ILU, request, device_infos(devs, CW), usages(devs), annos=annos)
     return result.ok, result.devices, result.reason
 
 
@@ -328,7 +303,7 @@ USE, NOUSE = iluvatar.uuid_keys(CW)
          "2/2 AllocatedCardsInsufficientRequest"),
         ([Dev("dev-0")], req(1, 64, 0, -5), {}, ["dev-0"], ""),  # negative cores pass
     ],
-    ids=_readable,
+    ids=readable,
 )
 def test_fit(
     devs: list[Dev], request_: ContainerDeviceRequest, annos: dict[str, str], ids: list[str], reason: str
@@ -369,7 +344,7 @@ def test_patch_annotations() -> None:
         (pod(init_containers=[limits(count="1")], containers=[container()]), False),
         (pod(containers=[limits(count="0")]), False),
     ],
-    ids=_readable,
+    ids=readable,
 )
 def test_lock_only_for_regular_containers(p: dict[str, Any], locks: bool) -> None:
     assert _locking_request(p, VENDORS) is locks
@@ -403,7 +378,7 @@ ENV = {"name": "SOL_CONTINER_NAME", "value": "c"}
         (container(requests={COUNT: "2"}), False, {"resources": {"requests": {COUNT: "2"}}}),
         (limits(mem="4"), False, {"resources": {"limits": {MEM: "4"}}}),
     ],
-    ids=_readable,
+    ids=readable,
 )
 def test_mutate(ctr: dict[str, Any], has: bool, after: dict[str, Any]) -> None:
     assert ILU.mutate(ctr, pod()) is has
@@ -411,19 +386,17 @@ def test_mutate(ctr: dict[str, Any], has: bool, after: dict[str, Any]) -> None:
 
 
 def test_webhook_patch_for_an_iluvatar_pod() -> None:
-    opts = dataclasses.replace(SchedulerOptions(), scheduler_name="hami-scheduler")
     p = pod(containers=[container("app", limits={"iluvatar.ai/BI-V150-vgpu": "2"})])
-    response = review_pod(p, opts, VENDORS)
+    response = review(p, VENDORS)
     assert response.allowed
-    ops = {(op["op"], op["path"]): op.get("value") for op in response.patch}
+    ops = patch_ops(response)
     assert ops[("add", "/spec/containers/0/resources/limits/iluvatar.ai~1BI-V150.vCore")] == "200"
     assert ops[("add", "/spec/containers/0/env")] == [{"name": "SOL_CONTINER_NAME", "value": "app"}]
     assert ops[("add", "/spec/schedulerName")] == "hami-scheduler" or ops.get(
         ("replace", "/spec/schedulerName")) == "hami-scheduler"
     # Without --enable-iluvatar the webhook does not know the resource.
-    assert review_pod(p, opts, build(CHART)).patch == []
-    privileged = pod(containers=[{**limits(count="1"), "securityContext": {"privileged": True}}])
-    denied = review_pod(privileged, opts, VENDORS)
+    assert review(p, build(CHART)).patch == []
+    denied = review(privileged(limits(count="1")), VENDORS)
     assert not denied.allowed and denied.message == "container c is privileged"
 
 
@@ -436,67 +409,45 @@ def chip_devices(cw: str = "BI-V150", n: int = 2, devmem: int = 32768) -> str:
 
 
 async def test_registration_reads_chip_nodes_and_stamps_each_chips_handshake() -> None:
-    cluster = MemoryCluster(seed=1)
-    client = KubeClient(MemoryTransport(cluster))
-    store = Store()
-    state = SchedulerState(VENDORS)
-    loop = RegistrationLoop(client, state, store, now=lambda: NOW, tz=UTC)
-    try:
-        for obj in (
+    async with registration(VENDORS, NOW) as reg:
+        reg.add(
             ilu_node(chip_devices(), name="ilu-1", cw="BI-V150"),
             ilu_node("x,4,1024:", name="ilu-broken", cw="BI-V150"),  # a broken annotation ...
-            ilu_node(chip_devices("MR-V50", 1), name="ilu-2", cw="MR-V50"),
-        ):
-            store.upsert(cluster.create("nodes", obj))
-        report = await loop.run_pass()
-        await loop.flush_writes()
-        view = state.ledger.view("ilu-1")
+            ilu_node(chip_devices("MR-V50", 1), name="ilu-2", cw="MR-V50"))
+        report = await reg.run()
+        view = reg.state.ledger.view("ilu-1")
         assert view is not None and [d.id for d in view.devices] == ["ILU-BI-V150-0", "ILU-BI-V150-1"]
         assert {d.device_vendor for d in view.devices} == {"BI-V150"}
-        view2 = state.ledger.view("ilu-2")  # ... never affects another node
+        view2 = reg.state.ledger.view("ilu-2")  # ... never affects another node
         assert view2 is not None and [d.id for d in view2.devices] == ["ILU-MR-V50-0"]
-        assert state.ledger.view("ilu-broken") is None
+        assert reg.state.ledger.view("ilu-broken") is None
         assert report.errors == {"ilu-broken": "unexpected field count 3 in node annotation"}
-        annotations = cluster.get("nodes", "ilu-1")["metadata"]["annotations"]
+        annotations = reg.node_annotations("ilu-1")
         for cw in CHIPS:
             assert annotations[iluvatar.handshake_key(cw)] == "Requesting_2026-11-29 21:03:30"
-    finally:
-        await loop.stop()
-        await client.close()
 
 
 async def test_unhealthy_chip_loses_its_devices_but_keeps_its_handshake() -> None:
     """HAMi's Iluvatar NodeCleanUp does nothing: the devices go, the annotation stays."""
-    cluster = MemoryCluster(seed=1)
-    client = KubeClient(MemoryTransport(cluster))
-    store = Store()
-    state = SchedulerState(VENDORS)
-    clock = [NOW]
-    loop = RegistrationLoop(client, state, store, now=lambda: clock[0], tz=UTC)
     gpus = '[{"id":"GPU-0","count":10,"devmem":8000,"devcore":100,"type":"NVIDIA-A100","health":true}]'
     obj = ilu_node(chip_devices(), name="mixed", cw="BI-V150", **{keys.NODE_NVIDIA_REGISTER: gpus})
     obj["status"]["allocatable"]["nvidia.com/gpu"] = "10"
-    try:
-        store.upsert(cluster.create("nodes", obj))
-        await loop.run_pass()
-        await loop.flush_writes()
-        view = state.ledger.view("mixed")
+    async with registration(VENDORS, NOW) as reg:
+        reg.add(obj)
+        await reg.run()
+        view = reg.state.ledger.view("mixed")
         assert view is not None
         assert [d.id for d in view.devices] == ["GPU-0", "ILU-BI-V150-0", "ILU-BI-V150-1"]
-        cluster.patch("nodes", "mixed", {"status": {"allocatable": {"iluvatar.ai/BI-V150-vgpu": "0"}}},
+        reg.cluster.patch("nodes", "mixed", {"status": {"allocatable": {"iluvatar.ai/BI-V150-vgpu": "0"}}},
                       subresource="status")
-        store.upsert(cluster.get("nodes", "mixed"))
-        clock[0] = NOW + timedelta(seconds=61)
-        report = await loop.run_pass()
-        await loop.flush_writes()
+        reg.refresh("mixed")
+        reg.clock[0] = NOW + timedelta(seconds=61)
+        report = await reg.run()
         assert report.cleaned == ["mixed"]
-        view = state.ledger.view("mixed")
+        view = reg.state.ledger.view("mixed")
         assert view is not None and [d.id for d in view.devices] == ["GPU-0"]
-        annotations = cluster.get("nodes", "mixed")["metadata"]["annotations"]
+        annotations = reg.node_annotations("mixed")
         assert annotations[iluvatar.handshake_key("BI-V150")] == "Requesting_2026-11-29 21:03:30"
-    finally:
-        await loop.stop()
-        await client.close()
 
 
 BI = "iluvatar.ai/BI-V150-vgpu"
@@ -549,7 +500,7 @@ def test_metrics_list_chip_devices() -> None:
     d = decide(p, ["ilu-1"], state, default_node_policy="binpack", default_gpu_policy="spread", now=1)
     assert isinstance(d, Chosen)
     state.reserve(p, d)
-    text = exposition(metrics_registry(state)).decode()
+    text = metrics_text(state)
     assert (
         'hami_gpu_memory_allocated_bytes{device_cores="100",device_index="1",device_type="BI-V150",'
         'device_uuid="ILU-BI-V150-1",node="ilu-1",zone="vGPU"} 1.073741824e+09'
@@ -559,23 +510,17 @@ def test_metrics_list_chip_devices() -> None:
 
 
 async def test_simulated_device_plugin_consumes_chip_allocations() -> None:
-    cluster = MemoryCluster(seed=1)
-    lock = {keys.NODE_LOCK: "2026-01-01T00:00:00Z,default,p"}
-    cluster.create("nodes", {"metadata": {"name": "n1", "annotations": lock}})
     annotations = {
         "hami.io/BI-V150-devices-to-allocate": ";ILU-0,BI-V150,1024,30:;",
         "hami.io/BI-V150-devices-allocated": ";ILU-0,BI-V150,1024,30:;",
         keys.BIND_PHASE: "allocating",
     }
     ctrs = [container("a"), container("b", limits={BI: "1"})]
-    cluster.create("pods", pod("p", annotations=annotations, containers=ctrs))
-    cluster.bind("default", "p", "n1")
-    plugin = SimDevicePlugin(KubeClient(MemoryTransport(cluster)), VENDORS)
-    result = await plugin.admit(cluster.get("pods", "p", "default"))
-    assert result.phase == "Running"
-    after = cluster.get("pods", "p", "default")["metadata"]["annotations"]
+    admitted = await admit_bound_pod(VENDORS, pod("p", annotations=annotations, containers=ctrs))
+    assert admitted.phase == "Running"
+    after = admitted.annotations
     assert after["hami.io/BI-V150-devices-to-allocate"] == ";;" and after[keys.BIND_PHASE] == "success"
-    assert keys.NODE_LOCK not in (cluster.get("nodes", "n1")["metadata"].get("annotations") or {})
+    assert keys.NODE_LOCK not in admitted.node_annotations
 
 
 def test_resource_quota_limits_are_in_256_mib_units() -> None:

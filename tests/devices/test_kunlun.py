@@ -8,21 +8,31 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections.abc import Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.builders import container, node, pod
+from tests.devices.vendorkit import (
+    NOW,
+    config_error_key,
+    health_flags,
+    metrics_text,
+    patch_ops,
+    privileged,
+    readable,
+    registration,
+    review,
+    simulate_report,
+)
 from vgpu_scheduler.cluster.client import KubeClient
 from vgpu_scheduler.cluster.embedded.deviceplugin import SimDevicePlugin
 from vgpu_scheduler.cluster.memory import MemoryCluster
-from vgpu_scheduler.cluster.registration import RegistrationLoop
-from vgpu_scheduler.cluster.store import Store
 from vgpu_scheduler.cluster.transport import MemoryTransport
 from vgpu_scheduler.config import DeviceConfig
-from vgpu_scheduler.configfile import DeviceConfigError, default_device_config, parse_device_config
+from vgpu_scheduler.configfile import default_device_config, parse_device_config
 from vgpu_scheduler.devices import kunlun
 from vgpu_scheduler.devices.kunlun import common, vxpu, whole
 from vgpu_scheduler.devices.kunlun.vxpu import XpuVendor, round_memory
@@ -42,9 +52,6 @@ from vgpu_scheduler.model import (
 )
 from vgpu_scheduler.scheduler.extender import _locking_request
 from vgpu_scheduler.scheduler.options import SchedulerOptions, vendor_flags
-from vgpu_scheduler.server.metrics import exposition, metrics_registry
-from vgpu_scheduler.server.webhook import review_pod
-from vgpu_scheduler.simulate.cli import main as simulate_main
 from vgpu_scheduler.wire import keys
 from vgpu_scheduler.wire.inventory import InventoryError
 
@@ -54,7 +61,6 @@ WHOLE = KunlunVendor(ResourceNames(XPU_COUNT))
 SLICED = XpuVendor(ResourceNames(VXPU, VMEM))
 CHART = default_device_config()
 VENDORS = build(CHART)
-NOW = datetime(2026, 11, 29, 21, 3, 30, tzinfo=UTC)
 CHART_SECTION = """\
 kunlun:
   resourceCountName: kunlunxin.com/xpu
@@ -62,13 +68,6 @@ kunlun:
   resourceVMemoryName: kunlunxin.com/vxpu-memory
 """
 
-
-def _readable(value: object) -> str | None:
-    """Case ids for the tables below (no pytest-made-up ids): objects as compact JSON-ish text."""
-    if isinstance(value, (dict, list, tuple)) or dataclasses.is_dataclass(value):
-        text = json.dumps(value, default=repr, separators=(",", ":"), sort_keys=True)
-        return text if len(text) <= 60 else text[:57] + "..."
-    return None
 
 
 def whole_req(nums: int) -> ContainerDeviceRequest:
@@ -140,12 +139,10 @@ def test_custom_section() -> None:
         ("kunlun:\n  resourceVCountName: [a]\n", "kunlun.resourceVCountName"),
         ("kunlun:\n  resourceVMemoryName: true\n", "kunlun.resourceVMemoryName"),
     ],
-    ids=_readable,
+    ids=readable,
 )
 def test_bad_section_is_a_config_error(yaml: str, key: str) -> None:
-    with pytest.raises(DeviceConfigError) as err:
-        parse_device_config(yaml, "f.yaml")
-    assert err.value.key == key
+    assert config_error_key(yaml) == key
 
 
 # --------------------------------------------------------------------------------------------
@@ -165,7 +162,7 @@ def test_bad_section_is_a_config_error(yaml: str, key: str) -> None:
         (container(limits={XPU_COUNT: "0"}), whole_req(0)),  # Nums 0: Resourcereqs drops it
         (container(limits={VXPU: "1"}), None),
     ],
-    ids=_readable,
+    ids=readable,
 )
 def test_whole_card_requests(ctr: dict[str, Any], expected: ContainerDeviceRequest | None) -> None:
     assert WHOLE.request(ctr) == expected
@@ -175,7 +172,7 @@ def test_whole_card_requests(ctr: dict[str, Any], expected: ContainerDeviceReque
     ("mib", "rounded"),
     [(0, 24576), (1, 24576), (24576, 24576), (24577, 49152), (49152, 49152), (49153, 98304), (98304, 98304),
      (200000, 98304), (-5, 24576)],
-    ids=_readable,
+    ids=readable,
 )
 def test_round_memory(mib: int, rounded: int) -> None:
     assert round_memory(mib) == rounded
@@ -204,7 +201,7 @@ def test_round_memory(mib: int, rounded: int) -> None:
         (container(limits={VXPU: "4294967298"}), slice_req(2)),
         (container(limits={XPU_COUNT: "1"}), None),
     ],
-    ids=_readable,
+    ids=readable,
 )
 def test_vxpu_requests(ctr: dict[str, Any], expected: ContainerDeviceRequest | None) -> None:
     assert SLICED.request(ctr) == expected
@@ -248,7 +245,7 @@ def test_whole_inventory_errors(cards: str | None) -> None:
 
 def test_whole_cards_are_always_healthy() -> None:
     health = WHOLE.check_health(kunlun_node(cards=None), NOW, UTC)
-    assert (health.healthy, health.need_update, health.write_requesting) == (True, True, False)
+    assert health_flags(health) == (True, True, False)
 
 
 XPUS = json.dumps([
@@ -275,7 +272,7 @@ def test_vxpu_inventory() -> None:
         # The vXPU inventory is JSON only.
         ("xpu-0,1,98304,100,XPU,0,true:", "invalid"),
     ],
-    ids=_readable,
+    ids=readable,
 )
 def test_vxpu_inventory_errors(register: str | None, error: str) -> None:
     with pytest.raises(InventoryError, match=error):
@@ -291,14 +288,14 @@ def test_vxpu_inventory_errors(register: str | None, error: str) -> None:
         ("Unknown", None, True, True, True),
         (None, None, True, True, True),
     ],
-    ids=_readable,
+    ids=readable,
 )
 def test_vxpu_health(
     handshake: str | None, vxpus: str | None, healthy: bool, need_update: bool, write: bool
 ) -> None:
     annos = {vxpu.HANDSHAKE: handshake} if handshake is not None else {}
     health = SLICED.check_health(kunlun_node(cards=None, vxpus=vxpus, **annos), NOW, UTC)
-    assert (health.healthy, health.need_update, health.write_requesting) == (healthy, need_update, write)
+    assert health_flags(health) == (healthy, need_update, write)
 
 
 # --------------------------------------------------------------------------------------------
@@ -374,7 +371,7 @@ ALL = ",".join(f"xpu-{i}" for i in range(8))
         # Counts other than 1, 2, 4 and 8 never fit.
         ([Card()] * 8, slice_req(3), {}, False, [], "1/8 NumaNotFit"),
     ],
-    ids=_readable,
+    ids=readable,
 )
 def test_vxpu_fit(
     cards: list[Card], request_: ContainerDeviceRequest, annos: dict[str, str], ok: bool, chosen: list[str],
@@ -408,7 +405,7 @@ def test_vxpu_fit(
         ([Card(used=0 if i in (0, 5) else 1) for i in range(8)], whole_req(2), {}, False, [],
          "1/8 NumaNotFit"),
     ],
-    ids=_readable,
+    ids=readable,
 )
 def test_whole_fit(
     cards: list[Card], request_: ContainerDeviceRequest, annos: dict[str, str], ok: bool, chosen: list[str],
@@ -478,7 +475,7 @@ def card(i: int) -> ContainerDevice:
                            "BAIDU_COM_DEVICE_IDX": "4"}),
         ([], {}),
     ],
-    ids=_readable,
+    ids=readable,
 )
 def test_whole_patch_annotations(
     per_container: list[list[ContainerDevice]], expected: dict[str, str]
@@ -503,7 +500,7 @@ def test_vxpu_patch_annotations() -> None:
         (pod(init_containers=[container(limits={VXPU: "1"})], containers=[container()]), False),
         (pod(containers=[container(limits={XPU_COUNT: "1"}), container("v", limits={VXPU: "1"})]), True),
     ],
-    ids=_readable,
+    ids=readable,
 )
 def test_only_vxpu_locks_for_regular_containers(p: dict[str, Any], locks: bool) -> None:
     assert _locking_request(p, VENDORS) is locks
@@ -516,7 +513,7 @@ def test_only_vxpu_locks_for_regular_containers(p: dict[str, Any], locks: bool) 
         (container(requests={XPU_COUNT: "1"}), False),  # MutateAdmission reads limits
         (container(limits={VXPU: "1"}), False),
     ],
-    ids=_readable,
+    ids=readable,
 )
 def test_whole_mutate(ctr: dict[str, Any], has: bool) -> None:
     before = json.loads(json.dumps(ctr))
@@ -550,7 +547,7 @@ def test_whole_mutate(ctr: dict[str, Any], has: bool) -> None:
         (container(requests={VXPU: "1", VMEM: "30000"}), False,
          container(requests={VXPU: "1", VMEM: "30000"})),
     ],
-    ids=_readable,
+    ids=readable,
 )
 def test_vxpu_mutate(ctr: dict[str, Any], has: bool, after: dict[str, Any]) -> None:
     assert SLICED.mutate(ctr, pod()) is has
@@ -558,18 +555,16 @@ def test_vxpu_mutate(ctr: dict[str, Any], has: bool, after: dict[str, Any]) -> N
 
 
 def test_webhook_rounds_vxpu_memory_and_takes_kunlun_pods() -> None:
-    opts = dataclasses.replace(SchedulerOptions(), scheduler_name="hami-scheduler")
-    response = review_pod(pod(containers=[container(limits={VXPU: "1", VMEM: "30000"})]), opts, VENDORS)
+    response = review(pod(containers=[container(limits={VXPU: "1", VMEM: "30000"})]), VENDORS)
     assert response.allowed
-    ops = {(op["op"], op["path"]): op.get("value") for op in response.patch}
+    ops = patch_ops(response)
     assert ops[("replace", "/spec/containers/0/resources/limits/kunlunxin.com~1vxpu-memory")] == "49152"
     assert ops[("add", "/spec/containers/0/resources/requests")] == {VMEM: "49152"}
     assert ops[("add", "/spec/schedulerName")] == "hami-scheduler"
-    cards = review_pod(pod(containers=[container(limits={XPU_COUNT: "2"})]), opts, VENDORS)
+    cards = review(pod(containers=[container(limits={XPU_COUNT: "2"})]), VENDORS)
     scheduler = {"op": "add", "path": "/spec/schedulerName", "value": "hami-scheduler"}
     assert cards.allowed and scheduler in cards.patch
-    privileged = pod(containers=[container(limits={XPU_COUNT: "1"}, securityContext={"privileged": True})])
-    denied = review_pod(privileged, opts, VENDORS)
+    denied = review(privileged(container(limits={XPU_COUNT: "1"})), VENDORS)
     assert not denied.allowed and denied.message == "container c is privileged"
 
 
@@ -601,64 +596,42 @@ def kunlun_pod(name: str, *ctrs: dict[str, Any], annotations: dict[str, str] | N
 
 
 async def test_registration_reads_both_inventories_and_stamps_the_xpu_handshake() -> None:
-    cluster = MemoryCluster(seed=1)
-    client = KubeClient(MemoryTransport(cluster))
-    store = Store()
-    state = SchedulerState(VENDORS)
-    loop = RegistrationLoop(client, state, store, now=lambda: NOW, tz=UTC)
-    try:
-        for obj in (
+    async with registration(VENDORS, NOW) as reg:
+        reg.add(
             kunlun_node("cards", cards="8"),
             kunlun_node("slices", cards=None, register=XPUS, vxpus="32"),
             kunlun_node("broken", cards="2", register="xpu-0,1:"),  # one node's bad annotation ...
-            kunlun_node("plain", cards=None),
-        ):
-            store.upsert(cluster.create("nodes", obj))
-        report = await loop.run_pass()
-        await loop.flush_writes()
-        cards = state.ledger.view("cards")
+            kunlun_node("plain", cards=None))
+        report = await reg.run()
+        cards = reg.state.ledger.view("cards")
         assert cards is not None and [d.id for d in cards.devices] == [f"cards-kunlun-{i}" for i in range(8)]
-        slices = state.ledger.view("slices")
+        slices = reg.state.ledger.view("slices")
         assert slices is not None and [d.id for d in slices.devices] == [f"xpu-{i}" for i in range(8)]
-        broken = state.ledger.view("broken")  # ... keeps its whole cards and never affects another
+        broken = reg.state.ledger.view("broken")  # ... keeps its whole cards and never affects another
         assert broken is not None and [d.type for d in broken.devices] == ["kunlun", "kunlun"]
-        assert state.ledger.view("plain") is None
+        assert reg.state.ledger.view("plain") is None
         # A node without Kunlun capacity is not an error (like a node without an annotation).
         assert set(report.errors) == {"broken", "plain"}
         assert report.errors["broken"].startswith("invalid node annotation JSON")
         assert report.errors["plain"] == "annos not found hami.io/node-nvidia-register"
-        annotations = cluster.get("nodes", "cards")["metadata"]["annotations"]
+        annotations = reg.node_annotations("cards")
         assert annotations[vxpu.HANDSHAKE] == "Requesting_2026-11-29 21:03:30"
-    finally:
-        await loop.stop()
-        await client.close()
 
 
 async def test_unhealthy_vxpu_is_cleaned_up_and_whole_cards_stay() -> None:
-    cluster = MemoryCluster(seed=1)
-    client = KubeClient(MemoryTransport(cluster))
-    store = Store()
-    state = SchedulerState(VENDORS)
-    clock = [NOW]
-    loop = RegistrationLoop(client, state, store, now=lambda: clock[0], tz=UTC)
-    try:
-        store.upsert(cluster.create("nodes", kunlun_node("mixed", cards="2", register=XPUS, vxpus="32")))
-        await loop.run_pass()
-        await loop.flush_writes()
-        view = state.ledger.view("mixed")
+    async with registration(VENDORS, NOW) as reg:
+        reg.add(kunlun_node("mixed", cards="2", register=XPUS, vxpus="32"))
+        await reg.run()
+        view = reg.state.ledger.view("mixed")
         assert view is not None and len(view.devices) == 10
-        cluster.patch("nodes", "mixed", {"status": {"allocatable": {VXPU: "0"}}}, subresource="status")
-        store.upsert(cluster.get("nodes", "mixed"))
-        clock[0] = NOW + timedelta(seconds=61)
-        report = await loop.run_pass()
-        await loop.flush_writes()
+        reg.cluster.patch("nodes", "mixed", {"status": {"allocatable": {VXPU: "0"}}}, subresource="status")
+        reg.refresh("mixed")
+        reg.clock[0] = NOW + timedelta(seconds=61)
+        report = await reg.run()
         assert report.cleaned == ["mixed"]
-        view = state.ledger.view("mixed")
+        view = reg.state.ledger.view("mixed")
         assert view is not None and [d.id for d in view.devices] == ["mixed-kunlun-0", "mixed-kunlun-1"]
-        assert vxpu.HANDSHAKE not in cluster.get("nodes", "mixed")["metadata"]["annotations"]
-    finally:
-        await loop.stop()
-        await client.close()
+        assert vxpu.HANDSHAKE not in reg.node_annotations("mixed")
 
 
 def whole_state(name: str = "k1", cards: str = "8") -> SchedulerState:
@@ -797,7 +770,7 @@ def test_metrics_list_kunlun_cards() -> None:
     d = decide(p, ["k1"], state, default_node_policy="binpack", default_gpu_policy="spread", now=1)
     assert isinstance(d, Chosen)
     state.reserve(p, d)
-    text = exposition(metrics_registry(state)).decode()
+    text = metrics_text(state)
     # The ledger counts the entry's whole card (98304 MiB, 100 cores), as HAMi's usage rebuild does.
     assert (
         'hami_gpu_memory_allocated_bytes{device_cores="100",device_index="0",device_type="kunlun",'
@@ -871,24 +844,16 @@ def kunlun_pod_yaml(name: str, limits: str) -> str:
 
 
 def test_simulate_cli_places_whole_cards_and_slices(tmp_path: Path) -> None:
-    snap = tmp_path / "snap.json"
     items = [
         snapshot_node("cards", capacity={XPU_COUNT: "8"}),
         snapshot_node("slices", capacity={VXPU: "32"}, annotations={vxpu.REGISTER: XPUS}),
     ]
-    snap.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": items}))
-    pods = tmp_path / "pods.yaml"
-    pods.write_text("---\n".join([
+    pods = [
         kunlun_pod_yaml("two-cards", f"{XPU_COUNT}: 2"),
         kunlun_pod_yaml("slice", f"{VXPU}: 1, {VMEM}: 30000"),
         kunlun_pod_yaml("six-cards", f"{XPU_COUNT}: 6"),
-    ]))
-    config = tmp_path / "device-config.yaml"
-    config.write_text(CHART_SECTION)
-    out = tmp_path / "report.json"
-    assert simulate_main(["--snapshot", str(snap), "--pods", str(pods), "--device-config-file", str(config),
-                 "--output", str(out)]) == 0
-    report = {p["name"]: p for p in json.loads(out.read_text())["pods"]}
+    ]
+    report = simulate_report(tmp_path, nodes=items, pods=pods, config=CHART_SECTION)
 
     two = report["two-cards"]
     assert two["node"] == "cards"

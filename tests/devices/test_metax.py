@@ -7,21 +7,26 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from datetime import UTC, datetime
+from datetime import UTC
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.builders import container, node, pod
-from vgpu_scheduler.cluster.client import KubeClient
-from vgpu_scheduler.cluster.embedded.deviceplugin import SimDevicePlugin
-from vgpu_scheduler.cluster.memory import MemoryCluster
-from vgpu_scheduler.cluster.registration import RegistrationLoop
-from vgpu_scheduler.cluster.store import Store
-from vgpu_scheduler.cluster.transport import MemoryTransport
+from tests.devices.vendorkit import (
+    NOW,
+    admit_bound_pod,
+    config_error_key,
+    health_flags,
+    metrics_text,
+    readable,
+    registration,
+    review,
+    simulate_report,
+)
 from vgpu_scheduler.config import DeviceConfig
-from vgpu_scheduler.configfile import DeviceConfigError, default_device_config, parse_device_config
+from vgpu_scheduler.configfile import default_device_config, parse_device_config
 from vgpu_scheduler.devices.metax import gpu, sgpu
 from vgpu_scheduler.devices.metax.gpu import MetaxGpuVendor
 from vgpu_scheduler.devices.protocol import ResourceNames, Vendors
@@ -33,9 +38,6 @@ from vgpu_scheduler.engine.state import SchedulerState
 from vgpu_scheduler.model import ContainerDevice, ContainerDeviceRequest, DeviceInfo, DeviceUsage
 from vgpu_scheduler.scheduler.extender import _locking_request
 from vgpu_scheduler.scheduler.options import SchedulerOptions, vendor_flags
-from vgpu_scheduler.server.metrics import exposition, metrics_registry
-from vgpu_scheduler.server.webhook import review_pod
-from vgpu_scheduler.simulate.cli import main as simulate_main
 from vgpu_scheduler.wire import keys
 from vgpu_scheduler.wire.inventory import InventoryError
 
@@ -53,15 +55,7 @@ metax:
 CHART = default_device_config()
 VENDORS = build(CHART)
 GPU = MetaxGpuVendor(ResourceNames(GPU_COUNT))
-NOW = datetime(2026, 11, 29, 21, 3, 30, tzinfo=UTC)
 
-
-def _readable(value: object) -> str | None:
-    """Case ids for the tables below (no pytest-made-up ids): objects as compact JSON-ish text."""
-    if isinstance(value, (dict, list, tuple)) or dataclasses.is_dataclass(value):
-        text = json.dumps(value, default=repr, separators=(",", ":"), sort_keys=True)
-        return text if len(text) <= 60 else text[:57] + "..."
-    return None
 
 
 # --------------------------------------------------------------------------------------------
@@ -123,12 +117,10 @@ def test_config_wins_over_the_legacy_flags() -> None:
         ("metax:\n  resourceVMemoryName: [a]\n", "metax.resourceVMemoryName"),
         ('metax:\n  sgpuTopologyAware: "false"\n', "metax.sgpuTopologyAware"),
     ],
-    ids=_readable,
+    ids=readable,
 )
 def test_bad_section_is_a_config_error(yaml: str, key: str) -> None:
-    with pytest.raises(DeviceConfigError) as err:
-        parse_device_config(yaml, "f.yaml")
-    assert err.value.key == key
+    assert config_error_key(yaml) == key
 
 
 def test_topology_aware_from_the_section() -> None:
@@ -153,7 +145,7 @@ WHOLE = ContainerDeviceRequest(1, gpu.GPU, 0, 100, 100)
         (container(limits={GPU_COUNT: "1.5"}), None),  # AsInt64 fails
         (container(limits={GPU_COUNT: "4294967297"}), WHOLE),  # int32(n) wraps, as HAMi's does
     ],
-    ids=_readable,
+    ids=readable,
 )
 def test_gpu_requests(ctr: dict[str, Any], expected: ContainerDeviceRequest | None) -> None:
     assert GPU.request(ctr) == expected
@@ -166,7 +158,7 @@ def test_gpu_requests(ctr: dict[str, Any], expected: ContainerDeviceRequest | No
         (container(limits={}), False),
         (container(requests={GPU_COUNT: "1"}), False),
     ],
-    ids=_readable,
+    ids=readable,
 )
 def test_gpu_mutate(ctr: dict[str, Any], has: bool) -> None:
     p = pod()
@@ -207,10 +199,10 @@ def test_gpu_inventory_errors(count: str | None) -> None:
         GPU.node_devices(gpu_node(count))
 
 
-@pytest.mark.parametrize(("count", "healthy"), [("1", True), ("0", False), (None, False)], ids=_readable)
+@pytest.mark.parametrize(("count", "healthy"), [("1", True), ("0", False), (None, False)], ids=readable)
 def test_gpu_health_is_capacity(count: str | None, healthy: bool) -> None:
     health = GPU.check_health(gpu_node(count), NOW, UTC)
-    assert (health.healthy, health.need_update, health.write_requesting) == (healthy, True, False)
+    assert health_flags(health) == (healthy, True, False)
 
 
 # --------------------------------------------------------------------------------------------
@@ -321,7 +313,7 @@ def run_gpu_fit(
         # The real request: a whole 64 GiB device; the second device of the pod never is another one.
         ([Dev("a", count=1, totalmem=65536), Dev("b", count=1, totalmem=65536)], WHOLE, {}, True, ["b"], ""),
     ],
-    ids=_readable,
+    ids=readable,
 )
 def test_gpu_fit(
     devs: list[Dev],
@@ -345,7 +337,7 @@ def test_gpu_fit(
         (["test-0000", "test-1111"], False, "1/1 CardNotFoundCustomFilterRule"),
         ([], True, ""),
     ],
-    ids=_readable,
+    ids=readable,
 )
 def test_gpu_custom_filter_rule_all_devices_of_a_pod_are_one(
     earlier: list[str], ok: bool, reason: str
@@ -405,7 +397,7 @@ def two(n: int) -> list[list[ContainerDevice]]:
         ({gpu.LOSSES: '{"1":100}'}, [[], *two(1)], "binpack", 1900.0),  # n counts devices, not containers
         ({}, two(1), "spread", 0.0),
     ],
-    ids=_readable,
+    ids=readable,
 )
 def test_gpu_score_node(annos: dict[str, str], entries: Any, policy: str, score: float) -> None:
     assert GPU.score_node(entries, annotations=annos, devices=[], previous=[], policy=policy) == score
@@ -455,30 +447,20 @@ def sgpu_node(value: str | None, name: str = "s", **annos: str) -> dict[str, Any
 
 
 async def test_registration_reads_both_vendors_and_one_broken_node_stays_alone() -> None:
-    cluster = MemoryCluster(seed=1)
-    client = KubeClient(MemoryTransport(cluster))
-    store = Store()
-    state = SchedulerState(VENDORS)
-    loop = RegistrationLoop(client, state, store, now=lambda: NOW, tz=UTC)
-    try:
+    async with registration(VENDORS, NOW) as reg:
         both = node("both", annotations={sgpu.REGISTER: sgpu_json(1)}, capacity={GPU_COUNT: "1"})
-        for obj in (both, sgpu_node('[{"uuid": 5}]', name="broken"), sgpu_node(sgpu_json(2), name="s2")):
-            store.upsert(cluster.create("nodes", obj))
-        report = await loop.run_pass()
-        await loop.flush_writes()
-        view = state.ledger.view("both")
+        reg.add(both, sgpu_node('[{"uuid": 5}]', name="broken"), sgpu_node(sgpu_json(2), name="s2"))
+        report = await reg.run()
+        view = reg.state.ledger.view("both")
         assert view is not None and [d.id for d in view.devices] == ["both-metax-0", "GPU-0"]
-        assert state.ledger.view("s2") is not None
-        assert state.ledger.view("broken") is None
+        assert reg.state.ledger.view("s2") is not None
+        assert reg.state.ledger.view("broken") is None
         # CheckHealth comes first and finds no sGPU devices (the annotation does not decode), so
         # the node is only "unhealthy" for Metax-SGPU, as in HAMi; the report names NVIDIA's absence.
         assert report.errors == {"broken": "annos not found hami.io/node-nvidia-register"}
         assert "broken" in report.unhealthy
-        annotations = cluster.get("nodes", "both")["metadata"]["annotations"]
+        annotations = reg.node_annotations("both")
         assert not any("metax" in k and "handshake" in k for k in annotations)  # Metax has no handshake
-    finally:
-        await loop.stop()
-        await client.close()
 
 
 def metax_pod(name: str, annotations: dict[str, str] | None = None, **limits: str) -> dict[str, Any]:
@@ -555,17 +537,16 @@ def test_decision_writes_the_sgpu_annotations_and_locks() -> None:
 
 
 def test_webhook_defaults_the_qos_policy_and_rejects_bad_classes() -> None:
-    opts = dataclasses.replace(SchedulerOptions(), scheduler_name="hami-scheduler")
-    ok = review_pod(metax_pod("p", sgpu="1"), opts, VENDORS)
+    ok = review(metax_pod("p", sgpu="1"), VENDORS)
     assert ok.allowed
     assert ok.patch is not None and any(
         op.get("value") == {sgpu.QOS_POLICY: "best-effort"} or op.get("value") == "best-effort"
         for op in ok.patch
     )
-    bad = review_pod(metax_pod("p", {sgpu.APP_CLASS: "oNLine"}, sgpu="1"), opts, VENDORS)
+    bad = review(metax_pod("p", {sgpu.APP_CLASS: "oNLine"}, sgpu="1"), VENDORS)
     assert not bad.allowed and bad.code == 500
     assert bad.message == "metax-tech.com/sgpu-app-class must be set one of [online, offline]"
-    whole = review_pod(metax_pod("g", gpu="1"), opts, VENDORS)
+    whole = review(metax_pod("g", gpu="1"), VENDORS)
     assert whole.allowed and whole.patch is not None
 
 
@@ -576,7 +557,7 @@ def test_metrics_list_metax_devices() -> None:
     d = decide(p, ["s"], state, default_node_policy="binpack", default_gpu_policy="spread", now=1)
     assert isinstance(d, Chosen)
     state.reserve(p, d)
-    text = exposition(metrics_registry(state)).decode()
+    text = metrics_text(state)
     assert (
         'hami_gpu_memory_allocated_bytes{device_cores="100",device_index="0",device_type="Metax-SGPU",'
         'device_uuid="GPU-0",node="s",zone="vGPU"} 1.073741824e+09'
@@ -584,25 +565,19 @@ def test_metrics_list_metax_devices() -> None:
 
 
 async def test_simulated_device_plugin_consumes_both_metax_allocations() -> None:
-    cluster = MemoryCluster(seed=1)
-    lock = {keys.NODE_LOCK: "2026-01-01T00:00:00Z,default,p"}
-    cluster.create("nodes", {"metadata": {"name": "n1", "annotations": lock}})
     annotations = {
         "hami.io/metax-gpu-devices-to-allocate": "n1-metax-0,Metax-GPU,65536,100:;;",
         "hami.io/metax-sgpu-devices-to-allocate": ";GPU-1,Metax-SGPU,4096,30:;",
         keys.BIND_PHASE: "allocating",
     }
     containers = [container("a", limits={GPU_COUNT: "1"}), container("b", limits={SGPU_COUNT: "1"})]
-    cluster.create("pods", pod("p", annotations=annotations, containers=containers))
-    cluster.bind("default", "p", "n1")
-    plugin = SimDevicePlugin(KubeClient(MemoryTransport(cluster)), VENDORS)
-    result = await plugin.admit(cluster.get("pods", "p", "default"))
-    assert result.phase == "Running"
-    after = cluster.get("pods", "p", "default")["metadata"]["annotations"]
+    admitted = await admit_bound_pod(VENDORS, pod("p", annotations=annotations, containers=containers))
+    assert admitted.phase == "Running"
+    after = admitted.annotations
     assert after["hami.io/metax-gpu-devices-to-allocate"] == ";;"
     assert after["hami.io/metax-sgpu-devices-to-allocate"] == ";;"
     assert after[keys.BIND_PHASE] == "success"
-    assert keys.NODE_LOCK not in (cluster.get("nodes", "n1")["metadata"].get("annotations") or {})
+    assert keys.NODE_LOCK not in admitted.node_annotations
 
 
 POD_YAML = """\
@@ -620,8 +595,6 @@ spec:
 def test_simulate_end_to_end_with_the_chart_section(tmp_path: Path) -> None:
     """`vgpu-scheduler simulate --device-config-file` with the chart's `metax` section: whole GPUs
     by capacity and losses, sGPUs by QoS policy and app class, the extra sGPU annotations."""
-    cfg = tmp_path / "device-config.yaml"
-    cfg.write_text("nvidia:\n  resourceCountName: nvidia.com/gpu\n" + CHART_SECTION)
     base = {"cpu": "8", "memory": "32Gi", "pods": "110"}
     nodes = [
         node(
@@ -637,9 +610,6 @@ def test_simulate_end_to_end_with_the_chart_section(tmp_path: Path) -> None:
             allocatable={SGPU_COUNT: "32", **base},
         ),
     ]
-    snap = tmp_path / "snap.json"
-    items = [{"apiVersion": "v1", "kind": "Node", **n} for n in nodes]
-    snap.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": items}))
     pods = [
         POD_YAML.format(name="g", annos="", limits=f"{GPU_COUNT}: 1"),
         POD_YAML.format(
@@ -654,25 +624,8 @@ def test_simulate_end_to_end_with_the_chart_section(tmp_path: Path) -> None:
             limits=f"{SGPU_COUNT}: 1, {VCORE}: 10, {VMEM}: 1",
         ),
     ]
-    pods_file = tmp_path / "pods.yaml"
-    pods_file.write_text("---\n".join(pods))
-    out = tmp_path / "r.json"
-    assert (
-        simulate_main(
-            [
-                "--snapshot",
-                str(snap),
-                "--pods",
-                str(pods_file),
-                "--device-config-file",
-                str(cfg),
-                "--output",
-                str(out),
-            ]
-        )
-        == 0
-    )
-    report = {p["name"]: p for p in json.loads(out.read_text())["pods"]}
+    config = "nvidia:\n  resourceCountName: nvidia.com/gpu\n" + CHART_SECTION
+    report = simulate_report(tmp_path, nodes=nodes, pods=pods, config=config)
     g, s, o, f = (report[n] for n in "gsof")
     assert g["node"] == "mx-gpu"
     assert g["annotations"]["hami.io/metax-gpu-devices-allocated"] == "mx-gpu-metax-1,Metax-GPU,65536,100:;"

@@ -7,12 +7,13 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections.abc import Mapping
-from datetime import UTC, datetime
+from datetime import UTC
 from typing import Any
 
 import pytest
 
 from tests.builders import container, node, pod
+from tests.devices.vendorkit import NOW, health_flags, readable
 from vgpu_scheduler.devices.metax import rules, sgpu
 from vgpu_scheduler.devices.metax.inventory import SgpuDevice, decode_sdevices
 from vgpu_scheduler.devices.metax.rules import LinkDevice
@@ -25,7 +26,6 @@ from vgpu_scheduler.wire.inventory import InventoryError
 
 COUNT, VMEM, VCORE = "metax-tech.com/sgpu", "metax-tech.com/vmemory", "metax-tech.com/vcore"
 NAMES = ResourceNames(COUNT, VMEM, VCORE, 1024)
-NOW = datetime(2026, 11, 29, 21, 3, 30, tzinfo=UTC)
 ON, OFF = {sgpu.APP_CLASS: "online"}, {sgpu.APP_CLASS: "offline"}
 BE, FS, BS = "best-effort", "fixed-share", "burst-share"
 
@@ -33,13 +33,6 @@ BE, FS, BS = "best-effort", "fixed-share", "burst-share"
 def vendor(*, topology_aware: bool = False) -> MetaxSgpuVendor:
     return MetaxSgpuVendor(NAMES, topology_aware=topology_aware)
 
-
-def _readable(value: object) -> str | None:
-    """Case ids for the tables below (no pytest-made-up ids): objects as compact JSON-ish text."""
-    if isinstance(value, (dict, list, tuple)) or dataclasses.is_dataclass(value):
-        text = json.dumps(value, default=repr, separators=(",", ":"), sort_keys=True)
-        return text if len(text) <= 60 else text[:57] + "..."
-    return None
 
 
 # --------------------------------------------------------------------------------------------
@@ -80,7 +73,7 @@ def limits(**kw: str) -> dict[str, Any]:
         (limits(count="1", mem="-1Gi"), None),
         (limits(count="1", mem="3Ti"), req(1, 3 * 1024 * 1024, 0, 100)),
     ],
-    ids=_readable,
+    ids=readable,
 )
 def test_requests(ctr: dict[str, Any], expected: ContainerDeviceRequest | None) -> None:
     assert vendor().request(ctr) == expected
@@ -207,7 +200,7 @@ def test_inventory_conversion() -> None:
         ('[{"uuid": "a", "healthy": "yes"}]', "MetaxSDeviceInfo.Healthy of type bool"),
         ("[null]", "metax sdevice entry is null"),
     ],
-    ids=_readable,
+    ids=readable,
 )
 def test_inventory_errors(value: str | None, error: str) -> None:
     with pytest.raises(InventoryError, match=error):
@@ -226,7 +219,7 @@ def test_null_fields_keep_zero_values() -> None:
 )
 def test_health_is_listing_devices(value: str | None, healthy: bool) -> None:
     health = vendor().check_health(sdev_node(value), NOW, UTC)
-    assert (health.healthy, health.need_update, health.write_requesting) == (healthy, True, False)
+    assert health_flags(health) == (healthy, True, False)
 
 
 # --------------------------------------------------------------------------------------------
@@ -275,7 +268,7 @@ def test_health_is_listing_devices(value: str | None, healthy: bool) -> None:
         (container(requests={COUNT: "1"}), {}, False, "", {}),
         (limits(count="0.5"), ON, True, "", ON),
     ],
-    ids=_readable,
+    ids=readable,
 )
 def test_mutate(
     ctr: dict[str, Any], annos: dict[str, str] | None, found: bool, error: str, after: dict[str, str]
@@ -489,7 +482,7 @@ def run_fit(
             "1/3 AllocatedCardsInsufficientRequest, 1/3 CardTimeSlicingExhausted, 1/3 CardUnhealthy",
         ),
     ],
-    ids=_readable,
+    ids=readable,
 )
 def test_fit(
     devs: list[Dev],
@@ -529,7 +522,7 @@ def test_fit_entries_carry_the_device_state_and_the_pod() -> None:
         ("offline", 1, (OFF,), True),
         ("bogus", 1, ({},), True),  # an unknown class is unclassed
     ],
-    ids=_readable,
+    ids=readable,
 )
 def test_app_class(request_class: str, used: int, pods: tuple[dict[str, str], ...], ok: bool) -> None:
     assert rules.app_class_fits(request_class, DeviceUsage(used, pod_infos=pods)) is ok
@@ -547,7 +540,7 @@ def test_app_class(request_class: str, used: int, pods: tuple[dict[str, str], ..
         (FS, 2, BE, 50, FS, True),
         (BE, 2, BS, 50, "", True),  # switching to "no policy" (a whole device)
     ],
-    ids=_readable,
+    ids=readable,
 )
 def test_check_device_qos(
     wanted: str, used: int, device_qos: str, cores: int, cached: str | None, ok: bool
@@ -576,7 +569,7 @@ def entry(cores: int, annos: Mapping[str, str], uuid: str = "dev-0", qos: str = 
         (entry(0, {**ON, sgpu.QOS_POLICY: FS}), None),  # online pods leave the policy alone
         (ContainerDevice("dev-0", sgpu.SGPU, 1024, 50), {"QosPolicy": ""}),
     ],
-    ids=_readable,
+    ids=readable,
 )
 def test_add_usage(e: ContainerDevice, custom: dict[str, str] | None) -> None:
     u = DeviceUsage(0, 2000, 15)
@@ -620,7 +613,7 @@ def test_a_pods_next_container_sees_the_policy_its_first_one_set() -> None:
         ({3: 0, 4: 0, 6: 1, 7: 1, 8: 1}, 4, [6, 7, 8, 3]),
         ({1: 1, 2: 2}, 2, [1, 2]),  # not more candidates than needed: as they are
     ],
-    ids=_readable,
+    ids=readable,
 )
 def test_prioritize_exclusive(zones: dict[int, int], require: int, expected: list[int]) -> None:
     assert rules.prioritize_exclusive(list(zones), zones, require) == expected
@@ -686,7 +679,7 @@ TOPO = {sgpu.TOPOLOGY_AWARE: "true"}
         ([[whole("a", annos={sgpu.TOPOLOGY_AWARE: "yes"})]], True, True),  # not a Go bool: default
         ([[whole("a", annos={sgpu.TOPOLOGY_AWARE: "T"})]], False, True),
     ],
-    ids=_readable,
+    ids=readable,
 )
 def test_topology_enabled(per_container: list[list[SgpuEntry]], default: bool, expected: bool) -> None:
     entries = [d for ctr in per_container for d in ctr]

@@ -5,22 +5,31 @@ the decision, the webhook, the simulated device plugin and `vgpu-scheduler simul
 from __future__ import annotations
 
 import dataclasses
-import json
-from datetime import UTC, datetime
+from datetime import UTC
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.builders import container, node, pod
-from vgpu_scheduler.cluster.client import KubeClient
-from vgpu_scheduler.cluster.embedded.deviceplugin import SimDevicePlugin
-from vgpu_scheduler.cluster.memory import MemoryCluster
-from vgpu_scheduler.cluster.registration import RegistrationLoop
-from vgpu_scheduler.cluster.store import Store
-from vgpu_scheduler.cluster.transport import MemoryTransport
+from tests.devices.vendorkit import (
+    NOW,
+    Dev,
+    admit_bound_pod,
+    config_error_key,
+    device_infos,
+    fit_both,
+    hami_fit_vectors,
+    health_flags,
+    metrics_text,
+    readable,
+    registration,
+    review,
+    simulate_report,
+    usages,
+)
 from vgpu_scheduler.config import DeviceConfig
-from vgpu_scheduler.configfile import DeviceConfigError, default_device_config, parse_device_config
+from vgpu_scheduler.configfile import default_device_config
 from vgpu_scheduler.devices import mthreads as mt
 from vgpu_scheduler.devices.mthreads import MthreadsVendor, one_device_rule
 from vgpu_scheduler.devices.protocol import MutationError, ResourceNames, Vendors
@@ -32,9 +41,6 @@ from vgpu_scheduler.engine.state import SchedulerState
 from vgpu_scheduler.model import ContainerDevice, ContainerDeviceRequest, DeviceInfo, DeviceUsage
 from vgpu_scheduler.scheduler.extender import _locking_request
 from vgpu_scheduler.scheduler.options import SchedulerOptions, vendor_flags
-from vgpu_scheduler.server.metrics import exposition, metrics_registry
-from vgpu_scheduler.server.webhook import review_pod
-from vgpu_scheduler.simulate.cli import main as simulate_main
 from vgpu_scheduler.wire import keys
 from vgpu_scheduler.wire.inventory import InventoryError
 
@@ -42,7 +48,6 @@ COUNT, MEM, CORES = "mthreads.com/vgpu", "mthreads.com/sgpu-memory", "mthreads.c
 NAMES = ResourceNames(COUNT, MEM, CORES, 512)
 MTH = MthreadsVendor(NAMES)
 CHART = default_device_config()
-NOW = datetime(2026, 11, 29, 21, 3, 30, tzinfo=UTC)
 SECTION = """\
 mthreads:
   resourceCountName: "mthreads.com/vgpu"
@@ -50,13 +55,6 @@ mthreads:
   resourceCoreName: "mthreads.com/sgpu-core"
 """
 
-
-def _readable(value: object) -> str | None:
-    """Case ids for the tables below (no pytest-made-up ids): objects as compact JSON-ish text."""
-    if isinstance(value, (dict, list, tuple)) or dataclasses.is_dataclass(value):
-        text = json.dumps(value, default=repr, separators=(",", ":"), sort_keys=True)
-        return text if len(text) <= 60 else text[:57] + "..."
-    return None
 
 
 NAMES_BY_KEY = {"count": COUNT, "mem": MEM, "cores": CORES}
@@ -109,12 +107,10 @@ def test_missing_section_and_legacy_flags() -> None:
         ("mthreads:\n  resourceMemoryName: [a]\n", "mthreads.resourceMemoryName"),
         ("mthreads: text\n", "mthreads"),
     ],
-    ids=_readable,
+    ids=readable,
 )
 def test_bad_section_is_a_config_error(yaml: str, key: str) -> None:
-    with pytest.raises(DeviceConfigError) as err:
-        parse_device_config(yaml, "f.yaml")
-    assert err.value.key == key
+    assert config_error_key(yaml) == key
 
 
 # --------------------------------------------------------------------------------------------
@@ -150,7 +146,7 @@ BOTH = {COUNT: "1", MEM: "1000", CORES: "1"}
         (limits(count="1", cores="4294967297"), req(1, 0, 100, 1)),
         (limits(count="1.5"), None),
     ],
-    ids=_readable,
+    ids=readable,
 )
 def test_requests(ctr: dict[str, Any], expected: ContainerDeviceRequest | None) -> None:
     assert MTH.request(ctr) == expected
@@ -175,7 +171,7 @@ def test_requests(ctr: dict[str, Any], expected: ContainerDeviceRequest | None) 
         (limits(count="-1", mem="2", cores="1"), False, "mthreads.com/vgpu must be greater than 0"),
         (requests_only(count="0", mem="2", cores="1"), False, "mthreads.com/vgpu must be greater than 0"),
     ],
-    ids=_readable,
+    ids=readable,
 )
 def test_mutate(ctr: dict[str, Any], has: bool, error: str) -> None:
     p = pod(annotations={"mthreads.com/request-gpu-num": "test123"})
@@ -199,7 +195,7 @@ def test_mutate(ctr: dict[str, Any], has: bool, error: str) -> None:
         # One GPU with a legal memory limit: unchanged.
         (limits(count="1", mem="8", cores="3"), {COUNT: "1", MEM: "8", CORES: "3"}, None),
     ],
-    ids=_readable,
+    ids=readable,
 )
 def test_mutate_fills_limits(ctr: dict[str, Any], limits_after: dict[str, str], gpu_num: str | None) -> None:
     p = pod()
@@ -209,16 +205,15 @@ def test_mutate_fills_limits(ctr: dict[str, Any], limits_after: dict[str, str], 
 
 
 def test_webhook_fills_and_denies_with_hamis_texts() -> None:
-    opts = dataclasses.replace(SchedulerOptions(), scheduler_name="hami-scheduler")
     vendors = build(CHART)
-    ok = review_pod(pod(containers=[limits(count="2")]), opts, vendors)
+    ok = review(pod(containers=[limits(count="2")]), vendors)
     assert ok.allowed
     paths = {op["path"] for op in ok.patch}
     assert "/spec/schedulerName" in paths
     assert "/metadata/annotations" in paths or "/metadata/annotations/mthreads.com~1request-gpu-num" in paths
-    bad = review_pod(pod(containers=[limits(count="1", mem="3")]), opts, vendors)
+    bad = review(pod(containers=[limits(count="1", mem="3")]), vendors)
     assert (bad.allowed, bad.code, bad.message) == (False, 500, mt.INVALID_MEMORY)
-    zero = review_pod(pod(containers=[limits(count="0")]), opts, vendors)
+    zero = review(pod(containers=[limits(count="0")]), vendors)
     assert (zero.allowed, zero.message) == (False, "mthreads.com/vgpu must be greater than 0")
 
 
@@ -249,7 +244,7 @@ def test_inventory_of_a_multi_gpu_node() -> None:
      (1, 0, "device not found mthreads.com/sgpu-core"),
      (1, "1.5", "device not found mthreads.com/sgpu-core"),
      (1, "junk", "device not found mthreads.com/sgpu-core")],
-    ids=_readable,
+    ids=readable,
 )
 def test_inventory_errors(memory: Any, cores: Any, error: str) -> None:
     with pytest.raises(InventoryError) as err:
@@ -259,7 +254,7 @@ def test_inventory_errors(memory: Any, cores: Any, error: str) -> None:
 
 def test_always_healthy_without_handshake() -> None:
     health = MTH.check_health(mt_node(), NOW, UTC)
-    assert (health.healthy, health.need_update, health.write_requesting) == (True, True, False)
+    assert health_flags(health) == (True, True, False)
 
 
 # --------------------------------------------------------------------------------------------
@@ -271,23 +266,10 @@ def test_always_healthy_without_handshake() -> None:
     [([[entry("test123", 0, 0, 0)]], True), ([[entry("test456", 0, 0, 0)]], False), ([], True),
      ([[], [entry("test123", 0, 0, 0)], [entry("test123", 0, 0, 0)]], True),
      ([[entry("test123", 0, 0, 0), entry("x", 1, 0, 0)]], False)],
-    ids=_readable,
+    ids=readable,
 )
 def test_one_device_rule(allocated: list[list[ContainerDevice]], ok: bool) -> None:
     assert one_device_rule(allocated, DeviceInfo(id="test123", type="Mthreads")) is ok
-
-
-@dataclasses.dataclass
-class Dev:
-    id: str
-    count: int = 100
-    totalmem: int = 128
-    totalcore: int = 100
-    used: int = 0
-    usedmem: int = 0
-    usedcores: int = 0
-    health: bool = True
-    index: int = 0
 
 
 def run_fit(
@@ -296,13 +278,8 @@ def run_fit(
     annos: dict[str, str] | None = None,
     allocated: list[list[ContainerDevice]] | None = None,
 ) -> tuple[bool, list[ContainerDevice], str]:
-    devices = [DeviceInfo(id=d.id, index=d.index, count=d.count, devmem=d.totalmem, devcore=d.totalcore,
-                          type="Mthreads", health=d.health) for d in devs]
-    usage = [DeviceUsage(d.used, d.usedmem, d.usedcores) for d in devs]
-    ctx = pod_fit_context(pod(annotations=annos or {}), vendors=Vendors([MTH]))
-    order = list(range(len(devs)))
-    result = MTH.fit(request, devices, usage, order, ctx=ctx, cordoned=frozenset(), allocated=allocated or [])
-    quick = MTH.quick_verdict(request, devices, usage, order, ctx=ctx, cordoned=frozenset())
+    devices, usage = device_infos(devs, "Mthreads"), usages(devs)
+    result, quick = fit_both(MTH, request, devices, usage, annos=annos, allocated=allocated or [])
     # The order-free verdict only ever says "fits", and then so does a fit without earlier containers.
     assert quick in (None, "")
     assert quick is None or allocated or result.ok
@@ -312,33 +289,9 @@ def run_fit(
 @pytest.mark.parametrize(
     ("devs", "request_", "annos", "ok", "ids", "reason"),
     [
-        ([Dev("dev-0"), Dev("dev-1")], req(1, 64, 0, 50), {}, True, ["dev-1"], ""),
-        ([Dev("dev-0")], req(1, 512, 0, 50), {}, False, [], "1/1 CardInsufficientMemory"),
-        ([Dev("dev-0", totalmem=1024, usedcores=100)], req(1, 512, 0, 50), {}, False, [],
-         "1/1 CardInsufficientCore"),
-        ([Dev("dev-0")], ContainerDeviceRequest(1, "OtherType", 512, 0, 50), {}, False, [],
-         "1/1 CardTypeMismatch"),
-        ([Dev("dev-1", totalmem=1280)], req(2, 512, 0, 50), {mt.USE_UUID: "dev-0"}, False, [],
-         "1/1 CardUuidMismatch"),
-        ([Dev("dev-0", totalmem=1280)], req(2, 512, 0, 50), {mt.NOUSE_UUID: "dev-0"}, False, [],
-         "1/1 CardUuidMismatch"),
-        ([Dev("dev-0", totalmem=1280, used=100)], req(1, 512, 0, 50), {}, False, [],
-         "1/1 CardTimeSlicingExhausted"),
-        ([Dev("dev-0", totalmem=1280)], req(1, 512, 0, 120), {}, True, ["dev-0"], ""),  # cores clamped
-        ([Dev("dev-0", totalmem=1280, used=20)], req(1, 512, 0, 100), {}, False, [],
-         "1/1 ExclusiveDeviceAllocateConflict"),
-        ([Dev("dev-0", totalmem=1280, used=20, usedcores=100)], req(1, 512, 0, 0), {}, False, [],
-         "1/1 CardComputeUnitsExhausted"),
-        ([Dev("dev-0", totalmem=1280, used=20, usedcores=10)], req(2, 512, 0, 20), {}, False, [],
-         "1/1 AllocatedCardsInsufficientRequest"),
-        ([Dev("dev-0", totalmem=1280, used=20, usedcores=10)], req(1, 0, 10, 20), {}, True, ["dev-0"], ""),
-        ([Dev("dev-0", count=2, used=1)], req(1, 64, 0, 50), {keys.GPU_SCHEDULER_POLICY: "mutex"}, False, [],
-         "1/1 ExclusiveDeviceAllocateConflict"),
-        ([Dev("dev-0", totalmem=1280), Dev("dev-1", totalmem=1280, index=1)], req(3, 512, 0, 20), {}, False,
-         [], "2/2 AllocatedCardsInsufficientRequest"),
-        ([Dev("dev-0", totalmem=1280, health=False)], req(1, 512, 0, 50), {}, False, [], "1/1 CardNotHealth"),
+        *hami_fit_vectors("Mthreads", use_uuid=mt.USE_UUID, nouse_uuid=mt.NOUSE_UUID),
     ],
-    ids=_readable,
+    ids=readable,
 )
 def test_fit(
     devs: list[Dev], request_: ContainerDeviceRequest, annos: dict[str, str], ok: bool, ids: list[str],
@@ -416,27 +369,17 @@ def test_node_score_is_zero() -> None:
 
 
 async def test_registration_reads_capacity_and_one_broken_node_affects_no_other() -> None:
-    cluster = MemoryCluster(seed=1)
-    client = KubeClient(MemoryTransport(cluster))
-    store = Store()
-    state = SchedulerState(build(CHART))
-    loop = RegistrationLoop(client, state, store, now=lambda: NOW, tz=UTC)
-    try:
-        for obj in (mt_node("mt-1", memory=192, cores=32, vgpu=2), mt_node("mt-broken", memory=96, cores="x"),
-                    mt_node("mt-2", memory=96, cores=16), node("cpu-1", capacity={"cpu": "4"})):
-            store.upsert(cluster.create("nodes", obj))
-        report = await loop.run_pass()
-        await loop.flush_writes()
-        view = state.ledger.view("mt-1")
+    async with registration(build(CHART), NOW) as reg:
+        reg.add(mt_node("mt-1", memory=192, cores=32, vgpu=2), mt_node("mt-broken", memory=96, cores="x"),
+                    mt_node("mt-2", memory=96, cores=16), node("cpu-1", capacity={"cpu": "4"}))
+        report = await reg.run()
+        view = reg.state.ledger.view("mt-1")
         assert view is not None and [d.id for d in view.devices] == ["mt-1-mthreads-0", "mt-1-mthreads-1"]
-        assert state.ledger.view("mt-2") is not None and state.ledger.view("mt-broken") is None
+        assert reg.state.ledger.view("mt-2") is not None and reg.state.ledger.view("mt-broken") is None
         assert report.errors["mt-broken"].startswith("device not found mthreads.com/sgpu-core")
         assert report.errors["cpu-1"] == "annos not found hami.io/node-nvidia-register"
-        annotations = cluster.get("nodes", "mt-1")["metadata"]["annotations"]
+        annotations = reg.node_annotations("mt-1")
         assert not [k for k in annotations if "mthreads" in k]  # no handshake of its own
-    finally:
-        await loop.stop()
-        await client.close()
 
 
 def mt_pod(name: str, *ctrs: dict[str, Any], init: list[dict[str, Any]] | None = None) -> dict[str, Any]:
@@ -514,7 +457,7 @@ def test_metrics_list_mthreads_devices() -> None:
     d = decide_mt(p, state)
     assert isinstance(d, Chosen)
     state.reserve(p, d)
-    lines = exposition(metrics_registry(state)).decode().splitlines()
+    lines = metrics_text(state).splitlines()
     labels = 'device_index="1",device_type="Mthreads",device_uuid="mt-1-mthreads-1",node="mt-1",zone="vGPU"'
     assert f"hami_gpu_core_limit_ratio{{{labels}}} 16" in lines
     assert f"hami_gpu_core_allocated_ratio{{{labels}}} 4" in lines
@@ -523,16 +466,12 @@ def test_metrics_list_mthreads_devices() -> None:
 
 async def test_simulated_device_plugin_runs_mthreads_pods() -> None:
     """The to-allocate key is never written: nothing to consume, the pod runs."""
-    cluster = MemoryCluster(seed=1)
-    cluster.create("nodes", {"metadata": {"name": "n1"}})
     annotations = {"hami.io/mthreads-vgpu-devices-allocated": "n1-mthreads-0,Mthreads,4096,4:;",
                    "mthreads.com/gpu-index": "0", keys.BIND_PHASE: "allocating"}
-    cluster.create("pods", pod("p", annotations=annotations, containers=[limits(count="1")]))
-    cluster.bind("default", "p", "n1")
-    plugin = SimDevicePlugin(KubeClient(MemoryTransport(cluster)), build(CHART))
-    result = await plugin.admit(cluster.get("pods", "p", "default"))
-    assert result.phase == "Running"
-    assert cluster.get("pods", "p", "default")["metadata"]["annotations"] == annotations
+    bound = pod("p", annotations=annotations, containers=[limits(count="1")])
+    admitted = await admit_bound_pod(build(CHART), bound, node_annotations=None)
+    assert admitted.phase == "Running"
+    assert admitted.annotations == annotations
 
 
 SNAP_CAPACITY = {"cpu": "8", "memory": "32Gi", "pods": "110", COUNT: "4", MEM: "192", CORES: "32"}
@@ -551,20 +490,11 @@ spec:
 def test_simulate_end_to_end(tmp_path: Path) -> None:
     items = [{"apiVersion": "v1", "kind": "Node", "metadata": {"name": n},
               "status": {"capacity": SNAP_CAPACITY, "allocatable": SNAP_CAPACITY}} for n in ("mt-a", "mt-b")]
-    snap = tmp_path / "snap.json"
-    snap.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": items}))
-    pods = tmp_path / "pods.yaml"
-    pods.write_text("---\n".join([
+    pods = [
         PODS.format(name="small", limits=f"{COUNT}: 1, {MEM}: 8, {CORES}: 4"),
         PODS.format(name="whole", limits=f"{COUNT}: 1, {MEM}: 96, {CORES}: 16"),
-    ]))
-    config = tmp_path / "devices.yaml"
-    config.write_text(SECTION)
-    out = tmp_path / "r.json"
-    argv = ["--snapshot", str(snap), "--pods", str(pods), "--device-config-file", str(config),
-            "--output", str(out)]
-    assert simulate_main(argv) == 0
-    report = {p["name"]: p for p in json.loads(out.read_text())["pods"]}
+    ]
+    report = simulate_report(tmp_path, nodes=items, pods=pods, config=SECTION)
     small, whole = report["small"], report["whole"]
     n = small["node"]
     assert n in ("mt-a", "mt-b")

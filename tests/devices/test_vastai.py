@@ -7,19 +7,24 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.builders import container, node, pod
-from vgpu_scheduler.cluster.client import KubeClient
-from vgpu_scheduler.cluster.embedded.deviceplugin import SimDevicePlugin
-from vgpu_scheduler.cluster.memory import MemoryCluster
-from vgpu_scheduler.cluster.registration import RegistrationLoop
-from vgpu_scheduler.cluster.store import Store
-from vgpu_scheduler.cluster.transport import MemoryTransport
+from tests.devices.vendorkit import (
+    HANDSHAKE_HEALTH,
+    NOW,
+    admit_bound_pod,
+    health_flags,
+    metrics_text,
+    readable,
+    registration,
+    review,
+    simulate_report,
+)
 from vgpu_scheduler.config import DeviceConfig
 from vgpu_scheduler.configfile import DeviceConfigError, default_device_config, parse_device_config
 from vgpu_scheduler.devices import vastai
@@ -31,10 +36,6 @@ from vgpu_scheduler.engine.fit import pod_fit_context
 from vgpu_scheduler.engine.state import SchedulerState
 from vgpu_scheduler.model import ContainerDevice, ContainerDeviceRequest, DeviceInfo, DeviceUsage
 from vgpu_scheduler.scheduler.extender import _locking_request
-from vgpu_scheduler.scheduler.options import SchedulerOptions
-from vgpu_scheduler.server.metrics import exposition, metrics_registry
-from vgpu_scheduler.server.webhook import review_pod
-from vgpu_scheduler.simulate.cli import main as simulate_main
 from vgpu_scheduler.wire import keys
 from vgpu_scheduler.wire.inventory import InventoryError
 
@@ -42,17 +43,9 @@ COUNT = "vastaitech.com/va"
 CHART = default_device_config()
 VENDORS = build(CHART)
 VA = VENDORS["Vastai"]
-NOW = datetime(2026, 11, 29, 21, 3, 30, tzinfo=UTC)
 CHART_SECTION = "vastai:\n  resourceCountName: vastaitech.com/va\n"
 DIE = {"DeviceStrategy": "die"}
 
-
-def _readable(value: object) -> str | None:
-    """Case ids for the tables below: objects as compact JSON-ish text."""
-    if isinstance(value, (dict, list, tuple)) or dataclasses.is_dataclass(value):
-        text = json.dumps(value, default=repr, separators=(",", ":"), sort_keys=True)
-        return text if len(text) <= 60 else text[:57] + "..."
-    return None
 
 
 def limits(count: str) -> dict[str, Any]:
@@ -111,7 +104,7 @@ def req(nums: int) -> ContainerDeviceRequest:
         (limits("4294967297"), req(1)),  # int32(n) without a range check, as HAMi converts
         ({"name": "c", "resources": {"limits": {"other.com/x": "1"}}}, None),
     ],
-    ids=_readable,
+    ids=readable,
 )
 def test_requests(ctr: dict[str, Any], expected: ContainerDeviceRequest | None) -> None:
     assert VA.request(ctr) == expected
@@ -147,7 +140,7 @@ def test_inventory_json_forces_devcore_100() -> None:
         ('[{"id":"d0","type":"Vastai","CustomInfo":{"AIC":"2"}}]', [{"AIC": "2"}]),  # Go folds the name
         ('[{"id":"d0","type":"Vastai","custominfo":null}]', [None]),
     ],
-    ids=_readable,
+    ids=readable,
 )
 def test_inventory_keeps_custominfo(register: str, infos: list[Any]) -> None:
     devices = VA.node_devices(va_node(register))
@@ -164,7 +157,7 @@ def test_inventory_keeps_custominfo(register: str, infos: list[Any]) -> None:
         ('[{"id":"d0","custominfo":"die"}]', "device 0: field 'custominfo' must be an object, got string"),
         ('[{"id":"d0","count":true}]', "device 0: field 'count' must be an int32"),
     ],
-    ids=_readable,
+    ids=readable,
 )
 def test_inventory_errors(register: str | None, error: str) -> None:
     with pytest.raises(InventoryError, match=error):
@@ -173,21 +166,15 @@ def test_inventory_errors(register: str | None, error: str) -> None:
 
 @pytest.mark.parametrize(
     ("handshake", "allocatable", "healthy", "need_update", "write"),
-    [
-        ("Requesting_2025-01-07 00:00:00", None, False, False, False),
-        ("Requesting_2025-01-07 00:00:00", "4", True, False, False),
-        ("Requesting_2026-11-29 21:03:00", None, True, False, False),
-        ("Unknown", None, True, True, True),
-        (None, None, True, True, True),
-    ],
-    ids=_readable,
+    HANDSHAKE_HEALTH,
+    ids=readable,
 )
 def test_health(
     handshake: str | None, allocatable: str | None, healthy: bool, need_update: bool, write: bool
 ) -> None:
     annos = {vastai.HANDSHAKE: handshake} if handshake is not None else {}
     health = VA.check_health(va_node(None, allocatable=allocatable, **annos), NOW, UTC)
-    assert (health.healthy, health.need_update, health.write_requesting) == (healthy, need_update, write)
+    assert health_flags(health) == (healthy, need_update, write)
 
 
 # --------------------------------------------------------------------------------------------
@@ -267,7 +254,7 @@ MUTEX = {keys.GPU_SCHEDULER_POLICY: "mutex"}
         ([Dev("d0"), Dev("d1", index=1, info=die("1")), Dev("d2", index=2, info=die("1"))], req(1), {}, "",
          ["d2"]),
     ],
-    ids=_readable,
+    ids=readable,
 )
 def test_fit(
     devs: list[Dev], request_: ContainerDeviceRequest, annos: dict[str, str], reason: str, ids: list[str]
@@ -304,7 +291,7 @@ def chosen_of(*cards: str | None) -> list[tuple[int, ContainerDevice, str | None
         (2, ("2", "1"), ["dev1", "dev2"]),  # a tie keeps the order the cards were met in
         (2, (None, "1", None), ["dev2"]),  # dies without a card are left out (short, as in HAMi)
     ],
-    ids=_readable,
+    ids=readable,
 )
 def test_best_combination(nums: int, cards: tuple[str | None, ...], expected: list[str]) -> None:
     chosen = chosen_of(*cards)
@@ -338,7 +325,7 @@ def entries(*ids: str) -> list[ContainerDevice]:
         ([entries("z")], 0.0),  # a card that is not a string: nothing counted
         ([entries("e")], 0.0),  # custominfo without a strategy or card
     ],
-    ids=_readable,
+    ids=readable,
 )
 def test_score_node(per_container: list[list[ContainerDevice]], score: float) -> None:
     got = VA.score_node(per_container, annotations={}, devices=SCORE_DEVICES, previous=[], policy="binpack")
@@ -364,7 +351,7 @@ def test_patch_annotations() -> None:
         (pod(containers=[{"name": "c", "resources": {"requests": {COUNT: "1"}}}]), True),
         (pod(init_containers=[limits("1")], containers=[container()]), False),
     ],
-    ids=_readable,
+    ids=readable,
 )
 def test_lock_only_for_regular_containers(p: dict[str, Any], locks: bool) -> None:
     assert _locking_request(p, VENDORS) is locks
@@ -373,7 +360,7 @@ def test_lock_only_for_regular_containers(p: dict[str, Any], locks: bool) -> Non
 @pytest.mark.parametrize(
     ("ctr", "has"),
     [(limits("1"), True), ({"name": "c", "resources": {"requests": {COUNT: "1"}}}, False)],
-    ids=_readable,
+    ids=readable,
 )
 def test_mutate(ctr: dict[str, Any], has: bool) -> None:
     before = json.loads(json.dumps(ctr))
@@ -382,8 +369,7 @@ def test_mutate(ctr: dict[str, Any], has: bool) -> None:
 
 
 def test_webhook_puts_vastai_pods_under_our_scheduler() -> None:
-    opts = dataclasses.replace(SchedulerOptions(), scheduler_name="hami-scheduler")
-    response = review_pod(pod(containers=[limits("1")]), opts, VENDORS)
+    response = review(pod(containers=[limits("1")]), VENDORS)
     assert response.allowed
     assert any(op.get("path") == "/spec/schedulerName" for op in response.patch)
 
@@ -404,39 +390,26 @@ def va_devices(n: int = 2, cards: list[str] | None = None, *, count: int = 1) ->
 
 
 async def test_registration_stamps_the_va_handshake_and_cleans_up() -> None:
-    cluster = MemoryCluster(seed=1)
-    client = KubeClient(MemoryTransport(cluster))
-    store = Store()
-    state = SchedulerState(VENDORS)
-    clock = [NOW]
-    loop = RegistrationLoop(client, state, store, now=lambda: clock[0], tz=UTC)
-    try:
-        for obj in (
+    async with registration(VENDORS, NOW) as reg:
+        reg.add(
             va_node(va_devices(cards=["1", "1"]), name="va-1"),
             va_node('[{"id":"x","custominfo":[1]}]', name="va-broken"),  # one node's bad annotation ...
-            va_node(va_devices(1), name="va-2"),
-        ):
-            store.upsert(cluster.create("nodes", obj))
-        report = await loop.run_pass()
-        await loop.flush_writes()
-        view = state.ledger.view("va-1")
+            va_node(va_devices(1), name="va-2"))
+        report = await reg.run()
+        view = reg.state.ledger.view("va-1")
         assert view is not None and [d.id for d in view.devices] == ["VA-0", "VA-1"]
         assert all(isinstance(d, VastaiDevice) and d.custom_info == die("1") for d in view.devices)
-        assert state.ledger.view("va-2") is not None  # ... never affects another
-        assert state.ledger.view("va-broken") is None
+        assert reg.state.ledger.view("va-2") is not None  # ... never affects another
+        assert reg.state.ledger.view("va-broken") is None
         assert report.errors == {"va-broken": "device 0: field 'custominfo' must be an object, got array"}
-        annotations = cluster.get("nodes", "va-1")["metadata"]["annotations"]
+        annotations = reg.node_annotations("va-1")
         assert annotations[vastai.HANDSHAKE] == "Requesting_2026-11-29 21:03:30"
         # Nobody answers and nothing is allocatable: unhealthy after 60 s, the handshake deleted.
-        store.upsert(cluster.get("nodes", "va-1"))
-        clock[0] = NOW + timedelta(seconds=61)
-        report = await loop.run_pass()
-        await loop.flush_writes()
-        assert "va-1" in report.cleaned and state.ledger.view("va-1") is None
-        assert vastai.HANDSHAKE not in cluster.get("nodes", "va-1")["metadata"]["annotations"]
-    finally:
-        await loop.stop()
-        await client.close()
+        reg.refresh("va-1")
+        reg.clock[0] = NOW + timedelta(seconds=61)
+        report = await reg.run()
+        assert "va-1" in report.cleaned and reg.state.ledger.view("va-1") is None
+        assert vastai.HANDSHAKE not in reg.node_annotations("va-1")
 
 
 def va_pod(name: str, count: str, **annos: str) -> dict[str, Any]:
@@ -508,7 +481,7 @@ def test_metrics_list_vastai_devices() -> None:
     d = decide(p, ["va-1"], state, default_node_policy="binpack", default_gpu_policy="spread", now=1)
     assert isinstance(d, Chosen)
     state.reserve(p, d)
-    text = exposition(metrics_registry(state)).decode()
+    text = metrics_text(state)
     dev = 'device_index="1",device_type="Vastai",device_uuid="VA-1",node="va-1",zone="vGPU"'
     assert f"hami_gpu_core_limit_ratio{{{dev}}} 100\n" in text  # the forced devcore
     assert f"hami_gpu_shared_count{{{dev}}} 1\n" in text
@@ -516,22 +489,17 @@ def test_metrics_list_vastai_devices() -> None:
 
 
 async def test_simulated_device_plugin_consumes_vastai_allocations() -> None:
-    cluster = MemoryCluster(seed=1)
-    lock = {keys.NODE_LOCK: "2026-01-01T00:00:00Z,default,p"}
-    cluster.create("nodes", {"metadata": {"name": "n1", "annotations": lock}})
     annotations = {
         "hami.io/Vastai-devices-to-allocate": ";VA-1,Vastai,0,0:VA-0,Vastai,0,0:;",
         "hami.io/Vastai-devices-allocated": ";VA-1,Vastai,0,0:VA-0,Vastai,0,0:;",
         keys.BIND_PHASE: "allocating",
     }
-    cluster.create("pods", pod("p", annotations=annotations, containers=[container("a"), limits("2")]))
-    cluster.bind("default", "p", "n1")
-    plugin = SimDevicePlugin(KubeClient(MemoryTransport(cluster)), VENDORS)
-    result = await plugin.admit(cluster.get("pods", "p", "default"))
-    assert result.phase == "Running"
-    after = cluster.get("pods", "p", "default")["metadata"]["annotations"]
+    bound = pod("p", annotations=annotations, containers=[container("a"), limits("2")])
+    admitted = await admit_bound_pod(VENDORS, bound)
+    assert admitted.phase == "Running"
+    after = admitted.annotations
     assert after["hami.io/Vastai-devices-to-allocate"] == ";;" and after[keys.BIND_PHASE] == "success"
-    assert keys.NODE_LOCK not in (cluster.get("nodes", "n1")["metadata"].get("annotations") or {})
+    assert keys.NODE_LOCK not in admitted.node_annotations
 
 
 def snapshot_node(name: str, register: str, count: str) -> dict[str, Any]:
@@ -554,19 +522,10 @@ spec:
 
 
 def test_cli_simulate_places_vastai_pods(tmp_path: Path) -> None:
-    snap = tmp_path / "snap.json"
     nodes = [snapshot_node("va-split", va_devices(2, ["1", "2"]), "2"),
              snapshot_node("va-paired", va_devices(2, ["1", "1"]), "2")]
-    snap.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": nodes}))
-    pods = tmp_path / "pods.yaml"
-    pods.write_text("---\n".join(POD_YAML.format(name=n, count=c) for n, c in (("pair", 2), ("one", 1))))
-    config = tmp_path / "device-config.yaml"
-    config.write_text(CHART_SECTION)
-    out = tmp_path / "r.json"
-    args = ["--snapshot", str(snap), "--pods", str(pods), "--device-config-file", str(config),
-            "--output", str(out)]
-    assert simulate_main(args) == 0
-    report = {p["name"]: p for p in json.loads(out.read_text())["pods"]}
+    pods = [POD_YAML.format(name=n, count=c) for n, c in (("pair", 2), ("one", 1))]
+    report = simulate_report(tmp_path, nodes=nodes, pods=pods, config=CHART_SECTION)
     pair = report["pair"]
     assert pair["node"] == "va-paired"  # ScoreNode: both dies on one card
     assert pair["annotations"]["hami.io/Vastai-devices-allocated"] == "VA-1,Vastai,0,0:VA-0,Vastai,0,0:;"

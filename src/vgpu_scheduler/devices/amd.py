@@ -31,7 +31,6 @@ from vgpu_scheduler.devices.protocol import (
     MutationError,
     Obj,
     PodFitContext,
-    ResourceNames,
     Vendor,
     VendorFlags,
 )
@@ -124,46 +123,12 @@ class AmdVendor(GenericVendor):
 
     # -- fit --------------------------------------------------------------------------------------
 
-    def fit(
-        self,
-        request: ContainerDeviceRequest,
-        devices: Sequence[DeviceInfo],
-        usage: Sequence[DeviceUsage],
-        order: Sequence[int],
-        *,
-        ctx: PodFitContext,
-        cordoned: frozenset[str],
-        allocated: Sequence[ContainerDevices],
-    ) -> FitResult:
-        result = self._walk(request, devices, usage, order, ctx=ctx, quick=False)
-        assert isinstance(result, FitResult)
-        return result
-
-    def quick_verdict(
-        self,
-        request: ContainerDeviceRequest,
-        devices: Sequence[DeviceInfo],
-        usage: Sequence[DeviceUsage],
-        positions: Sequence[int],
-        *,
-        ctx: PodFitContext,
-        cordoned: frozenset[str],
-    ) -> str | None:
-        # Every device is judged on its own: the verdict never depends on the order.
-        result = self._walk(request, devices, usage, positions, ctx=ctx, quick=True)
-        assert isinstance(result, str)
-        return result
-
-    def _walk(
-        self,
-        request: ContainerDeviceRequest,
-        devices: Sequence[DeviceInfo],
-        usage: Sequence[DeviceUsage],
-        order: Sequence[int],
-        *,
-        ctx: PodFitContext,
-        quick: bool,
-    ) -> FitResult | str:
+    def ladder(
+        self, request: ContainerDeviceRequest, devices: Sequence[DeviceInfo], usage: Sequence[DeviceUsage],
+        order: Sequence[int], *, ctx: PodFitContext, cordoned: frozenset[str],
+        allocated: Sequence[ContainerDevices] = (), quick: bool = False,
+    ) -> FitResult | str | None:
+        # Every device is judged on its own: the quick verdict never depends on the order.
         """HAMi AMD `Fit`: the devices of `order` from the end, the first failing check counted."""
         filters = ctx.filters(self)
         assert isinstance(filters, SelectionFilters)
@@ -236,13 +201,6 @@ def device_cores(pct: int, devmem: int, devcore: int, memreq: int) -> int | None
     return 0
 
 
-def config_names(section: object) -> ResourceNames:
-    """The `amd` section's resource names (Go zero values when absent); AMD scales no memory."""
-    s = Section(section)
-    return ResourceNames(
-        s.string("resourceCountName"), s.string("resourceMemoryName"), s.string("resourceCoreName"), 0
-    )
-
-
 def vendors(config: DeviceConfig, flags: VendorFlags) -> Sequence[Vendor]:
-    return [AmdVendor(config_names(config.other_vendors.get("amd")))]
+    names = Section(config.other_vendors.get("amd")).resource_names()
+    return [AmdVendor(names)]

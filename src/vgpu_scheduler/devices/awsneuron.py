@@ -26,7 +26,7 @@ device plugin reads — `AWS_NEURON_IDS` (device indexes, or core indexes for co
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -50,12 +50,10 @@ from vgpu_scheduler.model import (
     ContainerDevices,
     DeviceInfo,
     DeviceUsage,
-    MigAllocation,
     PodSingleDevice,
 )
 from vgpu_scheduler.wire import objects
 from vgpu_scheduler.wire import reasons as R
-from vgpu_scheduler.wire.allocation import encode_container_list
 from vgpu_scheduler.wire.inventory import InventoryError
 
 AWS_NEURON = "AWSNeuron"
@@ -198,20 +196,17 @@ class AWSNeuronVendor(GenericVendor):
 
     # -- fit ----------------------------------------------------------------------------------------
 
-    def fit(
-        self,
-        request: ContainerDeviceRequest,
-        devices: Sequence[DeviceInfo],
-        usage: Sequence[DeviceUsage],
-        order: Sequence[int],
-        *,
-        ctx: PodFitContext,
-        cordoned: frozenset[str],
-        allocated: Sequence[ContainerDevices],
-    ) -> FitResult:
+    def ladder(
+        self, request: ContainerDeviceRequest, devices: Sequence[DeviceInfo], usage: Sequence[DeviceUsage],
+        order: Sequence[int], *, ctx: PodFitContext, cordoned: frozenset[str],
+        allocated: Sequence[ContainerDevices] = (), quick: bool = False,
+    ) -> FitResult | str | None:
         if request.nums > 1:
-            return self._fit_several(request, devices, usage, order)
+            # A contiguous run in the policy order: the quick verdict cannot answer.
+            return None if quick else self._fit_several(request, devices, usage, order)
         pos, reasons = self._first_fitting(request, devices, usage, order, ctx=ctx)
+        if quick:
+            return "" if pos is not None else R.gen_reason(reasons, len(order))
         if pos is None:
             return FitResult(False, reason=R.gen_reason(reasons, len(order)))
         dev = devices[pos]
@@ -219,21 +214,6 @@ class AWSNeuronVendor(GenericVendor):
         # so within one evaluation it always equals `usedcores`.
         mask = add_core_usage(usage[pos].usedcores, request.coresreq)
         return FitResult(True, [ContainerDevice(dev.id, request.type, 0, mask, dev.index)], [pos])
-
-    def quick_verdict(
-        self,
-        request: ContainerDeviceRequest,
-        devices: Sequence[DeviceInfo],
-        usage: Sequence[DeviceUsage],
-        positions: Sequence[int],
-        *,
-        ctx: PodFitContext,
-        cordoned: frozenset[str],
-    ) -> str | None:
-        if request.nums > 1:
-            return None  # a contiguous run in the policy order
-        pos, reasons = self._first_fitting(request, devices, usage, positions, ctx=ctx)
-        return "" if pos is not None else R.gen_reason(reasons, len(positions))
 
     def _first_fitting(
         self,
@@ -293,18 +273,10 @@ class AWSNeuronVendor(GenericVendor):
 
     # -- annotations ----------------------------------------------------------------------------------
 
-    def patch_annotations(
-        self,
-        per_container: PodSingleDevice,
-        migs: Sequence[MigAllocation],
-        *,
-        node: str,
-        now: int,
-        pod: Mapping[str, Any] | None = None,
+    def extra_annotations(
+        self, per_container: PodSingleDevice, *, node: str, now: int, pod: Obj | None
     ) -> dict[str, str]:
-        if not per_container:
-            return {}
-        out = {ALLOCATED: encode_container_list(per_container)}
+        out: dict[str, str] = {}
         containers = [*objects.init_containers(pod), *objects.containers(pod)] if pod is not None else []
         ids = ""  # accumulates over the containers, as HAMi's does
         for index, entries in enumerate(per_container):
@@ -362,11 +334,6 @@ def graph_select(
     return []
 
 
-def config_names(section: object) -> ResourceNames:
-    """The `awsneuron` section's resource names (Go zero values when absent)."""
-    s = Section(section)
-    return ResourceNames(s.string("resourceCountName"), "", s.string("resourceCoreName"))
-
-
 def vendors(config: DeviceConfig, flags: VendorFlags) -> Sequence[Vendor]:
-    return [AWSNeuronVendor(config_names(config.other_vendors.get("awsneuron")))]
+    names = Section(config.other_vendors.get("awsneuron")).resource_names(memory=False, memory_factor=1)
+    return [AWSNeuronVendor(names)]

@@ -7,7 +7,9 @@ ladder in `Fit`, `AddResourceUsage` adding the entry, the allocation list writte
 subclasses `GenericVendor`, sets its keys and options, and overrides only what differs.
 
 The ladder (`ladder`) is HAMi's NVIDIA `Fit` with each NVIDIA-only step behind an option, so one
-loop serves both the ordered walk (`fit`) and the order-free verdict (`quick_verdict`).
+loop serves both the ordered walk (`fit`) and the order-free verdict (`quick_verdict`). A vendor
+whose `Fit` differs overrides `ladder` alone (both answers from one method); one that writes more
+than its allocation at filter time returns it from `extra_annotations`.
 """
 
 from __future__ import annotations
@@ -191,6 +193,9 @@ class GenericVendor:
     """Devices in this mode hold several instances of one container (NVIDIA MIG): each instance
     must pass `instance_fits`, and the device is examined again after taking one."""
 
+    writes_to_allocate: bool = True
+    """`patch_annotations` writes the allocation under the to-allocate key too."""
+
     prefilter: bool = True
     scores_nodes: bool = False
     reads_allocated: bool = False
@@ -244,6 +249,22 @@ class GenericVendor:
             nums=count, type=self.key, memreq=memory, mem_percentage_req=100 if memory == 0 else 0,
             coresreq=cores,
         )
+
+    def whole_device_request(
+        self, container: Obj, *, drop_empty: bool = False
+    ) -> ContainerDeviceRequest | None:
+        """Whole devices by count (limits, else requests; wrapped to int32 as Go converts): all of
+        their memory, no cores. `drop_empty`: a count <= 0 is no request (HAMi's Resourcereqs)."""
+        resources = res.resources_of(container)
+        if resources is None:
+            return None
+        count = res.as_int(res.lookup(resources, self.names.count))
+        if count is None:
+            return None
+        nums = res.int32(count)
+        if drop_empty and nums <= 0:
+            return None
+        return ContainerDeviceRequest(nums=nums, type=self.key, memreq=0, mem_percentage_req=100, coresreq=0)
 
     # -- registration (§3.2, §3.4) ---------------------------------------------------------------
 
@@ -502,10 +523,17 @@ class GenericVendor:
         to_allocate, allocated = self.allocation_keys
         encoded = encode_container_list(per_container)
         out: dict[str, str] = {}
-        if to_allocate:  # some vendors only have an "allocated" key (§4.4)
+        if to_allocate and self.writes_to_allocate:  # some vendors only write an "allocated" key (§4.4)
             out[to_allocate] = encoded
         out[allocated] = encoded
+        out.update(self.extra_annotations(per_container, node=node, now=now, pod=pod))
         return out
+
+    def extra_annotations(
+        self, per_container: PodSingleDevice, *, node: str, now: int, pod: Obj | None
+    ) -> dict[str, str]:
+        """What a vendor writes next to its allocation at filter time (called only with devices)."""
+        return {}
 
     def score_node(
         self,

@@ -18,13 +18,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from vgpu_scheduler.config import DeviceConfig
-from vgpu_scheduler.devices import resources as res
 from vgpu_scheduler.devices.base import GenericVendor, SelectionFilters
 from vgpu_scheduler.devices.protocol import (
     FitResult,
     Obj,
     PodFitContext,
-    ResourceNames,
     Vendor,
     VendorFlags,
 )
@@ -61,15 +59,7 @@ class BirenVendor(GenericVendor):
     """The request's 100 % memory is never checked: it bounds nothing."""
 
     def request(self, container: Obj) -> ContainerDeviceRequest | None:
-        resources = res.resources_of(container)
-        if resources is None:
-            return None
-        count = res.as_int(res.lookup(resources, self.names.count))
-        if count is None:
-            return None
-        return ContainerDeviceRequest(
-            nums=res.int32(count), type=self.key, memreq=0, mem_percentage_req=100, coresreq=0
-        )
+        return self.whole_device_request(container)
 
     def node_devices(self, node: Obj) -> list[DeviceInfo]:
         devices = super().node_devices(node)
@@ -77,48 +67,13 @@ class BirenVendor(GenericVendor):
             dev.devcore = DEVICE_CORES
         return devices
 
-    def fit(
-        self,
-        request: ContainerDeviceRequest,
-        devices: Sequence[DeviceInfo],
-        usage: Sequence[DeviceUsage],
-        order: Sequence[int],
-        *,
-        ctx: PodFitContext,
-        cordoned: frozenset[str],
-        allocated: Sequence[ContainerDevices],
-    ) -> FitResult:
-        chosen, reason = self._walk(request, devices, usage, order, ctx=ctx)
-        if reason:
-            return FitResult(False, reason=reason)
-        entries = [
-            ContainerDevice(devices[p].id, self.key, 0, request.coresreq, devices[p].index) for p in chosen
-        ]
-        return FitResult(True, entries, chosen)
-
-    def quick_verdict(
-        self,
-        request: ContainerDeviceRequest,
-        devices: Sequence[DeviceInfo],
-        usage: Sequence[DeviceUsage],
-        positions: Sequence[int],
-        *,
-        ctx: PodFitContext,
-        cordoned: frozenset[str],
-    ) -> str | None:
-        # Every device is judged on its own, so the outcome does not depend on the order.
-        return self._walk(request, devices, usage, positions, ctx=ctx)[1]
-
-    def _walk(
-        self,
-        request: ContainerDeviceRequest,
-        devices: Sequence[DeviceInfo],
-        usage: Sequence[DeviceUsage],
-        order: Sequence[int],
-        *,
-        ctx: PodFitContext,
-    ) -> tuple[list[int], str]:
-        """HAMi Biren `Fit` over `order` from the end: (chosen positions, "" or the reason)."""
+    def ladder(
+        self, request: ContainerDeviceRequest, devices: Sequence[DeviceInfo], usage: Sequence[DeviceUsage],
+        order: Sequence[int], *, ctx: PodFitContext, cordoned: frozenset[str],
+        allocated: Sequence[ContainerDevices] = (), quick: bool = False,
+    ) -> FitResult | str | None:
+        """HAMi Biren `Fit` over `order` from the end; every device is judged on its own, so the
+        quick verdict does not depend on the order."""
         filters = ctx.filters(self)
         assert isinstance(filters, SelectionFilters)
         type_ok = request.type == self.key
@@ -140,15 +95,21 @@ class BirenVendor(GenericVendor):
             else:
                 chosen.append(pos)
                 if len(chosen) == request.nums:
-                    return chosen, ""
+                    if quick:
+                        return ""
+                    entries = [
+                        ContainerDevice(devices[p].id, self.key, 0, request.coresreq, devices[p].index)
+                        for p in chosen
+                    ]
+                    return FitResult(True, entries, chosen)
                 continue
             reasons[reason] = reasons.get(reason, 0) + 1
         if chosen:
             reasons[R.ALLOCATED_CARDS_INSUFFICIENT_REQUEST] = len(chosen)
-        return [], R.gen_reason(reasons, len(order))
+        text = R.gen_reason(reasons, len(order))
+        return text if quick else FitResult(False, reason=text)
 
 
 def vendors(config: DeviceConfig, flags: VendorFlags) -> Sequence[Vendor]:
-    count = Section(config.other_vendors.get("biren")).string("resourceCountName")
     # HAMi's ResourceNames for Biren hold only the count (memory factor 0).
-    return [BirenVendor(ResourceNames(count, "", "", 0))]
+    return [BirenVendor(Section(config.other_vendors.get("biren")).resource_names(memory=False, cores=False))]

@@ -29,10 +29,9 @@ from typing import Any
 from vgpu_scheduler.config import DeviceConfig
 from vgpu_scheduler.devices import resources as res
 from vgpu_scheduler.devices.base import GenericVendor, trunc_div
-from vgpu_scheduler.devices.protocol import Health, NodeLockSpec, Obj, ResourceNames, Vendor, VendorFlags
+from vgpu_scheduler.devices.protocol import Health, NodeLockSpec, Obj, Vendor, VendorFlags
 from vgpu_scheduler.devices.sections import Section
-from vgpu_scheduler.model import ContainerDeviceRequest, DeviceInfo, MigAllocation, PodSingleDevice
-from vgpu_scheduler.wire.allocation import encode_container_list
+from vgpu_scheduler.model import ContainerDeviceRequest, DeviceInfo, PodSingleDevice
 from vgpu_scheduler.wire.inventory import InventoryError
 
 MLU = "MLU"
@@ -127,24 +126,13 @@ class CambriconVendor(GenericVendor):
 
     # -- annotations --------------------------------------------------------------------------------
 
-    def patch_annotations(
-        self,
-        per_container: PodSingleDevice,
-        migs: Sequence[MigAllocation],
-        *,
-        node: str,
-        now: int,
-        pod: Obj | None = None,
+    def extra_annotations(
+        self, per_container: PodSingleDevice, *, node: str, now: int, pod: Obj | None
     ) -> dict[str, str]:
-        if not per_container:
-            return {}
-        encoded = encode_container_list(per_container)
         out = {ASSIGNED: "false"}
         first = next((ctr[0] for ctr in per_container if ctr), None)
         if first is not None:  # the first container holding an MLU names the profile
             out[PROFILE] = f"{first.idx}_{first.usedcores}_{trunc_div(first.usedmem, MEMORY_UNIT)}"
-        out[TO_ALLOCATE] = encoded
-        out[ALLOCATED] = encoded
         return out
 
 
@@ -154,14 +142,6 @@ def _capacity(node: Obj) -> dict[str, Any]:
     return capacity if isinstance(capacity, dict) else {}
 
 
-def config_names(section: object) -> ResourceNames:
-    """The `cambricon` section's resource names (Go zero values when absent); memory factor 256."""
-    s = Section(section)
-    return ResourceNames(
-        s.string("resourceCountName"), s.string("resourceMemoryName"), s.string("resourceCoreName"),
-        MEMORY_UNIT,
-    )
-
-
 def vendors(config: DeviceConfig, flags: VendorFlags) -> Sequence[Vendor]:
-    return [CambriconVendor(config_names(config.other_vendors.get("cambricon")))]
+    names = Section(config.other_vendors.get("cambricon")).resource_names(memory_factor=MEMORY_UNIT)
+    return [CambriconVendor(names)]

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 
 from vgpu_scheduler.config import DeviceConfig
 from vgpu_scheduler.devices.base import GenericVendor
-from vgpu_scheduler.devices.protocol import ResourceNames, Vendor, VendorFlags
+from vgpu_scheduler.devices.protocol import Vendor, VendorFlags
 from vgpu_scheduler.devices.sections import Section
 
 DCU = "DCU"
@@ -43,14 +43,6 @@ class HygonVendor(GenericVendor):
     default_cores = 100
 
 
-def config_names(section: object) -> ResourceNames:
-    """The `hygon` section's resource names and memory factor (Go zero values when absent)."""
-    s = Section(section)
-    return ResourceNames(
-        s.string("resourceCountName"), s.string("resourceMemoryName"), s.string("resourceCoreName"),
-        s.int32("memoryFactor"),
-    )
-
-
 def vendors(config: DeviceConfig, flags: VendorFlags) -> Sequence[Vendor]:
-    return [HygonVendor(config_names(config.other_vendors.get("hygon")))]
+    names = Section(config.other_vendors.get("hygon")).resource_names(memory_factor="memoryFactor")
+    return [HygonVendor(names)]

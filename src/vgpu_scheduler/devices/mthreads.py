@@ -22,7 +22,7 @@ a memory limit must be one of 2, 4, 8, 16, 32, 64, 96.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from vgpu_scheduler.config import DeviceConfig
@@ -46,12 +46,10 @@ from vgpu_scheduler.model import (
     ContainerDevices,
     DeviceInfo,
     DeviceUsage,
-    MigAllocation,
     PodSingleDevice,
 )
 from vgpu_scheduler.wire import objects
 from vgpu_scheduler.wire import reasons as R
-from vgpu_scheduler.wire.allocation import encode_container_list
 from vgpu_scheduler.wire.inventory import InventoryError
 from vgpu_scheduler.wire.quantity import canonical_quantity
 
@@ -82,6 +80,7 @@ def one_device_rule(allocated: Sequence[ContainerDevices], dev: DeviceInfo) -> b
 class MthreadsVendor(GenericVendor):
     key = MTHREADS
     allocation_keys = (TO_ALLOCATE, ALLOCATED)
+    writes_to_allocate = False  # HAMi writes only the allocated key at filter time
     handshake_key = None
     lock_key = None
     use_uuid_key = USE_UUID
@@ -168,19 +167,17 @@ class MthreadsVendor(GenericVendor):
 
     # -- fit ----------------------------------------------------------------------------------------
 
-    def fit(
-        self,
-        request: ContainerDeviceRequest,
-        devices: Sequence[DeviceInfo],
-        usage: Sequence[DeviceUsage],
-        order: Sequence[int],
-        *,
-        ctx: PodFitContext,
-        cordoned: frozenset[str],
-        allocated: Sequence[ContainerDevices],
-    ) -> FitResult:
+    def ladder(
+        self, request: ContainerDeviceRequest, devices: Sequence[DeviceInfo], usage: Sequence[DeviceUsage],
+        order: Sequence[int], *, ctx: PodFitContext, cordoned: frozenset[str],
+        allocated: Sequence[ContainerDevices] = (), quick: bool = False,
+    ) -> FitResult | str | None:
         """HAMi's Mthreads `Fit`: the common ladder from the end of `order`, then the one-device
-        rule, stopping once Nums devices passed."""
+        rule, stopping once Nums devices passed.
+
+        Quick, without the earlier containers' devices the one-device rule is unknown: a failure
+        could carry another reason string, so only "fits" is answered (`fit` decides the rest, and
+        the rule only ever turns a fit into a failure there)."""
         filters = ctx.filters(self)
         assert isinstance(filters, SelectionFilters)
         type_ok = request.type == self.key
@@ -222,43 +219,19 @@ class MthreadsVendor(GenericVendor):
                         chosen.append(ContainerDevice(dev.id, request.type, memreq, coresreq, dev.index))
                         positions.append(pos)
                     if remaining == 0:
-                        return FitResult(True, chosen, positions)
+                        return "" if quick else FitResult(True, chosen, positions)
                     continue
             reasons[reason] = reasons.get(reason, 0) + 1
         if chosen:
             reasons[R.ALLOCATED_CARDS_INSUFFICIENT_REQUEST] = len(chosen)
-        return FitResult(False, reason=R.gen_reason(reasons, len(order)))
-
-    def quick_verdict(
-        self,
-        request: ContainerDeviceRequest,
-        devices: Sequence[DeviceInfo],
-        usage: Sequence[DeviceUsage],
-        positions: Sequence[int],
-        *,
-        ctx: PodFitContext,
-        cordoned: frozenset[str],
-    ) -> str | None:
-        # Without the earlier containers' devices the one-device rule is unknown: a failure
-        # could carry another reason string, so only "fits" is answered here (`fit` decides
-        # the rest, and the rule only ever turns a fit into a failure there).
-        verdict = self.fit(request, devices, usage, positions, ctx=ctx, cordoned=cordoned, allocated=())
-        return "" if verdict.ok else None
+        return None if quick else FitResult(False, reason=R.gen_reason(reasons, len(order)))
 
     # -- annotations ----------------------------------------------------------------------------------
 
-    def patch_annotations(
-        self,
-        per_container: PodSingleDevice,
-        migs: Sequence[MigAllocation],
-        *,
-        node: str,
-        now: int,
-        pod: Mapping[str, Any] | None = None,
+    def extra_annotations(
+        self, per_container: PodSingleDevice, *, node: str, now: int, pod: Obj | None
     ) -> dict[str, str]:
-        if not per_container:
-            return {}
-        out = {ALLOCATED: encode_container_list(per_container)}
+        out: dict[str, str] = {}
         for entries in per_container:
             if entries:  # each container overwrites the index: the last one with devices stays
                 out[GPU_INDEX] = ",".join(str(e.idx) for e in entries)
@@ -267,14 +240,6 @@ class MthreadsVendor(GenericVendor):
         return out
 
 
-def config_names(section: object) -> ResourceNames:
-    """The `mthreads` section's resource names (Go zero values when absent); memory factor 512."""
-    s = Section(section)
-    return ResourceNames(
-        s.string("resourceCountName"), s.string("resourceMemoryName"), s.string("resourceCoreName"),
-        MEMORY_FACTOR,
-    )
-
-
 def vendors(config: DeviceConfig, flags: VendorFlags) -> Sequence[Vendor]:
-    return [MthreadsVendor(config_names(config.other_vendors.get("mthreads")))]
+    names = Section(config.other_vendors.get("mthreads")).resource_names(memory_factor=MEMORY_FACTOR)
+    return [MthreadsVendor(names)]

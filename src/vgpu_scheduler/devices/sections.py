@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from vgpu_scheduler.devices.protocol import VendorConfigError
+from vgpu_scheduler.devices.protocol import ResourceNames, VendorConfigError
 
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
 
@@ -61,3 +61,14 @@ class Section:
         if not INT32_MIN <= value <= INT32_MAX:
             raise VendorConfigError(f"{value} is out of range [{INT32_MIN}, {INT32_MAX}]", self._key(key))
         return value
+
+    def resource_names(
+        self, *, memory: bool = True, cores: bool = True, memory_factor: int | str = 0
+    ) -> ResourceNames:
+        """`resourceCountName`, `resourceMemoryName` and `resourceCoreName` (those the vendor has),
+        with the memory factor: a number, or the key holding it (read last, as HAMi does)."""
+        count = self.string("resourceCountName")
+        memory_name = self.string("resourceMemoryName") if memory else ""
+        cores_name = self.string("resourceCoreName") if cores else ""
+        factor = self.int32(memory_factor) if isinstance(memory_factor, str) else memory_factor
+        return ResourceNames(count, memory_name, cores_name, factor)

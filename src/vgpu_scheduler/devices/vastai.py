@@ -25,13 +25,11 @@ from typing import Any
 import msgspec
 
 from vgpu_scheduler.config import DeviceConfig
-from vgpu_scheduler.devices import resources as res
 from vgpu_scheduler.devices.base import GenericVendor, SelectionFilters
 from vgpu_scheduler.devices.protocol import (
     FitResult,
     Obj,
     PodFitContext,
-    ResourceNames,
     Vendor,
     VendorFlags,
 )
@@ -130,16 +128,7 @@ class VastaiVendor(GenericVendor):
     # -- requests ------------------------------------------------------------------------------
 
     def request(self, container: Obj) -> ContainerDeviceRequest | None:
-        resources = res.resources_of(container)
-        if resources is None:
-            return None
-        count = res.as_int(res.lookup(resources, self.names.count))
-        if count is None:
-            return None
-        nums = res.int32(count)  # HAMi converts without a range check
-        if nums <= 0:
-            return None  # Resourcereqs drops Nums <= 0
-        return ContainerDeviceRequest(nums=nums, type=VASTAI, memreq=0, mem_percentage_req=100, coresreq=0)
+        return self.whole_device_request(container, drop_empty=True)
 
     # -- inventory --------------------------------------------------------------------------------
 
@@ -160,50 +149,16 @@ class VastaiVendor(GenericVendor):
 
     # -- fit --------------------------------------------------------------------------------------
 
-    def fit(
-        self,
-        request: ContainerDeviceRequest,
-        devices: Sequence[DeviceInfo],
-        usage: Sequence[DeviceUsage],
-        order: Sequence[int],
-        *,
-        ctx: PodFitContext,
-        cordoned: frozenset[str],
-        allocated: Sequence[ContainerDevices],
-    ) -> FitResult:
-        result = self._walk(request, devices, usage, order, ctx=ctx, quick=False)
-        assert isinstance(result, FitResult)
-        return result
-
-    def quick_verdict(
-        self,
-        request: ContainerDeviceRequest,
-        devices: Sequence[DeviceInfo],
-        usage: Sequence[DeviceUsage],
-        positions: Sequence[int],
-        *,
-        ctx: PodFitContext,
-        cordoned: frozenset[str],
-    ) -> str | None:
+    def ladder(
+        self, request: ContainerDeviceRequest, devices: Sequence[DeviceInfo], usage: Sequence[DeviceUsage],
+        order: Sequence[int], *, ctx: PodFitContext, cordoned: frozenset[str],
+        allocated: Sequence[ContainerDevices] = (), quick: bool = False,
+    ) -> FitResult | str | None:
+        """HAMi Vastai `Fit` over `order` from the end."""
         # Die mode is decided by the first device of the sorted order: only without dies is the
         # verdict order-free (each device then judged on its own).
-        if any(is_die(devices[p]) for p in positions):
+        if quick and any(is_die(devices[p]) for p in order):
             return None
-        result = self._walk(request, devices, usage, positions, ctx=ctx, quick=True)
-        assert isinstance(result, str)
-        return result
-
-    def _walk(
-        self,
-        request: ContainerDeviceRequest,
-        devices: Sequence[DeviceInfo],
-        usage: Sequence[DeviceUsage],
-        order: Sequence[int],
-        *,
-        ctx: PodFitContext,
-        quick: bool,
-    ) -> FitResult | str:
-        """HAMi Vastai `Fit` over `order` from the end."""
         filters = ctx.filters(self)
         assert isinstance(filters, SelectionFilters)
         die_mode = bool(order) and is_die(devices[order[0]])
@@ -319,10 +274,6 @@ def custom_infos(value: str, n: int) -> list[Mapping[str, Any] | None]:
     return out
 
 
-def config_names(section: object) -> ResourceNames:
-    """The `vastai` section's count name (Go zero value when absent)."""
-    return ResourceNames(Section(section).string("resourceCountName"), "", "", 0)
-
-
 def vendors(config: DeviceConfig, flags: VendorFlags) -> Sequence[Vendor]:
-    return [VastaiVendor(config_names(config.other_vendors.get("vastai")))]
+    names = Section(config.other_vendors.get("vastai")).resource_names(memory=False, cores=False)
+    return [VastaiVendor(names)]

@@ -52,12 +52,10 @@ from vgpu_scheduler.model import (
     ContainerDevices,
     DeviceInfo,
     DeviceUsage,
-    MigAllocation,
     PodSingleDevice,
 )
 from vgpu_scheduler.wire import objects
 from vgpu_scheduler.wire import reasons as R
-from vgpu_scheduler.wire.allocation import encode_container_list
 from vgpu_scheduler.wire.gocompat import go_json
 from vgpu_scheduler.wire.quantity import QuantityError, canonical_quantity, parse_quantity
 
@@ -210,44 +208,10 @@ class AscendVendor(GenericVendor):
             has_network_id(_custom_info(devices[p])) for p in order
         )
 
-    def fit(
-        self,
-        request: ContainerDeviceRequest,
-        devices: Sequence[DeviceInfo],
-        usage: Sequence[DeviceUsage],
-        order: Sequence[int],
-        *,
-        ctx: PodFitContext,
-        cordoned: frozenset[str],
-        allocated: Sequence[ContainerDevices],
-    ) -> FitResult:
-        result = self._walk(request, devices, usage, order, ctx=ctx, quick=False)
-        assert isinstance(result, FitResult)
-        return result
-
-    def quick_verdict(
-        self,
-        request: ContainerDeviceRequest,
-        devices: Sequence[DeviceInfo],
-        usage: Sequence[DeviceUsage],
-        positions: Sequence[int],
-        *,
-        ctx: PodFitContext,
-        cordoned: frozenset[str],
-    ) -> str | None:
-        result = self._walk(request, devices, usage, positions, ctx=ctx, quick=True)
-        assert not isinstance(result, FitResult)
-        return result
-
-    def _walk(
-        self,
-        request: ContainerDeviceRequest,
-        devices: Sequence[DeviceInfo],
-        usage: Sequence[DeviceUsage],
-        order: Sequence[int],
-        *,
-        ctx: PodFitContext,
-        quick: bool,
+    def ladder(
+        self, request: ContainerDeviceRequest, devices: Sequence[DeviceInfo], usage: Sequence[DeviceUsage],
+        order: Sequence[int], *, ctx: PodFitContext, cordoned: frozenset[str],
+        allocated: Sequence[ContainerDevices] = (), quick: bool = False,
     ) -> FitResult | str | None:
         """HAMi's Ascend `Fit` over `order`, walked from the END. Quick: "" (fits), the reason,
         or None when the outcome depends on the order (topology and module pairing choose
@@ -344,22 +308,12 @@ class AscendVendor(GenericVendor):
 
     # -- annotations (PatchAnnotations) -----------------------------------------------------------
 
-    def patch_annotations(
-        self,
-        per_container: PodSingleDevice,
-        migs: Sequence[MigAllocation],
-        *,
-        node: str,
-        now: int,
-        pod: Obj | None = None,
+    def extra_annotations(
+        self, per_container: PodSingleDevice, *, node: str, now: int, pod: Obj | None
     ) -> dict[str, str]:
-        """PatchAnnotations, reading the pod's `huawei.com/vnpu-mode`: the allocation under both keys,
-        `predicate-time` and the runtime JSON `huawei.com/<cw>` (a template name per device,
-        except in hami-core mode)."""
-        if not per_container:
-            return {}
-        to_allocate, allocated = self.allocation_keys
-        encoded = encode_container_list(per_container)
+        """PatchAnnotations, reading the pod's `huawei.com/vnpu-mode`: next to the allocation under
+        both keys, `predicate-time` and the runtime JSON `huawei.com/<cw>` (a template name per
+        device, except in hami-core mode)."""
         hami_core = pod is not None and objects.annotations(pod).get(VNPU_MODE) == HAMI_CORE
         runtime: list[dict[str, Any]] = []
         for ctr in per_container:
@@ -367,8 +321,6 @@ class AscendVendor(GenericVendor):
                 template = "" if hami_core else self.config.trim_memory(dev.usedmem)[1]
                 runtime.append(runtime_info(dev.uuid, template, dev.usedmem, dev.usedcores))
         return {
-            to_allocate: encoded,
-            allocated: encoded,
             PREDICATE_TIME: str(now),
             self.runtime_key: go_json(runtime) if runtime else "null",
         }

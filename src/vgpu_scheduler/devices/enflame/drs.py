@@ -54,7 +54,6 @@ from vgpu_scheduler.model import (
 )
 from vgpu_scheduler.wire import objects
 from vgpu_scheduler.wire import reasons as R
-from vgpu_scheduler.wire.allocation import encode_container_list
 from vgpu_scheduler.wire.gocompat import go_json
 from vgpu_scheduler.wire.inventory import InventoryError
 from vgpu_scheduler.wire.quantity import QuantityError
@@ -151,37 +150,6 @@ class DrsVendor(GenericVendor):
 
     # -- fit --------------------------------------------------------------------------------------
 
-    def fit(
-        self,
-        request: ContainerDeviceRequest,
-        devices: Sequence[DeviceInfo],
-        usage: Sequence[DeviceUsage],
-        order: Sequence[int],
-        *,
-        ctx: PodFitContext,
-        cordoned: frozenset[str],
-        allocated: Sequence[ContainerDevices],
-    ) -> FitResult:
-        profile, taken, reason = self._walk(request, devices, usage, order, ctx=ctx)
-        if reason or profile is None:
-            return FitResult(False, reason=reason)
-        container = request.container if isinstance(request, DrsRequest) else ""
-        entries: ContainerDevices = [self._entry(devices[p], profile, container) for p in taken]
-        return FitResult(True, entries, taken)
-
-    def quick_verdict(
-        self,
-        request: ContainerDeviceRequest,
-        devices: Sequence[DeviceInfo],
-        usage: Sequence[DeviceUsage],
-        positions: Sequence[int],
-        *,
-        ctx: PodFitContext,
-        cordoned: frozenset[str],
-    ) -> str | None:
-        # The profile comes from every device alike and each device is judged on its own.
-        return self._walk(request, devices, usage, positions, ctx=ctx)[2]
-
     def _profile(self, request: ContainerDeviceRequest, devices: Sequence[DeviceInfo],
                  order: Sequence[int]) -> Profile | None:
         drs = [d for d in (devices[p] for p in order) if isinstance(d, DrsDevice)]
@@ -193,14 +161,17 @@ class DrsVendor(GenericVendor):
             return None
         return profile
 
-    def _walk(
+    def ladder(
         self, request: ContainerDeviceRequest, devices: Sequence[DeviceInfo], usage: Sequence[DeviceUsage],
-        order: Sequence[int], *, ctx: PodFitContext,
-    ) -> tuple[Profile | None, list[int], str]:
-        """HAMi's DRS Fit over `order` from the end: (profile, taken positions, "" or the reason)."""
+        order: Sequence[int], *, ctx: PodFitContext, cordoned: frozenset[str],
+        allocated: Sequence[ContainerDevices] = (), quick: bool = False,
+    ) -> FitResult | str | None:
+        """HAMi's DRS Fit over `order` from the end. The profile comes from every device alike and
+        each device is judged on its own: the quick verdict is order-free."""
         profile = self._profile(request, devices, order)
         if profile is None:
-            return None, [], R.gen_reason({R.MODE_NOT_FIT: 1}, len(order))
+            text = R.gen_reason({R.MODE_NOT_FIT: 1}, len(order))
+            return text if quick else FitResult(False, reason=text)
         memory = profile.memory_gb * 1024
         cores = profile.core_percent
         filters = ctx.filters(self)
@@ -230,12 +201,17 @@ class DrsVendor(GenericVendor):
                     remaining -= 1
                     taken.append(pos)
                 if remaining == 0:
-                    return profile, taken, ""
+                    if quick:
+                        return ""
+                    container = request.container if isinstance(request, DrsRequest) else ""
+                    entries: ContainerDevices = [self._entry(devices[p], profile, container) for p in taken]
+                    return FitResult(True, entries, taken)
                 continue
             reasons[reason] = reasons.get(reason, 0) + 1
         if taken:
             reasons[R.ALLOCATED_CARDS_INSUFFICIENT_REQUEST] = len(taken)
-        return profile, taken, R.gen_reason(reasons, len(order))
+        text = R.gen_reason(reasons, len(order))
+        return text if quick else FitResult(False, reason=text)
 
     @staticmethod
     def _entry(dev: DeviceInfo, profile: Profile, container: str) -> DrsEntry:
@@ -264,19 +240,10 @@ class DrsVendor(GenericVendor):
 
     # -- annotations, admission -----------------------------------------------------------------
 
-    def patch_annotations(
-        self,
-        per_container: PodSingleDevice,
-        migs: Sequence[MigAllocation],
-        *,
-        node: str,
-        now: int,
-        pod: Obj | None = None,
+    def extra_annotations(
+        self, per_container: PodSingleDevice, *, node: str, now: int, pod: Obj | None
     ) -> dict[str, str]:
-        if not per_container:
-            return {}
         out = {
-            ALLOCATED: encode_container_list(per_container),
             ASSIGNED: "false",
             ASSIGNED_TIME: str(now * 1_000_000_000),
         }

@@ -93,42 +93,13 @@ class GcuVendor(GenericVendor):
 
     # -- fit --------------------------------------------------------------------------------------
 
-    def fit(
-        self,
-        request: ContainerDeviceRequest,
-        devices: Sequence[DeviceInfo],
-        usage: Sequence[DeviceUsage],
-        order: Sequence[int],
-        *,
-        ctx: PodFitContext,
-        cordoned: frozenset[str],
-        allocated: Sequence[ContainerDevices],
-    ) -> FitResult:
-        taken, reason = self._walk(request, devices, usage, order)
-        if not reason:
-            chosen = [ContainerDevice(devices[p].id, GCU, request.memreq, request.coresreq, devices[p].index)
-                      for p in taken]
-            return FitResult(True, chosen, taken)
-        return FitResult(False, reason=reason)
-
-    def quick_verdict(
-        self,
-        request: ContainerDeviceRequest,
-        devices: Sequence[DeviceInfo],
-        usage: Sequence[DeviceUsage],
-        positions: Sequence[int],
-        *,
-        ctx: PodFitContext,
-        cordoned: frozenset[str],
-    ) -> str | None:
-        # Every device is judged on its own and the failure reason counts them all: order-free.
-        return self._walk(request, devices, usage, positions)[1]
-
-    def _walk(
+    def ladder(
         self, request: ContainerDeviceRequest, devices: Sequence[DeviceInfo], usage: Sequence[DeviceUsage],
-        order: Sequence[int],
-    ) -> tuple[list[int], str]:
-        """HAMi's GCU Fit over `order` from the end: (taken positions, "" or the reason string)."""
+        order: Sequence[int], *, ctx: PodFitContext, cordoned: frozenset[str],
+        allocated: Sequence[ContainerDevices] = (), quick: bool = False,
+    ) -> FitResult | str | None:
+        """HAMi's GCU Fit over `order` from the end. Every device is judged on its own and the
+        failure reason counts them all: the quick verdict is order-free."""
         remaining = request.nums
         taken: list[int] = []
         reasons: dict[str, int] = {}
@@ -146,9 +117,15 @@ class GcuVendor(GenericVendor):
                     remaining -= 1
                     taken.append(pos)
                 if remaining == 0:
-                    return taken, ""
+                    if quick:
+                        return ""
+                    mem, cores = request.memreq, request.coresreq
+                    picked = [devices[p] for p in taken]
+                    entries = [ContainerDevice(d.id, GCU, mem, cores, d.index) for d in picked]
+                    return FitResult(True, entries, taken)
                 continue
             reasons[reason] = reasons.get(reason, 0) + 1
         if taken:
             reasons[R.ALLOCATED_CARDS_INSUFFICIENT_REQUEST] = len(taken)
-        return taken, R.gen_reason(reasons, len(order))
+        text = R.gen_reason(reasons, len(order))
+        return text if quick else FitResult(False, reason=text)

@@ -149,18 +149,19 @@ class XpuVendor(GenericVendor):
             reasons[R.NUMA_NOT_FIT] = 1
         return R.gen_reason(reasons, len(positions))
 
-    def fit(
-        self,
-        request: ContainerDeviceRequest,
-        devices: Sequence[DeviceInfo],
-        usage: Sequence[DeviceUsage],
-        order: Sequence[int],
-        *,
-        ctx: PodFitContext,
-        cordoned: frozenset[str],
-        allocated: Sequence[ContainerDevices],
-    ) -> FitResult:
+    def ladder(
+        self, request: ContainerDeviceRequest, devices: Sequence[DeviceInfo], usage: Sequence[DeviceUsage],
+        order: Sequence[int], *, ctx: PodFitContext, cordoned: frozenset[str],
+        allocated: Sequence[ContainerDevices] = (), quick: bool = False,
+    ) -> FitResult | str | None:
         examined = self._examine(request, devices, usage, order, ctx=ctx)
+        if quick:
+            outcome = common.order_free_outcome(request.nums, sum(examined.fits), len(order))
+            if outcome is None:
+                return None
+            if outcome:
+                return ""
+            return self._reason(request, devices, usage, order, ctx=ctx, examined=examined)
 
         def entry_of(dev: DeviceInfo) -> ContainerDevice:
             return ContainerDevice(dev.id, request.type, request.memreq, request.coresreq, dev.index)
@@ -170,24 +171,6 @@ class XpuVendor(GenericVendor):
             return result
         reason = self._reason(request, devices, usage, order, ctx=ctx, examined=examined)
         return FitResult(False, reason=reason)
-
-    def quick_verdict(
-        self,
-        request: ContainerDeviceRequest,
-        devices: Sequence[DeviceInfo],
-        usage: Sequence[DeviceUsage],
-        positions: Sequence[int],
-        *,
-        ctx: PodFitContext,
-        cordoned: frozenset[str],
-    ) -> str | None:
-        examined = self._examine(request, devices, usage, positions, ctx=ctx)
-        outcome = common.order_free_outcome(request.nums, sum(examined.fits), len(positions))
-        if outcome is None:
-            return None
-        if outcome:
-            return ""
-        return self._reason(request, devices, usage, positions, ctx=ctx, examined=examined)
 
     # -- admission -----------------------------------------------------------------------------
 

@@ -36,7 +36,6 @@ from vgpu_scheduler.model import (
 )
 from vgpu_scheduler.wire import objects
 from vgpu_scheduler.wire import reasons as R
-from vgpu_scheduler.wire.allocation import encode_container_list
 from vgpu_scheduler.wire.inventory import InventoryError
 
 KUNLUN = "kunlun"
@@ -64,14 +63,7 @@ class KunlunVendor(GenericVendor):
     # -- requests ------------------------------------------------------------------------------
 
     def request(self, container: Obj) -> ContainerDeviceRequest | None:
-        resources = res.resources_of(container)
-        if resources is None:
-            return None
-        count = res.as_int(res.lookup(resources, self.names.count))
-        if count is None:
-            return None
-        return ContainerDeviceRequest(nums=res.int32(count), type=self.key, memreq=0, mem_percentage_req=100,
-                                      coresreq=0)
+        return self.whole_device_request(container)
 
     # -- registration --------------------------------------------------------------------------
 
@@ -112,40 +104,23 @@ class KunlunVendor(GenericVendor):
             return R.gen_reason({R.CARD_UUID_MISMATCH: len(examined.mismatched)}, cards)
         return R.gen_reason({R.NUMA_NOT_FIT: 1}, cards)
 
-    def fit(
-        self,
-        request: ContainerDeviceRequest,
-        devices: Sequence[DeviceInfo],
-        usage: Sequence[DeviceUsage],
-        order: Sequence[int],
-        *,
-        ctx: PodFitContext,
-        cordoned: frozenset[str],
-        allocated: Sequence[ContainerDevices],
-    ) -> FitResult:
+    def ladder(
+        self, request: ContainerDeviceRequest, devices: Sequence[DeviceInfo], usage: Sequence[DeviceUsage],
+        order: Sequence[int], *, ctx: PodFitContext, cordoned: frozenset[str],
+        allocated: Sequence[ContainerDevices] = (), quick: bool = False,
+    ) -> FitResult | str | None:
         examined = self._examine(devices, usage, order, ctx)
+        if quick:
+            outcome = common.order_free_outcome(request.nums, sum(examined.fits), len(order))
+            if outcome is None:
+                return None
+            return "" if outcome else self._reason(examined, len(order))
 
         def entry_of(dev: DeviceInfo) -> ContainerDevice:
             return ContainerDevice(dev.id, request.type, dev.devmem, dev.devcore, dev.index)
 
         result = common.topology_fit(request, devices, order, examined=examined, entry_of=entry_of)
         return result if result is not None else FitResult(False, reason=self._reason(examined, len(order)))
-
-    def quick_verdict(
-        self,
-        request: ContainerDeviceRequest,
-        devices: Sequence[DeviceInfo],
-        usage: Sequence[DeviceUsage],
-        positions: Sequence[int],
-        *,
-        ctx: PodFitContext,
-        cordoned: frozenset[str],
-    ) -> str | None:
-        examined = self._examine(devices, usage, positions, ctx)
-        outcome = common.order_free_outcome(request.nums, sum(examined.fits), len(positions))
-        if outcome is None:
-            return None
-        return "" if outcome else self._reason(examined, len(positions))
 
     def add_usage(
         self,
@@ -162,18 +137,10 @@ class KunlunVendor(GenericVendor):
 
     # -- annotations and score -----------------------------------------------------------------
 
-    def patch_annotations(
-        self,
-        per_container: PodSingleDevice,
-        migs: Sequence[MigAllocation],
-        *,
-        node: str,
-        now: int,
-        pod: Obj | None = None,
+    def extra_annotations(
+        self, per_container: PodSingleDevice, *, node: str, now: int, pod: Obj | None
     ) -> dict[str, str]:
-        if not per_container:
-            return {}
-        out = {ALLOCATED: encode_container_list(per_container)}
+        out: dict[str, str] = {}
         for ctr in per_container:
             if ctr:  # each container with cards overwrites the one before
                 out[DEVICE_SELECTION] = ",".join(str(d.idx) for d in ctr)

@@ -127,31 +127,15 @@ class MetaxGpuVendor(GenericVendor):
     def pod_filters(self, annotations: Mapping[str, str]) -> Hashable:
         return None  # no selection annotations
 
-    def quick_verdict(
-        self,
-        request: ContainerDeviceRequest,
-        devices: Sequence[DeviceInfo],
-        usage: Sequence[DeviceUsage],
-        positions: Sequence[int],
-        *,
-        ctx: PodFitContext,
-        cordoned: frozenset[str],
-    ) -> str | None:
-        return None  # the custom rule reads the pod's earlier containers, which only `fit` sees
-
-    def fit(
-        self,
-        request: ContainerDeviceRequest,
-        devices: Sequence[DeviceInfo],
-        usage: Sequence[DeviceUsage],
-        order: Sequence[int],
-        *,
-        ctx: PodFitContext,
-        cordoned: frozenset[str],
-        allocated: Sequence[ContainerDevices],
-    ) -> FitResult:
+    def ladder(
+        self, request: ContainerDeviceRequest, devices: Sequence[DeviceInfo], usage: Sequence[DeviceUsage],
+        order: Sequence[int], *, ctx: PodFitContext, cordoned: frozenset[str],
+        allocated: Sequence[ContainerDevices] = (), quick: bool = False,
+    ) -> FitResult | str | None:
         """HAMi metax `Fit`: the common ladder (no cordon, NUMA, quota or selection annotations)
         followed by the rule that a pod's Metax GPUs are all one device."""
+        if quick:
+            return None  # the custom rule reads the pod's earlier containers, which only `fit` sees
         earlier = {dev.uuid for ctr in allocated for dev in ctr}
         remaining = request.nums
         coresreq = request.coresreq

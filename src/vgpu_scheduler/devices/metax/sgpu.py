@@ -281,37 +281,18 @@ class MetaxSgpuVendor(GenericVendor):
             reasons[R.ALLOCATED_CARDS_INSUFFICIENT_REQUEST] = candidates
         return R.gen_reason(reasons, total)
 
-    def quick_verdict(
-        self,
-        request: ContainerDeviceRequest,
-        devices: Sequence[DeviceInfo],
-        usage: Sequence[DeviceUsage],
-        positions: Sequence[int],
-        *,
-        ctx: PodFitContext,
-        cordoned: frozenset[str],
-    ) -> str | None:
-        # Each device is judged on its own: whether enough pass does not depend on the order.
-        candidates, reasons = self._candidates(request, devices, usage, positions, ctx=ctx)
-        if len(candidates) >= request.nums:
-            return ""
-        return self._failure(len(candidates), reasons, len(positions))
-
-    def fit(
-        self,
-        request: ContainerDeviceRequest,
-        devices: Sequence[DeviceInfo],
-        usage: Sequence[DeviceUsage],
-        order: Sequence[int],
-        *,
-        ctx: PodFitContext,
-        cordoned: frozenset[str],
-        allocated: Sequence[ContainerDevices],
-    ) -> FitResult:
+    def ladder(
+        self, request: ContainerDeviceRequest, devices: Sequence[DeviceInfo], usage: Sequence[DeviceUsage],
+        order: Sequence[int], *, ctx: PodFitContext, cordoned: frozenset[str],
+        allocated: Sequence[ContainerDevices] = (), quick: bool = False,
+    ) -> FitResult | str | None:
         candidates, reasons = self._candidates(request, devices, usage, order, ctx=ctx)
         nums = request.nums
         if len(candidates) < nums:
-            return FitResult(False, reason=self._failure(len(candidates), reasons, len(order)))
+            reason = self._failure(len(candidates), reasons, len(order))
+            return reason if quick else FitResult(False, reason=reason)
+        if quick:
+            return ""  # each device is judged on its own: whether enough pass does not depend on the order
         memory = dict(candidates)
         positions = [p for p, _ in candidates]
         best = positions[:nums]
@@ -356,24 +337,14 @@ class MetaxSgpuVendor(GenericVendor):
 
     # -- annotations, score, admission -----------------------------------------------------------
 
-    def patch_annotations(
-        self,
-        per_container: PodSingleDevice,
-        migs: Sequence[MigAllocation],
-        *,
-        node: str,
-        now: int,
-        pod: Obj | None = None,
+    def extra_annotations(
+        self, per_container: PodSingleDevice, *, node: str, now: int, pod: Obj | None
     ) -> dict[str, str]:
-        out = super().patch_annotations(per_container, migs, node=node, now=now)
-        if not out:
-            return out
-        out[METAX_ALLOCATED] = go_json([
+        out = {METAX_ALLOCATED: go_json([
             [{"uuid": d.uuid, **({"compute": d.usedcores} if d.usedcores else {}),
               **({"vRam": d.usedmem} if d.usedmem else {})} for d in ctr]
             for ctr in per_container
-        ])
-        out[PREDICATE_TIME] = str(now * 1_000_000_000)
+        ]), PREDICATE_TIME: str(now * 1_000_000_000)}
         annotations = entry_annotations(per_container) or {}
         if annotations.get(APP_CLASS) != ONLINE:
             self.remember_qos(annotations.get(QOS_POLICY, ""), per_container)
