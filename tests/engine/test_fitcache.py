@@ -416,3 +416,21 @@ def test_state_a_vendor_notes_at_patch_time_invalidates_the_nodes_cached_outcome
     first, _, last = decisions[1]
     assert isinstance(first, Chosen) and isinstance(last, Chosen)
     assert "sgpu-a" in first.scores and "sgpu-a" not in last.scores
+
+
+def test_a_cached_winner_that_no_longer_fits_falls_back_to_an_uncached_decision(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Guard against a cache key missing an input: the refit of the winner is checked."""
+    s = _fleet()
+    obj = _pod("a", ASCEND_POD)
+    first = _decide(s, obj)
+    assert isinstance(first, Chosen)
+    requests = decide_module.pod_requests(obj, s.vendors)
+    ctx = decide_module.pod_fit_context(obj, vendors=s.vendors, n_init=0)
+    key = fit_key(pod_fingerprint(requests, 0, ctx), node_policy="binpack", annotations=ctx.annotations,
+                  scored=True)
+    s.fits.group(key, None).put("nvidia-a", s.ledger.generation("nvidia-a"), 1e9)  # a wrong outcome
+    got = _decide(s, _pod("b", ASCEND_POD))
+    assert got == _decide(_fleet(), _pod("b", ASCEND_POD))
+    assert "no longer fits" in caplog.text
