@@ -21,7 +21,11 @@ Not-fit verdicts are cached across decisions (`engine/verdicts.py`, owned by the
 generation (ledger) and the pod's fingerprint and namespace quota state are unchanged since an
 earlier evaluation gets the same reason string without running the fit again. This is what makes a
 pod that fits nowhere cheap to retry; the cache only replaces evaluations by their earlier results,
-so the decision (and the order of FailedNodes) is the same as without it.
+so the decision (and the order of FailedNodes) is the same as without it. A pod evaluated on every
+node also reuses the total scores of its fits (`engine/fitcache.py`): only nodes whose generation
+moved are fitted again, then the chosen node once more for the pod's own allocation. The chosen
+node is touched (new generation) once the vendors' PatchAnnotations ran, as they may note state a
+later fit there reads.
 
 `evaluate_all=True` runs the fit on every node (for the event listing all fitting nodes, and for the
 tests proving both paths choose the same node and devices).
@@ -36,6 +40,7 @@ from typing import Any
 
 from vgpu_scheduler.devices.protocol import QuotaCheck, Vendors
 from vgpu_scheduler.engine.fit import NodeFit, PodFitContext, evaluate_node, pod_fit_context
+from vgpu_scheduler.engine.fitcache import fit_key
 from vgpu_scheduler.engine.ledger import DeviceLedger, NodeSummary
 from vgpu_scheduler.engine.nodeview import DeviceUsage, NodeView
 from vgpu_scheduler.engine.podinfo import init_container_count, pod_annotations, pod_key
@@ -264,7 +269,7 @@ def decide(
             n_init,
             pod,
             ctx,
-            ledger=ledger,
+            state=state,
             candidates=candidates,
             policy=policy,
             failed=failed,
@@ -305,7 +310,7 @@ def decide(
         if isinstance(result, NodeFit):
             return _chosen(
                 node, result, ledger.score(node), {node: ledger.score(node)}, failed=failed, now=now,
-                vendors=vendors, pod=pod,
+                vendors=vendors, pod=pod, ledger=ledger,
             )
         failed[node] = result
     # Nothing free fits: the deferred nodes in the same order, then the skipped ones, which still
@@ -317,7 +322,7 @@ def decide(
                 log.error("node %s was skipped as hopeless but fits pod %s; choosing it", node, name)
             return _chosen(
                 node, result, ledger.score(node), {node: ledger.score(node)}, failed=failed, now=now,
-                vendors=vendors, pod=pod,
+                vendors=vendors, pod=pod, ledger=ledger,
             )
         failed[node] = result
     return NoFit(failed)
@@ -329,37 +334,76 @@ def _decide_all(
     pod: Mapping[str, Any],
     ctx: PodFitContext,
     *,
-    ledger: DeviceLedger,
+    state: SchedulerState,
     candidates: list[str],
     policy: str,
     failed: dict[str, str],
     now: int,
     deprioritized: Callable[[str], bool] | None = None,
+    cached: bool = True,
 ) -> Decision:
+    """Every candidate's outcome, each from the caches when its node's generation is the one it
+    was computed at (`engine/fitcache.py`), else by running the fit; then the best score wins."""
+    ledger = state.ledger
     fits: dict[str, NodeFit] = {}
     scores: dict[str, float] = {}
     vendors = ctx.vendors
     scored = bool(_scoring_vendors(requests, vendors))
+    fingerprint = pod_fingerprint(requests, n_init, ctx)
+    token = quota_token(state.quota, ctx.namespace)
+    verdicts = state.verdicts.group(fingerprint, token)
+    known = state.fits.group(
+        fit_key(fingerprint, node_policy=policy, annotations=ctx.annotations, scored=scored), token
+    )
+    generation = ledger.generation
     for node in candidates:
+        gen = generation(node)
+        if cached:
+            score = known.get(node, gen)
+            if score is not None:
+                scores[node] = score
+                continue
+            reason = verdicts.get(node, gen)
+            if reason is not None:
+                failed[node] = reason
+                continue
         view = ledger.view(node)
         assert view is not None
         result = evaluate_node(requests, n_init, view, pod, ctx=ctx)
         if isinstance(result, NodeFit):
             fits[node] = result
-            scores[node] = ledger.score(node)
+            score = ledger.score(node)
             if scored:
-                scores[node] += _vendor_score(result, view, vendors, policy)
+                score += _vendor_score(result, view, vendors, policy)
+            scores[node] = score
+            known.put(node, gen, score)
         else:
             failed[node] = result.reason
-    if not fits:
+            verdicts.put(node, gen, result.reason)
+    if not scores:
         return NoFit(failed)
     preferred = scores
     if deprioritized is not None:
         free = {node: score for node, score in scores.items() if not deprioritized(node)}
         preferred = free or scores
     best = _best(preferred, policy == BINPACK)
-    return _chosen(best, fits[best], scores[best], scores, failed=failed, now=now, vendors=vendors,
-                   pod=pod)
+    fit = fits.get(best)
+    if fit is None:  # its score came from the cache: fit it again for this very pod
+        view = ledger.view(best)
+        assert view is not None
+        again = evaluate_node(requests, n_init, view, pod, ctx=ctx)
+        if not isinstance(again, NodeFit):  # a cache key missing an input: never expected
+            log.error("cached fit of node %s no longer fits pod %s; deciding uncached", best, pod_key(pod)[2])
+            state.verdicts.clear()
+            state.fits.clear()
+            failed = {n: r for n, r in failed.items() if r == NODE_UNREGISTERED}
+            return _decide_all(
+                requests, n_init, pod, ctx, state=state, candidates=candidates, policy=policy,
+                failed=failed, now=now, deprioritized=deprioritized, cached=False,
+            )
+        fit = again
+    return _chosen(best, fit, scores[best], scores, failed=failed, now=now, vendors=vendors,
+                   pod=pod, ledger=ledger)
 
 
 def _best(scores: Mapping[str, float], descending: bool) -> str:
@@ -378,11 +422,17 @@ def _chosen(
     now: int,
     vendors: Vendors,
     pod: Mapping[str, Any] | None = None,
+    ledger: DeviceLedger | None = None,
 ) -> Decision:
     try:
         annotations = filter_annotations(node, fit.devices, fit.mig, now, vendors=vendors, pod=pod)
     except AllocationError as exc:
         return Error(str(exc))
+    finally:
+        if ledger is not None:
+            # A vendor's PatchAnnotations may note state a later fit on this node reads (e.g. the
+            # QoS a device is switching to): cached outcomes of the node must not outlive it.
+            ledger.touch(node)
     return Chosen(
         node=node,
         devices=fit.devices,

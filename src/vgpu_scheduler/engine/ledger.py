@@ -208,6 +208,13 @@ class DeviceLedger:
                 self._apply(fresh, self._pods[uid], +1)
             self._place(name, old, fresh)
 
+    def touch(self, node_name: str) -> None:
+        """Give a node a new generation without changing it: something a fit reads outside the
+        ledger (a vendor's own per-device state) may have changed there."""
+        node = self._nodes.get(node_name)
+        if node is not None:
+            self._bump(node)
+
     def _bump(self, node: _Node) -> None:
         self._tick += 1
         node.gen = self._tick

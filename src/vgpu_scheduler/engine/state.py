@@ -5,9 +5,10 @@ with the same collapsed allocation, so they can never disagree. A filter decisio
 as a *reservation* (no API call here); it is confirmed when the pod's own annotations arrive through
 the watch, and dropped on `release` (patch failed), on deletion, or when the pod is filtered again.
 
-The state also owns the cache of per-node not-fit verdicts (`VerdictCache`) the decision reuses
-across filters; its entries are validated by the ledger's node generations and the quota manager's
-namespace generations, so it needs no other upkeep than dropping removed nodes.
+The state also owns the caches the decision reuses across filters: per-node not-fit verdicts
+(`VerdictCache`) and the node scores of fits (`engine/fitcache.py`); their entries are validated by
+the ledger's node generations and the quota manager's namespace generations, so they need no other
+upkeep than dropping removed nodes.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from vgpu_scheduler.devices.protocol import Vendors
+from vgpu_scheduler.engine.fitcache import FitScores, fit_scores_cache
 from vgpu_scheduler.engine.ledger import DeviceLedger
 from vgpu_scheduler.engine.podinfo import (
     PodAllocation,
@@ -46,7 +48,8 @@ class SchedulerState:
         self.quota = quota if quota is not None else QuotaManager.for_vendors(self.vendors)
         # uid -> decisions whose annotations have not been seen yet.
         self._reserved: dict[str, Reservation] = {}
-        self.verdicts = VerdictCache()
+        self.verdicts: VerdictCache[str] = VerdictCache()
+        self.fits: FitScores = fit_scores_cache()
 
     # -- nodes -----------------------------------------------------------------------------------
 
@@ -62,6 +65,7 @@ class SchedulerState:
     def remove_node(self, node_name: str) -> None:
         self.ledger.remove_node(node_name)
         self.verdicts.drop_node(node_name)
+        self.fits.drop_node(node_name)
 
     # -- pods ------------------------------------------------------------------------------------
 

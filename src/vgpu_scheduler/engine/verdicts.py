@@ -29,6 +29,7 @@ from __future__ import annotations
 import sys
 from collections import OrderedDict
 from collections.abc import Hashable, Sequence
+from typing import Generic, TypeVar, cast
 
 from vgpu_scheduler.engine.fit import PodFitContext
 from vgpu_scheduler.engine.quota import QuotaManager
@@ -37,6 +38,9 @@ from vgpu_scheduler.model import ContainerRequests
 DEFAULT_MAX_ENTRIES = 500_000
 
 PodFingerprint = tuple[Hashable, ...]
+
+V = TypeVar("V")
+"""What is cached per node: a not-fit reason here, a fit's node score in `engine/fitcache.py`."""
 
 
 def pod_fingerprint(requests: Sequence[ContainerRequests], n_init: int, ctx: PodFitContext) -> PodFingerprint:
@@ -69,26 +73,26 @@ def quota_token(quota: QuotaManager, namespace: str) -> int | None:
     return quota.generation(namespace) if quota.has_limits(namespace) else None
 
 
-class VerdictGroup:
-    """The cached not-fit reasons of one pod fingerprint, per node."""
+class VerdictGroup(Generic[V]):
+    """The cached not-fit reasons (or other per-node values) of one pod fingerprint, per node."""
 
     __slots__ = ("_cache", "entries", "last_used", "quota_token")
 
-    def __init__(self, cache: VerdictCache, token: int | None) -> None:
+    def __init__(self, cache: VerdictCache[V], token: int | None) -> None:
         # None once evicted or cleared: later puts are dropped so the cache's size stays exact.
-        self._cache: VerdictCache | None = cache
+        self._cache: VerdictCache[V] | None = cache
         self.quota_token = token
-        self.entries: dict[str, tuple[int, str]] = {}
+        self.entries: dict[str, tuple[int, V]] = {}
         self.last_used = 0
 
-    def get(self, node: str, generation: int) -> str | None:
-        """The reason cached for `node` at `generation`, else None."""
+    def get(self, node: str, generation: int) -> V | None:
+        """The value cached for `node` at `generation`, else None."""
         entry = self.entries.get(node)
         if entry is not None and entry[0] == generation:
             return entry[1]
         return None
 
-    def put(self, node: str, generation: int, reason: str) -> None:
+    def put(self, node: str, generation: int, value: V) -> None:
         entries = self.entries
         if node not in entries:
             cache = self._cache
@@ -96,24 +100,25 @@ class VerdictGroup:
                 return  # evicted, or this group alone fills the cache: keep what it has
             cache._size += 1
         # Interned: a no-fit pod stores the same few reason texts for thousands of nodes.
-        entries[node] = (generation, sys.intern(reason))
+        entries[node] = (generation, cast(V, sys.intern(value)) if isinstance(value, str) else value)
 
 
-class VerdictCache:
-    """Bounded LRU of `VerdictGroup`s by pod fingerprint; owned by `SchedulerState`."""
+class VerdictCache(Generic[V]):
+    """Bounded LRU of `VerdictGroup`s by pod fingerprint (or any hashable key); owned by
+    `SchedulerState`."""
 
     def __init__(self, max_entries: int = DEFAULT_MAX_ENTRIES) -> None:
         self.max_entries = max_entries
-        self._groups: OrderedDict[PodFingerprint, VerdictGroup] = OrderedDict()
+        self._groups: OrderedDict[Hashable, VerdictGroup[V]] = OrderedDict()
         self._size = 0
         self._tick = 0
 
-    def group(self, fingerprint: PodFingerprint, token: int | None) -> VerdictGroup:
+    def group(self, fingerprint: Hashable, token: int | None) -> VerdictGroup[V]:
         """The group of a pod fingerprint (made most recently used), emptied if the quota moved."""
         self._tick += 1
         group = self._groups.get(fingerprint)
         if group is None:
-            group = VerdictGroup(self, token)
+            group = VerdictGroup[V](self, token)
             group.last_used = self._tick
             self._groups[fingerprint] = group
             return group
@@ -141,7 +146,7 @@ class VerdictCache:
         """Number of cached (node, verdict) entries over all groups."""
         return self._size
 
-    def _make_room(self, keep: VerdictGroup) -> bool:
+    def _make_room(self, keep: VerdictGroup[V]) -> bool:
         """Evict idle least recently used groups (never `keep`) until one more entry fits."""
         while self._size >= self.max_entries:
             fingerprint, oldest = next(iter(self._groups.items()))
