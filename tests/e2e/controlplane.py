@@ -507,10 +507,13 @@ class ControlPlane:
         server_url: str,
         leader_election: dict[str, Any] | None = None,
         wait: bool = True,
+        managed_resources: Sequence[str] = MANAGED_RESOURCES,
     ) -> None:
         """A kube-scheduler as process `name` with these profiles, calling our server at
         `server_url` as its extender. `leader_election` is the configuration's `leaderElection`
-        block (default: none); a follower is not waited for (it serves nothing until it leads)."""
+        block (default: none); a follower is not waited for (it serves nothing until it leads).
+        `managed_resources`: the extender's resources (default NVIDIA's; a server with more vendors
+        passes its vendors' `managed_resources()`, as the chart lists every configured one)."""
         port = free_port()
         self.scheduler_url = f"https://127.0.0.1:{port}"
         cfg = {
@@ -530,7 +533,7 @@ class ControlPlane:
                 "nodeCacheCapable": True,
                 "httpTimeout": "30s",
                 "weight": 1,
-                "managedResources": [{"name": r, "ignoredByScheduler": True} for r in MANAGED_RESOURCES],
+                "managedResources": [{"name": r, "ignoredByScheduler": True} for r in managed_resources],
             }],
         }
         path = self.dir / f"{name}-config.yaml"
