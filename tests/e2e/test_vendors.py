@@ -42,7 +42,7 @@ from standin import DevicePluginStandIn, create_node, delete_group, group_select
 from vgpu_scheduler.cluster import api
 from vgpu_scheduler.cluster.client import KubeClient
 from vgpu_scheduler.cluster.errors import ApiError
-from vgpu_scheduler.cluster.nodelock import parse_lock
+from vgpu_scheduler.cluster.nodelock import format_lock, parse_lock
 from vgpu_scheduler.cluster.reflector import Reflector
 from vgpu_scheduler.configfile import parse_device_config
 from vgpu_scheduler.devices.protocol import VendorFlags, Vendors
@@ -284,19 +284,20 @@ def _reported(case: Case, vendors: Vendors) -> dict[str, str]:
 
 
 async def _registered(
-    control_plane: ControlPlane, client: KubeClient, cases: tuple[Case, ...], vendors: Vendors, metrics: str
+    control_plane: ControlPlane, client: KubeClient, nodes: Mapping[str, tuple[Case, ...]], vendors: Vendors,
+    metrics: str, want: int,
 ) -> None:
-    """Wait until our server knows every device, re-reporting each handshake as the device plugins
-    do every 30 s: the session's shared server stamps `Requesting_` on these nodes too, and a
-    scheduler seeing a fresh `Requesting_` it did not write skips the node until the plugin reports
-    again (HAMi's CheckHealth: healthy, no update)."""
-    want = sum(c.devices for c in cases)
+    """Wait until our server knows `want` devices, re-reporting each handshake of `nodes` (node ->
+    its vendors) as the device plugins do every 30 s: the session's shared server stamps
+    `Requesting_` on these nodes too, and a scheduler seeing a fresh `Requesting_` it did not write
+    skips the node until the plugin reports again (HAMi's CheckHealth: healthy, no update)."""
     deadline = time.monotonic() + 120.0
     while (seen := await asyncio.to_thread(control_plane.registered_devices, metrics)) < want:
         assert time.monotonic() < deadline, f"our server registered {seen}/{want} devices"
-        for case in cases:
-            if reported := _reported(case, vendors):
-                await client.patch_node(case.node, {"metadata": {"annotations": reported}})
+        for node, node_cases in nodes.items():
+            reported = {k: v for case in node_cases for k, v in _reported(case, vendors).items()}
+            if reported:
+                await client.patch_node(node, {"metadata": {"annotations": reported}})
         await asyncio.sleep(3.0)
 
 
@@ -452,10 +453,12 @@ async def test_every_vendor_through_the_real_control_plane(
     node_watch.start()
     try:
         await node_watch.wait_synced(timeout=60)
-        await _registered(control_plane, client, cases, vendors, metrics)
+        want = sum(c.devices for c in cases)
+        await _registered(control_plane, client, {c.node: (c,) for c in cases}, vendors, metrics, want)
         async with LockRecordingStandIn(client, vendors) as plugin:
             await _first_wave(client, cases, plugin, locks)
             await _second_wave(client, cases, plugin, vendors)
+            await _mixed_phase(control_plane, client, plugin, vendors, locks, metrics, want)
         # The server answered each plugin's Reported handshake with its Requesting_ stamp.
         for case in cases:
             key = vendors[case.vendor].handshake_key
@@ -555,4 +558,119 @@ async def _second_wave(
     # One pod per vendor left over (kube-scheduler's order decides which).
     assert sorted(w.rsplit("-", 1)[0] for w in waiting) == sorted(c.name for c in cases)
     assert waiting <= with_reason, waiting - with_reason
+    assert not plugin.errors, plugin.errors
+
+
+MIXED = f"{GROUP}-mixed"
+MIXED_CASES = ("nvidia", "hygon", "biren", "mthreads", "awsneuron")
+
+
+def _mixed_node_objects(vendors: Vendors) -> tuple[Obj, Obj]:
+    """One node with several vendors' plugins: NVIDIA, Hygon and Biren by annotation (devices
+    renamed so that no id is shared with their own nodes), Mthreads and AWS Neuron by capacity."""
+    cases = [c for c in CASES if c.name in MIXED_CASES]
+    node, status = _node(cases[0], vendors)
+    node["metadata"]["name"] = node["metadata"]["labels"]["kubernetes.io/hostname"] = MIXED
+    for case in cases:
+        for key, value in {**case.register, **_reported(case, vendors)}.items():
+            renamed = value.replace("GPU-e2ev-", "GPU-mix-").replace("DCU-", "MIX-DCU-")
+            node["metadata"]["annotations"][key] = renamed.replace("BR-", "MIX-BR-")
+        node["metadata"]["labels"].update(case.labels)
+        for part in ("capacity", "allocatable"):
+            status["status"][part].update(case.resources)
+    return node, status
+
+
+def _mixed_pod(name: str, *containers: Obj, init: tuple[Obj, ...] = ()) -> Obj:
+    pod = _pod(CASES[0], name)
+    pod["spec"]["nodeSelector"]["kubernetes.io/hostname"] = MIXED
+    pod["spec"]["containers"] = list(containers)
+    if init:
+        pod["spec"]["initContainers"] = list(init)
+    return pod
+
+
+def _ctr(name: str, limits: Mapping[str, str]) -> Obj:
+    return {"name": name, "image": "registry.invalid/app:none", "resources": {"limits": dict(limits)}}
+
+
+async def _mixed_phase(
+    control_plane: ControlPlane, client: KubeClient, plugin: LockRecordingStandIn, vendors: Vendors,
+    locks: LockWatch, metrics: str, registered: int,
+) -> None:
+    """A node with five vendors: (1) while another pod holds its lock, pods of vendors that never
+    lock are bound at once (HAMi binds them: no lock to contend for) and a locking pod waits;
+    (2) one pod asking all five (Biren in an init container) gets one allocation per vendor at its
+    containers' positions, takes the node lock once, and every to-allocate entry is consumed."""
+    pods = await client.list_pods(NAMESPACE)
+    for p in pods:  # the second wave's leftovers would take the new node's room
+        if not p["spec"].get("nodeName"):
+            await client.delete(api.PODS, p["metadata"]["name"], NAMESPACE, grace_period_seconds=0)
+    await create_node(client, *_mixed_node_objects(vendors))
+    mixed = tuple(c for c in CASES if c.name in MIXED_CASES)
+    await _registered(control_plane, client, {MIXED: mixed}, vendors, metrics,
+                      registered + sum(c.devices for c in mixed))
+    by_name = {c.name: c for c in CASES}
+
+    # (1) The node locked in the name of a live pod that is never scheduled.
+    holder = _mixed_pod("holder", _ctr("main", by_name["nvidia"].limits))
+    holder["spec"]["nodeSelector"]["kubernetes.io/hostname"] = "nowhere"
+    await client.create(api.PODS, holder)
+    value = format_lock(datetime.now().astimezone(), NAMESPACE, "holder")
+    await client.patch_node(MIXED, {"metadata": {"annotations": {keys.NODE_LOCK: value}}})
+    for name in ("mthreads", "awsneuron"):
+        await client.create(api.PODS, _mixed_pod(f"mixed-{name}", _ctr("main", by_name[name].limits)))
+    await client.create(api.PODS, _mixed_pod("mixed-hygon", _ctr("main", by_name["hygon"].limits)))
+
+    async def bound(name: str) -> Obj | None:
+        pod = await client.get_pod(NAMESPACE, name)
+        return pod if pod["spec"].get("nodeName") else None
+
+    for name in ("mixed-mthreads", "mixed-awsneuron"):
+        pod = await _wait(lambda n=name: bound(n), f"{name} bound beside a live lock", timeout=30.0)
+        assert pod["spec"]["nodeName"] == MIXED
+    assert not (await client.get_pod(NAMESPACE, "mixed-hygon"))["spec"].get("nodeName")  # it must lock
+    await client.patch_node(MIXED, {"metadata": {"annotations": {keys.NODE_LOCK: None}}})
+    await client.delete(api.PODS, "holder", NAMESPACE, grace_period_seconds=0)
+    await _wait(lambda: bound("mixed-hygon"), "mixed-hygon bound once the lock is gone")
+
+    # (2) One pod, five vendors.
+    limits = {name: by_name[name].limits for name in MIXED_CASES}
+    multi = _mixed_pod(
+        "mixed-all", *(_ctr(name, limits[name]) for name in ("nvidia", "hygon", "mthreads", "awsneuron")),
+        init=(_ctr("biren", limits["biren"]),),
+    )
+    await client.create(api.PODS, multi)
+
+    async def allocated() -> Obj | None:
+        pod = await bound("mixed-all")
+        return pod if pod and f"{NAMESPACE}/mixed-all" in plugin.confirmed else None
+
+    pod = await _wait(allocated, "mixed-all bound and allocated")
+    ann = pod["metadata"]["annotations"]
+    allocations = {vendor.key: ann.get(vendor.allocation_keys[1], "") for vendor in vendors
+                   if ann.get(vendor.allocation_keys[1])}
+    # Position 0 is the init container (Biren), then nvidia, hygon, mthreads, awsneuron.
+    positions = {"Biren": 0, "NVIDIA": 1, "DCU": 2, "Mthreads": 3, "AWSNeuron": 4}
+    assert set(allocations) == set(positions), allocations
+    for key, value in allocations.items():
+        entries = value.split(";")
+        assert len(entries) == 6, (key, value)  # five containers, then the trailing ";"
+        assert [bool(e) for e in entries[:5]] == [i == positions[key] for i in range(5)], (key, value)
+    for vendor in vendors:
+        to_allocate = vendor.allocation_keys[0]
+        if to_allocate in ann:
+            assert set(ann[to_allocate]) <= {";"}, (to_allocate, ann[to_allocate])  # consumed
+    assert ann[keys.BIND_PHASE] == keys.BIND_PHASE_SUCCESS
+    held = plugin.lock_at_allocate["mixed-all"]
+    assert held and parse_lock(held).pod == "mixed-all"
+    assert [parse_lock(v).pod for v in locks.seen[MIXED]].count("mixed-all") == 1  # taken once
+
+    async def unlocked() -> bool:
+        node = await client.get_node(MIXED)
+        return keys.NODE_LOCK not in (node["metadata"].get("annotations") or {})
+
+    await _wait(unlocked, "the mixed node's lock released")
+    nodes, _ = await client.list_all(api.NODES, label_selector=group_selector(GROUP))
+    assert _overcommits(await client.list_pods(NAMESPACE), nodes, vendors) == []
     assert not plugin.errors, plugin.errors
