@@ -8,8 +8,9 @@ kube-scheduler lists every registered vendor's resources as the extender's `mana
 namespace to its /webhook.
 
 Each node is registered the way that vendor's device plugin does it: an inventory annotation and a
-`Reported` handshake (legacy comma form for Hygon and Iluvatar, JSON for the others), or node
-capacity and allocatable alone (Mthreads, AWS Neuron, Enflame GCU). Then, for each vendor, a pod
+`Reported` handshake (legacy comma form for Hygon and Iluvatar, JSON for the others, Enflame DRS'
+capacity JSON), or node capacity and allocatable alone (Mthreads, AWS Neuron, Enflame GCU, Metax
+GPU, Kunlun whole cards). Then, for each vendor, a pod
 asking for its resources goes through the real admission chain, kube-scheduler, our /filter and
 /bind, and a device-plugin stand-in that consumes the vendor's to-allocate annotation. Checked per
 vendor: the node it lands on, exactly the annotations §4.1/§4.2/§4.4 and the vendor's extras say,
@@ -241,6 +242,41 @@ CASES = (
         devices=2, locks=False, confirmed=True, fill=2,
         annotations={"hami.io/enflame-gcu-devices-allocated": "{node}-GCU-1,GCU,100,100:;",
                      "hami.io/enflame-gcu-devices-to-allocate": ";"},
+    ),
+    Case(
+        "metaxgpu", "Metax-GPU",
+        {"metax-tech.com/gpu.topology.losses": '{"1":0,"2":100}'},
+        {"metax-tech.com/gpu": "2"},
+        {"metax-tech.com/gpu": "1"},
+        devices=2, locks=False, confirmed=True, fill=2,
+        annotations={"hami.io/metax-gpu-devices-allocated": "{node}-metax-1,Metax-GPU,65536,100:;",
+                     "hami.io/metax-gpu-devices-to-allocate": ";"},
+    ),
+    Case(
+        "kunlunwhole", "kunlun",
+        {},
+        {"kunlunxin.com/xpu": "8"},
+        {"kunlunxin.com/xpu": "2"},
+        devices=8, locks=False, confirmed=False, fill=4,
+        annotations={"hami.io/kunlun-allocated":
+                         "{node}-kunlun-0,kunlun,98304,100:{node}-kunlun-1,kunlun,98304,100:;",
+                     "BAIDU_COM_DEVICE_IDX": "0,1"},
+    ),
+    Case(
+        "enflamedrs", "Enflame",
+        {"enflame.com/gcu-drs-capacity": json.dumps({
+            "devices": [{"index": str(i), "minor": str(i), "capacity": 6} for i in range(2)],
+            "profiles": {"1g.6gb": "0", "3g.20gb": "1", "6g.40gb": "2"}})},
+        {"enflame.com/drs-gcu": "12"},
+        {"enflame.com/drs-gcu": "3"},
+        devices=2, locks=False, confirmed=False, fill=4,
+        # 3 slices: profile 3g.20gb, half of a 6-slice card.
+        annotations={"hami.io/enflame-vgpu-devices-allocated": "{node}-enflame-drs-1,Enflame,20480,50:;",
+                     "assigned-containers":
+                         '{"main":{"allocated":false,"request":3,"profileID":"1","profileName":"3g.20gb"}}',
+                     "enflame.com/gcu-assigned": "false", "enflame.com/gcu-assigned-id": "1",
+                     "enflame.com/gcu-assigned-index": "1", "enflame.com/gcu-assigned-minor": "1",
+                     "enflame.com/gcu-assigned-time": "{t}000000000", "enflame.com/gcu-request-size": "3"},
     ),
     Case(
         "ascend", "Ascend910B3",
