@@ -98,7 +98,7 @@ class DevicePluginStandIn:
 
     def __init__(
         self, client: KubeClient, delay: float = 0.0, namespace: str | None = None,
-        nodes: Collection[str] | None = None, vendors: Vendors | None = None,
+        nodes: Collection[str] | None = None, *, vendors: Vendors | None = None,
     ) -> None:
         """nodes: the nodes whose device plugin works (default all); a pod bound anywhere else is
         never confirmed and its node lock never released, as with a dead plugin there.

@@ -320,8 +320,8 @@ def _reported(case: Case, vendors: Vendors) -> dict[str, str]:
 
 
 async def _registered(
-    control_plane: ControlPlane, client: KubeClient, nodes: Mapping[str, tuple[Case, ...]], vendors: Vendors,
-    metrics: str, want: int,
+    control_plane: ControlPlane, client: KubeClient, *, nodes: Mapping[str, tuple[Case, ...]],
+    vendors: Vendors, metrics: str, want: int,
 ) -> None:
     """Wait until our server knows `want` devices, re-reporting each handshake of `nodes` (node ->
     its vendors) as the device plugins do every 30 s: the session's shared server stamps
@@ -490,11 +490,13 @@ async def test_every_vendor_through_the_real_control_plane(
     try:
         await node_watch.wait_synced(timeout=60)
         want = sum(c.devices for c in cases)
-        await _registered(control_plane, client, {c.node: (c,) for c in cases}, vendors, metrics, want)
+        await _registered(control_plane, client, nodes={c.node: (c,) for c in cases}, vendors=vendors,
+                          metrics=metrics, want=want)
         async with LockRecordingStandIn(client, vendors) as plugin:
             await _first_wave(client, cases, plugin, locks)
             await _second_wave(client, cases, plugin, vendors)
-            await _mixed_phase(control_plane, client, plugin, vendors, locks, metrics, want)
+            await _mixed_phase(control_plane, client, plugin=plugin, vendors=vendors, locks=locks,
+                               metrics=metrics, registered=want)
         # The server answered each plugin's Reported handshake with its Requesting_ stamp.
         for case in cases:
             key = vendors[case.vendor].handshake_key
@@ -631,7 +633,7 @@ def _ctr(name: str, limits: Mapping[str, str]) -> Obj:
 
 
 async def _mixed_phase(
-    control_plane: ControlPlane, client: KubeClient, plugin: LockRecordingStandIn, vendors: Vendors,
+    control_plane: ControlPlane, client: KubeClient, *, plugin: LockRecordingStandIn, vendors: Vendors,
     locks: LockWatch, metrics: str, registered: int,
 ) -> None:
     """A node with five vendors: (1) while another pod holds its lock, pods of vendors that never
@@ -644,8 +646,8 @@ async def _mixed_phase(
             await client.delete(api.PODS, p["metadata"]["name"], NAMESPACE, grace_period_seconds=0)
     await create_node(client, *_mixed_node_objects(vendors))
     mixed = tuple(c for c in CASES if c.name in MIXED_CASES)
-    await _registered(control_plane, client, {MIXED: mixed}, vendors, metrics,
-                      registered + sum(c.devices for c in mixed))
+    await _registered(control_plane, client, nodes={MIXED: mixed}, vendors=vendors, metrics=metrics,
+                      want=registered + sum(c.devices for c in mixed))
     by_name = {c.name: c for c in CASES}
 
     # (1) The node locked in the name of a live pod that is never scheduled.
