@@ -48,6 +48,7 @@ WEBHOOK_LABEL = "vgpu-scheduler.e2e/webhook"  # namespaces carrying it (value "o
 MANAGED_RESOURCES = (
     "nvidia.com/gpu", "nvidia.com/gpumem", "nvidia.com/gpucores", "nvidia.com/gpumem-percentage",
 )
+"""NVIDIA's resources (kept for callers that name them; the default is `chart_managed_resources`)."""
 STOP_GRACE = 5.0  # s; see ControlPlane.restart_apiserver
 READY_TIMEOUT = 120.0  # s; kube-apiserver's RBAC bootstrap takes ~10 s on an idle 2-core machine
 
@@ -79,6 +80,16 @@ def find_binaries_or_raise() -> Path:
             f"({why}); run scripts/control-plane-build"
         )
     return bin_dir
+
+
+def chart_managed_resources() -> tuple[str, ...]:
+    """Every resource of the vendors our server registers by default (the packaged chart device
+    configuration, no --enable-* flag): the chart's extender `managedResources`, so kube-scheduler
+    leaves every vendor's resources to us instead of looking for them in node allocatable."""
+    from vgpu_scheduler.configfile import default_device_config
+    from vgpu_scheduler.devices.registry import build
+
+    return tuple(sorted(build(default_device_config()).managed_resources()))
 
 
 def free_port() -> int:
@@ -507,10 +518,15 @@ class ControlPlane:
         server_url: str,
         leader_election: dict[str, Any] | None = None,
         wait: bool = True,
+        managed_resources: Sequence[str] | None = None,
     ) -> None:
         """A kube-scheduler as process `name` with these profiles, calling our server at
         `server_url` as its extender. `leader_election` is the configuration's `leaderElection`
-        block (default: none); a follower is not waited for (it serves nothing until it leads)."""
+        block (default: none); a follower is not waited for (it serves nothing until it leads).
+        `managed_resources`: the extender's resources (default `chart_managed_resources()`; a server
+        with another configuration passes its vendors' `managed_resources()`, as the chart does)."""
+        if managed_resources is None:
+            managed_resources = chart_managed_resources()
         port = free_port()
         self.scheduler_url = f"https://127.0.0.1:{port}"
         cfg = {
@@ -530,7 +546,7 @@ class ControlPlane:
                 "nodeCacheCapable": True,
                 "httpTimeout": "30s",
                 "weight": 1,
-                "managedResources": [{"name": r, "ignoredByScheduler": True} for r in MANAGED_RESOURCES],
+                "managedResources": [{"name": r, "ignoredByScheduler": True} for r in managed_resources],
             }],
         }
         path = self.dir / f"{name}-config.yaml"

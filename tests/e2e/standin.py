@@ -21,6 +21,7 @@ from vgpu_scheduler.cluster.client import KubeClient
 from vgpu_scheduler.cluster.embedded.deviceplugin import SimDevicePlugin
 from vgpu_scheduler.cluster.errors import ApiError
 from vgpu_scheduler.cluster.reflector import Reflector
+from vgpu_scheduler.devices.protocol import Vendors
 from vgpu_scheduler.wire import keys
 
 log = logging.getLogger(__name__)
@@ -97,13 +98,15 @@ class DevicePluginStandIn:
 
     def __init__(
         self, client: KubeClient, delay: float = 0.0, namespace: str | None = None,
-        nodes: Collection[str] | None = None,
+        nodes: Collection[str] | None = None, *, vendors: Vendors | None = None,
     ) -> None:
         """nodes: the nodes whose device plugin works (default all); a pod bound anywhere else is
-        never confirmed and its node lock never released, as with a dead plugin there."""
+        never confirmed and its node lock never released, as with a dead plugin there.
+        vendors: the scheduler's vendors, whose to-allocate annotations are consumed (default: the
+        default device configuration's)."""
         self.delay = delay
         self.nodes = None if nodes is None else frozenset(nodes)
-        self.plugin = SimDevicePlugin(client)
+        self.plugin = SimDevicePlugin(client, vendors)
         self.reflector = Reflector(client, api.PODS, namespace=namespace, handler=self)
         self.confirmed: dict[str, float] = {}  # "<ns>/<name>" -> loop time of the success patch
         self.errors: list[str] = []

@@ -300,7 +300,10 @@ class Extender:
         self._pop_pending(uid)
         policies = self.policies
         candidates = node_names or []
-        busy = self._busy_node_test(uid, namespace, name) if self.lock_aware else None
+        # Only a pod whose bind takes the node lock can meet contention (§6.2: AWSNeuron, Mthreads,
+        # GCU, … never lock), so only such a pod avoids busy nodes and marks its node busy.
+        locks = _locking_request(pod, self.state.vendors)
+        busy = self._busy_node_test(uid, namespace, name) if self.lock_aware and locks else None
         decision = decide(
             pod,
             candidates,
@@ -335,7 +338,7 @@ class Extender:
             log.info("filter %s/%s: every fitting node is busy: %s", namespace, name, message)
             return encode_filter_result(error=message)
         self.state.reserve(pod, decision)
-        self._set_pending(uid, decision)
+        self._set_pending(uid, decision, locks=locks)
         self._record_success(pod, decision, len(candidates))
         outcome.set("chosen", "fit")
         log.info("filter %s/%s: chose node %s", namespace, name, decision.node)
@@ -373,10 +376,13 @@ class Extender:
         pod = self.cached_pod(held.namespace, held.pod)
         return pod is not None and dangling_cause(pod, node, held) is None
 
-    def _set_pending(self, uid: str, decision: Chosen) -> None:
+    def _set_pending(self, uid: str, decision: Chosen, *, locks: bool = True) -> None:
+        """Remember the decision until its bind; `locks`: that bind takes the node lock, so the
+        node is busy for other locking pods meanwhile."""
         self._pop_pending(uid)
         self._pending[uid] = decision
-        self._pending_per_node.setdefault(decision.node, {})[uid] = self.now() + self.bind_timeout
+        if locks:
+            self._pending_per_node.setdefault(decision.node, {})[uid] = self.now() + self.bind_timeout
 
     def _pop_pending(self, uid: str) -> Chosen | None:
         decision = self._pending.pop(uid, None)
@@ -727,7 +733,7 @@ class Extender:
             reason = decision.failed.get(node, "")
             return None, f"pod {name} no longer fits node {node}: {reason}"
         self.state.reserve(pod, decision)
-        self._set_pending(uid, decision)
+        self._set_pending(uid, decision, locks=_locking_request(pod, self.state.vendors))
         return decision, ""
 
     def _drop(self, uid: str) -> None:
