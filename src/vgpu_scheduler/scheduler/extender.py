@@ -300,9 +300,10 @@ class Extender:
         self._pop_pending(uid)
         policies = self.policies
         candidates = node_names or []
-        # Only a pod whose bind takes the node lock can meet contention (§6.2: AWSNeuron, Mthreads,
-        # GCU, … never lock), so only such a pod avoids busy nodes and marks its node busy.
-        locks = _locking_request(pod, self.state.vendors)
+        # Only a pod whose bind takes the shared node lock can meet contention on it (§6.2:
+        # AWSNeuron, Mthreads, GCU, … never lock; Cambricon has its own), so only such a pod avoids
+        # busy nodes and marks its node busy.
+        locks = _takes_shared_lock(pod, self.state.vendors)
         busy = self._busy_node_test(uid, namespace, name) if self.lock_aware and locks else None
         decision = decide(
             pod,
@@ -733,7 +734,7 @@ class Extender:
             reason = decision.failed.get(node, "")
             return None, f"pod {name} no longer fits node {node}: {reason}"
         self.state.reserve(pod, decision)
-        self._set_pending(uid, decision, locks=_locking_request(pod, self.state.vendors))
+        self._set_pending(uid, decision, locks=_takes_shared_lock(pod, self.state.vendors))
         return decision, ""
 
     def _drop(self, uid: str) -> None:
@@ -830,6 +831,12 @@ def pod_node_locks(pod: Mapping[str, Any], vendors: Vendors) -> list[NodeLockSpe
 def _locking_request(pod: Mapping[str, Any], vendors: Vendors) -> bool:
     """Does a bind of `pod` take any node lock?"""
     return bool(pod_node_locks(pod, vendors))
+
+
+def _takes_shared_lock(pod: Mapping[str, Any], vendors: Vendors) -> bool:
+    """Does a bind of `pod` take the shared owner-format lock (`hami.io/mutex.lock`), the one
+    lock-aware placement watches?"""
+    return any(spec.names_holder for spec in pod_node_locks(pod, vendors))
 
 
 def pod_policy_annotations(pod: Mapping[str, Any]) -> Mapping[str, str]:
