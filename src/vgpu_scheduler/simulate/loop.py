@@ -118,6 +118,9 @@ class HttpExtender:
 class _NoEvents:
     """The simulation records no Kubernetes Events (they would only slow the run down)."""
 
+    discards_events = True
+    """Tells the extender not to build event texts for this sink."""
+
     def record(self, pod: Mapping[str, Any], type_: str, reason: str, message: str) -> None:
         return None
 
