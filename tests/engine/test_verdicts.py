@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import copy
+from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import partial
@@ -570,6 +571,9 @@ class CachedDecisionMachine(RuleBasedStateMachine):
                 assert chose == (want.node, want.devices, want.annotations)
             else:
                 assert fast == want
+            for answer in (fast, got):
+                if isinstance(answer, NoFit) and answer.reason_counts is not None:
+                    assert answer.reason_counts == Counter(answer.failed.values())
             if isinstance(got, NoFit | Chosen):
                 assert isinstance(want, NoFit | Chosen)
                 # The same reasons; their order is not part of the answer (FailedNodes is sorted).

@@ -81,6 +81,8 @@ class Chosen:
 class NoFit:
     failed: dict[str, str]
     """Node -> reason (GenReason string, NodeInsufficientDevice, or "node unregistered")."""
+    reason_counts: Mapping[str, int] | None = field(default=None, compare=False)
+    """How many nodes of `failed` have each reason text, when known without counting them."""
 
 
 @dataclass(slots=True, frozen=True)
@@ -317,8 +319,11 @@ def decide(
             walk_failed=walk_failed,
         )
         if isinstance(answer, NoFit):
+            counts = dict(snapshot.counts)
+            if failed:  # the unregistered nodes
+                counts[NODE_UNREGISTERED] = counts.get(NODE_UNREGISTERED, 0) + len(failed)
             failed.update(answer.failed)
-            return NoFit(failed)
+            return NoFit(failed, counts)
         if answer is not None:
             best, fit = answer
             return _chosen(
@@ -392,7 +397,7 @@ def _decide_from_snapshot(
             snapshot.set(node, result)
     snapshot.tick = ledger.tick
     if not snapshot.fitting:
-        return NoFit(dict(verdicts))
+        return NoFit(verdicts)  # the snapshot's own map: the caller copies it
     if walk_failed:
         return None
 

@@ -27,7 +27,7 @@ theirs.
 from __future__ import annotations
 
 import sys
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Hashable, Sequence
 
 from vgpu_scheduler.engine.fit import PodFitContext
@@ -79,21 +79,34 @@ class Snapshot:
     verdict (see module doc), so a later decision over the same candidates re-evaluates only the
     nodes the ledger lists as changed since then (`DeviceLedger.changed_since`)."""
 
-    __slots__ = ("candidates", "fitting", "tick", "verdicts")
+    __slots__ = ("candidates", "counts", "fitting", "tick", "verdicts")
 
     def __init__(self, candidates: list[str], verdicts: dict[str, str], tick: int) -> None:
         self.candidates = candidates
         self.verdicts = verdicts
         self.fitting: set[str] = set()
         """The nodes whose verdict is FITS."""
+        self.counts: dict[str, int] = dict(Counter(verdicts.values()))
+        """How many nodes have each reason text (no FITS, no zero)."""
         self.tick = tick
 
     def set(self, node: str, verdict: str) -> None:
+        counts = self.counts
+        old = self.verdicts.get(node)
+        if old == verdict:
+            return
         self.verdicts[node] = verdict
+        if old is not None and old != FITS:
+            left = counts[old] - 1
+            if left:
+                counts[old] = left
+            else:
+                del counts[old]
         if verdict == FITS:
             self.fitting.add(node)
         else:
             self.fitting.discard(node)
+            counts[verdict] = counts.get(verdict, 0) + 1
 
 
 class VerdictGroup:

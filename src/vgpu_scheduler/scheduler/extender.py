@@ -321,7 +321,8 @@ class Extender:
             outcome.set("error", "decision")
             return encode_filter_result(error=decision.message)
         if isinstance(decision, NoFit):
-            outcome.set("nofit", _main_reason(failed_type_counts(decision.failed), decision.failed))
+            counts = failed_type_counts(decision.failed, decision.reason_counts)
+            outcome.set("nofit", _main_reason(counts, decision.failed))
             if not self._discards_events:
                 self._record_failure(pod, failed_by_type(decision.failed), len(decision.failed))
             return encode_filter_result(failed=decision.failed)
@@ -721,11 +722,16 @@ def failed_by_type(failed: Mapping[str, str]) -> dict[str, list[str]]:
     return by_type
 
 
-def failed_type_counts(failed: Mapping[str, str]) -> dict[str, int]:
+def failed_type_counts(
+    failed: Mapping[str, str], text_counts: Mapping[str, int] | None = None
+) -> dict[str, int]:
     """Reason type -> how many nodes' reasons name it: `failed_by_type` without the node lists,
-    counted per distinct reason text (a no-fit pod has a few texts for thousands of nodes)."""
+    counted per distinct reason text (a no-fit pod has a few texts for thousands of nodes).
+    `text_counts`: how many nodes have each text, when the caller knows it."""
+    if text_counts is None:
+        text_counts = Counter(failed.values())
     counts: dict[str, int] = {}
-    for reason, nodes in Counter(failed.values()).items():
+    for reason, nodes in text_counts.items():
         for name in reason_types(reason):
             counts[name] = counts.get(name, 0) + nodes
     return counts
