@@ -262,10 +262,8 @@ def decide(
     descending = policy == BINPACK
     ledger = state.ledger
 
-    candidates, unregistered = ledger.partition(node_names)
-    failed = dict.fromkeys(unregistered, NODE_UNREGISTERED)
-
     if evaluate_all or _scoring_vendors(requests, vendors):
+        candidates, unregistered = ledger.partition(node_names)
         return _decide_all(
             requests,
             n_init,
@@ -274,7 +272,7 @@ def decide(
             ledger=ledger,
             candidates=candidates,
             policy=policy,
-            failed=failed,
+            failed=dict.fromkeys(unregistered, NODE_UNREGISTERED),
             now=now,
             deprioritized=deprioritized,
         )
@@ -307,8 +305,10 @@ def decide(
         verdicts.put(node, gen, result.reason)
         return result.reason
 
+    # The snapshot's candidates were registered and distinct: the same names need no partition
+    # (a node removed since is in the ledger's changes, and sends the decision to the walk).
     snapshot = verdicts.snapshot
-    if snapshot is not None and snapshot.candidates == candidates:
+    if snapshot is not None and snapshot.candidates == node_names:
         answer = _decide_from_snapshot(
             snapshot,
             fit_or_reason,
@@ -319,18 +319,17 @@ def decide(
             walk_failed=walk_failed,
         )
         if isinstance(answer, NoFit):
-            counts = dict(snapshot.counts)
-            if failed:  # the unregistered nodes
-                counts[NODE_UNREGISTERED] = counts.get(NODE_UNREGISTERED, 0) + len(failed)
-            failed.update(answer.failed)
-            return NoFit(failed, counts)
+            return NoFit(dict(answer.failed), dict(snapshot.counts))
         if answer is not None:
             best, fit = answer
             return _chosen(
-                best, fit, ledger.score(best), {best: ledger.score(best)}, failed=failed, now=now,
+                best, fit, ledger.score(best), {best: ledger.score(best)}, failed={}, now=now,
                 vendors=vendors, pod=pod,
             )
         verdicts.snapshot = None
+
+    candidates, unregistered = ledger.partition(node_names)
+    failed = dict.fromkeys(unregistered, NODE_UNREGISTERED)
 
     for node in _ordered(ledger, candidates, descending):
         if not _may_fit(needs, ledger.summary(node)):
@@ -390,6 +389,8 @@ def _decide_from_snapshot(
     for node in set(changed):
         if node not in verdicts:
             continue  # not a candidate
+        if node not in ledger:
+            return None  # removed: the walk names it unregistered
         result = fit_or_reason(node)
         if isinstance(result, NodeFit):
             snapshot.set(node, FITS)

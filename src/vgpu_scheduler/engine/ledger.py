@@ -160,6 +160,8 @@ class DeviceLedger:
         if old is not None:
             self._unorder(old.score, name)
             del self._nodes[name]
+            if new is None:
+                self._log_change(name)  # readers of changed_since learn it is gone
         if new is not None:
             new.score = new.compute_score()
             self._bump(new)
@@ -216,12 +218,16 @@ class DeviceLedger:
             self._place(name, old, fresh)
 
     def _bump(self, node: _Node) -> None:
+        node.gen = self._log_change(node.view.name)
+
+    def _log_change(self, name: str) -> int:
+        """A new tick, logged as a change of node `name`."""
         self._tick += 1
-        node.gen = self._tick
         if len(self._changes) >= MAX_CHANGES:  # older readers start afresh (changed_since: None)
             self._changes = []
             self._changes_start = self._tick - 1
-        self._changes.append(node.view.name)
+        self._changes.append(name)
+        return self._tick
 
     def _rescore(self, name: str, node: _Node) -> None:
         """After a change of the node's usage: new generation, summary and score."""
@@ -313,8 +319,8 @@ class DeviceLedger:
         return self._tick
 
     def changed_since(self, tick: int) -> list[str] | None:
-        """The nodes whose generation moved after `tick` (repeats possible), None when that is no
-        longer known. A removed node is not listed: it is no longer registered."""
+        """The nodes whose generation moved, or that were removed, after `tick` (repeats
+        possible); None when that is no longer known."""
         if tick < self._changes_start or tick > self._tick:
             return None
         return self._changes[tick - self._changes_start :]
