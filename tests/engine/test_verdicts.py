@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import copy
+from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import partial
@@ -297,7 +298,8 @@ def reevaluated(evaluated: list[str], pod: dict[str, Any], s: SchedulerState) ->
     got = run(pod, s, NODES)
     fitted = sorted(evaluated)
     assert isinstance(got, NoFit)
-    assert list(got.failed.items()) == list(_uncached(pod, reference).failed.items())
+    # The same reasons; their order is not part of the answer (FailedNodes is encoded sorted).
+    assert got.failed == _uncached(pod, reference).failed
     return fitted
 
 
@@ -535,6 +537,16 @@ class CachedDecisionMachine(RuleBasedStateMachine):
             pod = self.pending[name]
             reference = copy.deepcopy(self.state)
             reference.verdicts.clear()
+            # Without the walk's `failed` (the simulation's extender), the same choice and devices.
+            fast = decide(
+                pod,
+                CLUSTER,
+                self.state,
+                default_node_policy="binpack",
+                default_gpu_policy="spread",
+                now=self.now,
+                walk_failed=False,
+            )
             with _counting_fits() as fitted:
                 got = decide(
                     pod,
@@ -553,9 +565,19 @@ class CachedDecisionMachine(RuleBasedStateMachine):
                 now=self.now,
             )
             assert got == want
+            if isinstance(want, Chosen):
+                assert isinstance(fast, Chosen)
+                chose = (fast.node, fast.devices, fast.annotations)
+                assert chose == (want.node, want.devices, want.annotations)
+            else:
+                assert fast == want
+            for answer in (fast, got):
+                if isinstance(answer, NoFit) and answer.reason_counts is not None:
+                    assert answer.reason_counts == Counter(answer.failed.values())
             if isinstance(got, NoFit | Chosen):
                 assert isinstance(want, NoFit | Chosen)
-                assert list(got.failed.items()) == list(want.failed.items())
+                # The same reasons; their order is not part of the answer (FailedNodes is sorted).
+                assert got.failed == want.failed
                 decided = [n for n, r in got.failed.items() if r != "node unregistered"]
                 reused = len(decided) + isinstance(got, Chosen) - len(fitted)
                 event(f"{type(got).__name__}, {'some' if reused else 'no'} cached verdicts reused")

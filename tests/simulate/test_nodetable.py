@@ -204,11 +204,20 @@ def test_extender_args_bytes_are_what_msgspec_encodes() -> None:
 
 
 def test_filter_answer_typed_and_tolerant_readings_agree() -> None:
-    from vgpu_scheduler.simulate.loop import _filter_answer
+    from vgpu_scheduler.simulate.loop import _filter_answer, _Reasons
+
+    def failed(answer: Any) -> dict[str, str]:
+        """FailedNodes as the report reads them (after the predicates' reasons)."""
+        return _Reasons({"n09": "predicate"}, answer.failed_nodes).merged()
 
     well_formed = {"NodeNames": ["n00"], "FailedNodes": {"n01": "no GPU"}, "Error": ""}
     got = _filter_answer(msgspec.json.encode(well_formed))
-    assert (got.node_names, got.failed_nodes, got.error) == (["n00"], {"n01": "no GPU"}, "")
-    assert _filter_answer(b'{"NodeNames":null,"FailedNodes":null,"Error":"boom"}').error == "boom"
+    assert (got.node_names, failed(got), got.error) == (
+        ["n00"], {"n09": "predicate", "n01": "no GPU"}, ""
+    )
+    empty = _filter_answer(b'{"NodeNames":null,"FailedNodes":null,"Error":"boom"}')
+    assert (empty.error, failed(empty)) == ("boom", {"n09": "predicate"})
     odd = _filter_answer(b'{"NodeNames":["n00"],"FailedNodes":{"n01":3},"Error":0}')
-    assert (odd.node_names, odd.failed_nodes, odd.error) == (["n00"], {"n01": "3"}, "")
+    assert (odd.node_names, failed(odd), odd.error) == (["n00"], {"n09": "predicate", "n01": "3"}, "")
+    odd_map_only = _filter_answer(b'{"NodeNames":["n00"],"FailedNodes":{"n01":3},"Error":""}')
+    assert failed(odd_map_only) == {"n09": "predicate", "n01": "3"}

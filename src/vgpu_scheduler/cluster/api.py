@@ -13,6 +13,7 @@ import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 from urllib.parse import quote, unquote
 
@@ -176,12 +177,14 @@ QUALIFIED_NAME_MSG = (
 )
 
 
+@lru_cache(maxsize=4096)  # pure; every write re-validates the same few values
 def label_value_error(value: str) -> str | None:
     if len(value) > 63:
         return "must be no more than 63 characters"
     return None if _LABEL_VALUE_RE.match(value) else LABEL_VALUE_MSG
 
 
+@lru_cache(maxsize=4096)  # pure; every write re-validates the same few keys
 def qualified_name_error(key: str) -> str | None:
     """Label and annotation keys: optional DNS subdomain prefix + '/' + name of ≤ 63 characters."""
     prefix, _, name = key.rpartition("/")

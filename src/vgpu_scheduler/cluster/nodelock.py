@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Protocol
@@ -110,6 +110,11 @@ def _annotations(node: dict[str, Any]) -> dict[str, str]:
     return node.get("metadata", {}).get("annotations") or {}
 
 
+def has_lock_annotation(node: dict[str, Any]) -> bool:
+    """The node carries a lock value (live or not): what `live_holder` looks at first."""
+    return _annotations(node).get(NODE_LOCK) is not None
+
+
 def _resource_version(node: dict[str, Any]) -> str:
     return str(node.get("metadata", {}).get("resourceVersion", ""))
 
@@ -160,11 +165,15 @@ class NodeLocker:
         timeout: float = 300.0,
         now: Callable[[], datetime] = lambda: datetime.now().astimezone(),
         cached_node: Callable[[str], dict[str, Any] | None] | None = None,
+        locked_nodes: Callable[[], Collection[str]] | None = None,
     ) -> None:
+        """`locked_nodes`: the names of the cached nodes that carry a lock annotation (an index
+        kept by the node informer's store), so a filter need not read every node to rank them."""
         self._api = api
         self.timeout = timeout
         self._now = now
         self._cached_node = cached_node
+        self._locked_nodes = locked_nodes
         self.stats = NodeLockStats()
         # Serialises this process's lock writes per node (HAMi keeps the same in-process mutex).
         self._local: dict[str, asyncio.Lock] = {}
@@ -264,6 +273,13 @@ class NodeLocker:
         if held.namespace and held.pod and not holder_live(held, node_name):
             return None
         return held
+
+    def maybe_locked(self) -> Collection[str] | None:
+        """The cached nodes that carry a lock annotation; None when not known (any node may).
+        `live_holder` is None for every other node."""
+        if self._cached_node is None:
+            return ()
+        return self._locked_nodes() if self._locked_nodes is not None else None
 
     def contention_message(self, node_name: str) -> str:
         """HAMi's text for a node whose lock another live pod holds."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import builtins
+from collections.abc import Callable
 from typing import Any
 
 from vgpu_scheduler.cluster.api import key_of, object_key
@@ -12,10 +13,16 @@ Obj = dict[str, Any]
 
 
 class Store:
-    """Objects are shared with the reflector's handlers: treat them as read-only."""
+    """Objects are shared with the reflector's handlers: treat them as read-only.
 
-    def __init__(self) -> None:
+    `mark(obj)`, when given, keeps `marked`: the keys of the stored objects it is true for (an
+    index kept on every write, so a reader asking "which objects have X" needs no scan).
+    """
+
+    def __init__(self, mark: Callable[[Obj], bool] | None = None) -> None:
         self._items: dict[str, Obj] = {}
+        self._mark = mark
+        self.marked: set[str] = set()
 
     @staticmethod
     def key(obj: Obj) -> str:
@@ -48,7 +55,13 @@ class Store:
         key = key_of(obj)
         old = self._items.get(key)
         self._items[key] = obj
+        if self._mark is not None:
+            if self._mark(obj):
+                self.marked.add(key)
+            else:
+                self.marked.discard(key)
         return old
 
     def remove(self, key: str) -> Obj | None:
+        self.marked.discard(key)
         return self._items.pop(key, None)

@@ -47,7 +47,7 @@ from vgpu_scheduler.engine.podinfo import init_container_count, pod_annotations,
 from vgpu_scheduler.engine.requests import pod_has_device_requests, pod_requests
 from vgpu_scheduler.engine.scores import ScoringWeightsError
 from vgpu_scheduler.engine.state import SchedulerState
-from vgpu_scheduler.engine.verdicts import pod_fingerprint, quota_token
+from vgpu_scheduler.engine.verdicts import FITS, Snapshot, pod_fingerprint, quota_token
 from vgpu_scheduler.model import PERCENTAGE_UNSET, ContainerRequests, MigAllocation, PodDevices
 from vgpu_scheduler.wire import keys, objects
 from vgpu_scheduler.wire.allocation import AllocationError
@@ -86,6 +86,8 @@ class Chosen:
 class NoFit:
     failed: dict[str, str]
     """Node -> reason (GenReason string, NodeInsufficientDevice, or "node unregistered")."""
+    reason_counts: Mapping[str, int] | None = field(default=None, compare=False)
+    """How many nodes of `failed` have each reason text, when known without counting them."""
 
 
 @dataclass(slots=True, frozen=True)
@@ -225,6 +227,7 @@ def decide(
     evaluate_all: bool = False,
     deprioritized: Callable[[str], bool] | None = None,
     requests: Sequence[ContainerRequests] | None = None,
+    walk_failed: bool = True,
 ) -> Decision:
     """Choose a node among `node_names` for `pod` using the live ledger and quotas.
 
@@ -233,6 +236,10 @@ def decide(
     the policy order. With no such node the choice is exactly HAMi's.
 
     `requests`: the pod's `pod_requests(pod, state.vendors)` when the caller has computed them.
+
+    `walk_failed=False`: the caller does not read `Chosen.failed` beyond the unregistered nodes
+    (it reports no FilteringSucceed event), so a choice may come from the verdict snapshot without
+    ranking every node (see `_decide_from_snapshot`). The chosen node is the same either way.
 
     Side effect (§5.2): the pod's own earlier allocation or reservation is dropped from `state`
     first, so a pod filtered again is never counted twice. The decision itself is not recorded:
@@ -260,10 +267,8 @@ def decide(
     descending = policy == BINPACK
     ledger = state.ledger
 
-    candidates, unregistered = ledger.partition(node_names)
-    failed = dict.fromkeys(unregistered, NODE_UNREGISTERED)
-
     if evaluate_all or _scoring_vendors(requests, vendors):
+        candidates, unregistered = ledger.partition(node_names)
         return _decide_all(
             requests,
             n_init,
@@ -272,7 +277,7 @@ def decide(
             state=state,
             candidates=candidates,
             policy=policy,
-            failed=failed,
+            failed=dict.fromkeys(unregistered, NODE_UNREGISTERED),
             now=now,
             deprioritized=deprioritized,
         )
@@ -286,18 +291,50 @@ def decide(
     skipped: list[str] = []
     deferred: list[str] = []
 
+    fitted: dict[str, NodeFit] = {}  # fits found in this decision (the snapshot's, then the walk's)
+
     def fit_or_reason(node: str) -> NodeFit | str:
         gen = generation(node)
         reason = cached(node, gen)
         if reason is not None:
             return reason
+        fit = fitted.get(node)
+        if fit is not None:
+            return fit
         view = ledger.view(node)
         assert view is not None
         result = evaluate_node(requests, n_init, view, pod, ctx=ctx)
         if isinstance(result, NodeFit):
+            fitted[node] = result
             return result
         verdicts.put(node, gen, result.reason)
         return result.reason
+
+    # The snapshot's candidates were registered and distinct: the same names need no partition
+    # (a node removed since is in the ledger's changes, and sends the decision to the walk).
+    snapshot = verdicts.snapshot
+    if snapshot is not None and snapshot.candidates == node_names:
+        answer = _decide_from_snapshot(
+            snapshot,
+            fit_or_reason,
+            ledger=ledger,
+            needs=needs,
+            descending=descending,
+            deprioritized=deprioritized,
+            walk_failed=walk_failed,
+        )
+        if isinstance(answer, NoFit):
+            return NoFit(dict(answer.failed), dict(snapshot.counts))
+        if answer is not None:
+            best, fit = answer
+            return _chosen(
+                best, fit, ledger.score(best), {best: ledger.score(best)}, failed={}, now=now,
+                vendors=vendors, pod=pod,
+            )
+        verdicts.snapshot = None
+
+    candidates, unregistered = ledger.partition(node_names)
+    failed = dict.fromkeys(unregistered, NODE_UNREGISTERED)
 
     for node in _ordered(ledger, candidates, descending):
         if not _may_fit(needs, ledger.summary(node)):
@@ -325,7 +362,68 @@ def decide(
                 vendors=vendors, pod=pod, ledger=ledger,
             )
         failed[node] = result
+    # Every candidate was evaluated and none fits: what the next decision of this fingerprint
+    # over the same candidates starts from.
+    verdicts.snapshot = Snapshot(candidates, {node: failed[node] for node in candidates}, ledger.tick)
     return NoFit(failed)
+
+
+def _decide_from_snapshot(
+    snapshot: Snapshot,
+    fit_or_reason: Callable[[str], NodeFit | str],
+    *,
+    ledger: DeviceLedger,
+    needs: tuple[_Need, ...],
+    descending: bool,
+    deprioritized: Callable[[str], bool] | None,
+    walk_failed: bool,
+) -> NoFit | tuple[str, NodeFit] | None:
+    """The walk's answer from the snapshot of every candidate's verdict, re-evaluating only the
+    nodes that changed since it was taken: NoFit (the candidates' reasons), the chosen node and its
+    fit, or None when the walk must run (snapshot too old, or a choice the caller wants the walk's
+    `failed` for).
+
+    The walk visits free nodes that may fit in policy order, then busy ones, then the skipped
+    ones, and takes the first that fits; so among the nodes that fit, the chosen one is the least
+    by (that category, policy order), whatever the nodes that do not fit.
+    """
+    changed = ledger.changed_since(snapshot.tick)
+    if changed is None:
+        return None
+    verdicts = snapshot.verdicts
+    for node in set(changed):
+        if node not in verdicts:
+            continue  # not a candidate
+        if node not in ledger:
+            return None  # removed: the walk names it unregistered
+        result = fit_or_reason(node)
+        if isinstance(result, NodeFit):
+            snapshot.set(node, FITS)
+        else:
+            snapshot.set(node, result)
+    snapshot.tick = ledger.tick
+    if not snapshot.fitting:
+        return NoFit(verdicts)  # the snapshot's own map: the caller copies it
+    if walk_failed:
+        return None
+
+    def walk_rank(node: str) -> tuple[int, float, str]:
+        if not _may_fit(needs, ledger.summary(node)):
+            category = 2
+        elif deprioritized is not None and deprioritized(node):
+            category = 1
+        else:
+            category = 0
+        score = ledger.score(node)
+        return (category, -score if descending else score, node)
+
+    category, _, node = min(map(walk_rank, snapshot.fitting))
+    if category == 2:  # cannot happen if the summary bounds are right
+        log.error("node %s was skipped as hopeless but fits; choosing it", node)
+    result = fit_or_reason(node)
+    if not isinstance(result, NodeFit):  # the snapshot disagrees with the verdicts: walk
+        return None
+    return node, result
 
 
 def _decide_all(

@@ -43,6 +43,9 @@ class NodeSummary:
 
 EMPTY_SUMMARY = NodeSummary(0, -1, -1, 0, False)
 
+MAX_CHANGES = 1 << 16
+"""Generations remembered for `changed_since`."""
+
 DeviceSnapshot = tuple[str, int, int, int, tuple[str, ...], bool]
 """(id, used, usedmem, usedcores, sorted MIG placements, mig_conflict)."""
 
@@ -118,6 +121,10 @@ class DeviceLedger:
         # Source of node generations: one counter for all nodes, so a node that is removed and
         # registered again never gets back a generation it had before.
         self._tick = 0
+        # The node of each generation handed out after tick `_changes_start` (oldest first), so a
+        # reader can ask which nodes changed since a tick it saw (`changed_since`).
+        self._changes: list[str] = []
+        self._changes_start = 0
 
     # -- inventory -------------------------------------------------------------------------------
 
@@ -153,6 +160,8 @@ class DeviceLedger:
         if old is not None:
             self._unorder(old.score, name)
             del self._nodes[name]
+            if new is None:
+                self._log_change(name)  # readers of changed_since learn it is gone
         if new is not None:
             new.score = new.compute_score()
             self._bump(new)
@@ -216,8 +225,16 @@ class DeviceLedger:
             self._bump(node)
 
     def _bump(self, node: _Node) -> None:
+        node.gen = self._log_change(node.view.name)
+
+    def _log_change(self, name: str) -> int:
+        """A new tick, logged as a change of node `name`."""
         self._tick += 1
-        node.gen = self._tick
+        if len(self._changes) >= MAX_CHANGES:  # older readers start afresh (changed_since: None)
+            self._changes = []
+            self._changes_start = self._tick - 1
+        self._changes.append(name)
+        return self._tick
 
     def _rescore(self, name: str, node: _Node) -> None:
         """After a change of the node's usage: new generation, summary and score."""
@@ -291,6 +308,8 @@ class DeviceLedger:
         """(registered, unregistered) among `names`, each de-duplicated in first-seen order."""
         unique = dict.fromkeys(names)
         nodes = self._nodes
+        if nodes.keys() >= unique.keys():  # the usual case, at C speed
+            return list(unique), []
         return [n for n in unique if n in nodes], [n for n in unique if n not in nodes]
 
     def node_names(self) -> Iterable[str]:
@@ -300,6 +319,18 @@ class DeviceLedger:
         """Node default score (§5.5) of a registered node; 0 for unknown nodes."""
         node = self._nodes.get(node_name)
         return node.score if node is not None else 0.0
+
+    @property
+    def tick(self) -> int:
+        """The latest generation handed out (to any node)."""
+        return self._tick
+
+    def changed_since(self, tick: int) -> list[str] | None:
+        """The nodes whose generation moved, or that were removed, after `tick` (repeats
+        possible); None when that is no longer known."""
+        if tick < self._changes_start or tick > self._tick:
+            return None
+        return self._changes[tick - self._changes_start :]
 
     def generation(self, node_name: str) -> int:
         """The node's current generation (0 for unknown nodes; registered nodes are never 0)."""

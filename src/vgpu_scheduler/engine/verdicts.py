@@ -27,7 +27,7 @@ theirs.
 from __future__ import annotations
 
 import sys
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Hashable, Sequence
 from typing import Generic, TypeVar, cast
 
@@ -73,10 +73,50 @@ def quota_token(quota: QuotaManager, namespace: str) -> int | None:
     return quota.generation(namespace) if quota.has_limits(namespace) else None
 
 
+FITS = ""
+"""`Snapshot.verdicts` value of a node the pod fits on (a reason text is never empty)."""
+
+
+class Snapshot:
+    """The verdict of one fingerprint on *every* node of one candidate list, as of ledger tick
+    `tick`: a reason text, or FITS. A node whose generation did not move since `tick` has the same
+    verdict (see module doc), so a later decision over the same candidates re-evaluates only the
+    nodes the ledger lists as changed since then (`DeviceLedger.changed_since`)."""
+
+    __slots__ = ("candidates", "counts", "fitting", "tick", "verdicts")
+
+    def __init__(self, candidates: list[str], verdicts: dict[str, str], tick: int) -> None:
+        self.candidates = candidates
+        self.verdicts = verdicts
+        self.fitting: set[str] = set()
+        """The nodes whose verdict is FITS."""
+        self.counts: dict[str, int] = dict(Counter(verdicts.values()))
+        """How many nodes have each reason text (no FITS, no zero)."""
+        self.tick = tick
+
+    def set(self, node: str, verdict: str) -> None:
+        counts = self.counts
+        old = self.verdicts.get(node)
+        if old == verdict:
+            return
+        self.verdicts[node] = verdict
+        if old is not None and old != FITS:
+            left = counts[old] - 1
+            if left:
+                counts[old] = left
+            else:
+                del counts[old]
+        if verdict == FITS:
+            self.fitting.add(node)
+        else:
+            self.fitting.discard(node)
+            counts[verdict] = counts.get(verdict, 0) + 1
+
+
 class VerdictGroup(Generic[V]):
     """The cached not-fit reasons (or other per-node values) of one pod fingerprint, per node."""
 
-    __slots__ = ("_cache", "entries", "last_used", "quota_token")
+    __slots__ = ("_cache", "entries", "last_used", "quota_token", "snapshot")
 
     def __init__(self, cache: VerdictCache[V], token: int | None) -> None:
         # None once evicted or cleared: later puts are dropped so the cache's size stays exact.
@@ -84,6 +124,7 @@ class VerdictGroup(Generic[V]):
         self.quota_token = token
         self.entries: dict[str, tuple[int, V]] = {}
         self.last_used = 0
+        self.snapshot: Snapshot | None = None
 
     def get(self, node: str, generation: int) -> V | None:
         """The value cached for `node` at `generation`, else None."""
@@ -127,18 +168,21 @@ class VerdictCache(Generic[V]):
         if group.quota_token != token:
             self._size -= len(group.entries)
             group.entries.clear()
+            group.snapshot = None
             group.quota_token = token
         return group
 
     def drop_node(self, node: str) -> None:
         """Forget every verdict about `node` (it was removed from the cluster)."""
         for group in self._groups.values():
+            group.snapshot = None
             if group.entries.pop(node, None) is not None:
                 self._size -= 1
 
     def clear(self) -> None:
         for group in self._groups.values():
             group._cache = None
+            group.snapshot = None
         self._groups.clear()
         self._size = 0
 

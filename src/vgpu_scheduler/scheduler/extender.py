@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -180,6 +181,8 @@ class Extender:
         self.api = api
         self.locker = locker
         self.events = events
+        # A sink that says it drops every event (the simulation's) spares building their texts.
+        self._discards_events = bool(getattr(events, "discards_events", False))
         self.policies = policies
         self.synced = synced
         self.cached_pod = cached_pod
@@ -315,6 +318,7 @@ class Extender:
             evaluate_all=len(candidates) <= EVALUATE_ALL_LIMIT,
             deprioritized=busy,
             requests=requests,
+            walk_failed=not self._discards_events,  # only FilteringSucceed reads it
         )
         if isinstance(decision, NoRequest):
             outcome.set("no_request", "no_device_request")
@@ -324,9 +328,10 @@ class Extender:
             outcome.set("error", "decision")
             return encode_filter_result(error=decision.message)
         if isinstance(decision, NoFit):
-            by_type = failed_by_type(decision.failed)
-            outcome.set("nofit", main_reason(by_type, decision.failed))
-            self._record_failure(pod, by_type, len(decision.failed))
+            counts = failed_type_counts(decision.failed, decision.reason_counts)
+            outcome.set("nofit", _main_reason(counts, decision.failed))
+            if not self._discards_events:
+                self._record_failure(pod, failed_by_type(decision.failed), len(decision.failed))
             return encode_filter_result(failed=decision.failed)
         if busy is not None and busy(decision.node) and not is_pod_group_member(pod):
             # Busy nodes rank last, so every node that fits is about to be locked or is locked
@@ -340,7 +345,8 @@ class Extender:
             return encode_filter_result(error=message)
         self.state.reserve(pod, decision)
         self._set_pending(uid, decision, locks=locks)
-        self._record_success(pod, decision, len(candidates))
+        if not self._discards_events:
+            self._record_success(pod, decision, len(candidates))
         outcome.set("chosen", "fit")
         log.info("filter %s/%s: chose node %s", namespace, name, decision.node)
         return encode_filter_result(node_names=[decision.node])
@@ -357,15 +363,26 @@ class Extender:
                 return None
             await asyncio.sleep(POD_WAIT_POLL_SECONDS)
 
-    def _busy_node_test(self, uid: str, namespace: str, name: str) -> Callable[[str], bool]:
-        """Is a bind other than this pod's about to run, or holding the lock, on the node?"""
-        pending = self._pending_per_node
+    def _busy_node_test(self, uid: str, namespace: str, name: str) -> Callable[[str], bool] | None:
+        """Is a bind other than this pod's about to run, or holding the lock, on the node? None
+        when no node can be (no other bind pending, no cached node carrying a lock): the same
+        ranking, without asking about every node."""
         now = self.now()
+        # Only nodes with a pending bind of another pod, or carrying a lock, can be busy.
+        about_to_lock = {
+            node
+            for node, waiting in self._pending_per_node.items()
+            if any(until > now for other, until in waiting.items() if other != uid)
+        }
+        locked = self.locker.maybe_locked()
+        if not about_to_lock and locked is not None and not locked:
+            return None
 
         def busy(node: str) -> bool:
-            waiting = pending.get(node)
-            if waiting and any(until > now for other, until in waiting.items() if other != uid):
+            if node in about_to_lock:
                 return True
+            if locked is not None and node not in locked:
+                return False
             held = self.locker.live_holder(node, self._holder_alive)
             return held is not None and (held.namespace, held.pod) != (namespace, name)
 
@@ -416,7 +433,7 @@ class Extender:
             outcome.set("error", "decision")
             return encode_filter_result(error=decision.message)
         if isinstance(decision, NoFit):
-            outcome.set("nofit", main_reason(failed_by_type(decision.failed), decision.failed))
+            outcome.set("nofit", _main_reason(failed_type_counts(decision.failed), decision.failed))
             return encode_filter_result(failed=decision.failed)
         outcome.set("chosen", "fit")
         chosen = [n for n in items if (n.get("metadata") or {}).get("name") == decision.node][:1]
@@ -757,9 +774,38 @@ def failed_by_type(failed: Mapping[str, str]) -> dict[str, list[str]]:
     """Reason type -> the nodes whose reason names it (HAMi's `ParseReason` grouping)."""
     by_type: dict[str, list[str]] = {}
     for node, reason in failed.items():
-        for name in parse_reason(reason):
+        for name in reason_types(reason):
             by_type.setdefault(name, []).append(node)
     return by_type
+
+
+def failed_type_counts(
+    failed: Mapping[str, str], text_counts: Mapping[str, int] | None = None
+) -> dict[str, int]:
+    """Reason type -> how many nodes' reasons name it: `failed_by_type` without the node lists,
+    counted per distinct reason text (a no-fit pod has a few texts for thousands of nodes).
+    `text_counts`: how many nodes have each text, when the caller knows it."""
+    if text_counts is None:
+        text_counts = Counter(failed.values())
+    counts: dict[str, int] = {}
+    for reason, nodes in text_counts.items():
+        for name in reason_types(reason):
+            counts[name] = counts.get(name, 0) + nodes
+    return counts
+
+
+_REASON_TYPES: dict[str, tuple[str, ...]] = {}
+_REASON_TYPES_MAX = 4096
+
+
+def reason_types(reason: str) -> tuple[str, ...]:
+    """The reason types a reason text names (`parse_reason`'s keys), parsed once per text."""
+    types = _REASON_TYPES.get(reason)
+    if types is None:
+        if len(_REASON_TYPES) >= _REASON_TYPES_MAX:
+            _REASON_TYPES.clear()
+        types = _REASON_TYPES[reason] = tuple(parse_reason(reason))
+    return types
 
 
 def _failed_messages(by_type: Mapping[str, list[str]], failed: int) -> list[str]:
@@ -776,8 +822,13 @@ def main_reason(by_type: Mapping[str, list[str]], failed: Mapping[str, str]) -> 
     """The metric reason of a no-fit decision: the reason type naming the most nodes (ties: the
     first name), else NodeUnregistered when every candidate was unregistered, else Other. Always
     one of a fixed set, never free text or a node name."""
-    if by_type:
-        return min(by_type.items(), key=lambda item: (-len(item[1]), item[0]))[0]
+    return _main_reason({name: len(nodes) for name, nodes in by_type.items()}, failed)
+
+
+def _main_reason(type_counts: Mapping[str, int], failed: Mapping[str, str]) -> str:
+    """`main_reason` from `failed_type_counts`."""
+    if type_counts:
+        return min(type_counts.items(), key=lambda item: (-item[1], item[0]))[0]
     if failed and all(reason == NODE_UNREGISTERED for reason in failed.values()):
         return NODE_UNREGISTERED_REASON
     return OTHER_REASON

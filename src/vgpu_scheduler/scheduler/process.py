@@ -20,9 +20,10 @@ from typing import Any
 from vgpu_scheduler.cluster.client import KubeClient
 from vgpu_scheduler.cluster.events import EventRecorder
 from vgpu_scheduler.cluster.leader import LeaderTracker
-from vgpu_scheduler.cluster.nodelock import NodeLocker, describe_lock
+from vgpu_scheduler.cluster.nodelock import NodeLocker, describe_lock, has_lock_annotation
 from vgpu_scheduler.cluster.reflector import Reflector
 from vgpu_scheduler.cluster.registration import RegistrationLoop
+from vgpu_scheduler.cluster.store import Store
 from vgpu_scheduler.config import DeviceConfig
 from vgpu_scheduler.devices import registry
 from vgpu_scheduler.engine.explain import Explanation, explain_pod
@@ -117,12 +118,18 @@ class SchedulerProcess:
             pod_namespace=pod_namespace,
         )
 
-        self.nodes = Reflector(client, "nodes", label_selector=label_selector(opts.node_label_selector))
+        self.nodes = Reflector(
+            client,
+            "nodes",
+            label_selector=label_selector(opts.node_label_selector),
+            store=Store(mark=has_lock_annotation),
+        )
         self.locker = NodeLocker(
             client,
             timeout=opts.node_lock_timeout,
             now=self._now_datetime,
             cached_node=lambda name: self.nodes.store.get(None, name),
+            locked_nodes=lambda: self.nodes.store.marked,
         )
         self.pods = Reflector(client, "pods")
         self.extender = Extender(

@@ -118,6 +118,9 @@ class HttpExtender:
 class _NoEvents:
     """The simulation records no Kubernetes Events (they would only slow the run down)."""
 
+    discards_events = True
+    """Tells the extender not to build event texts for this sink."""
+
     def record(self, pod: Mapping[str, Any], type_: str, reason: str, message: str) -> None:
         return None
 
@@ -237,7 +240,7 @@ class Simulation:
         self._verdicts = VerdictCache(self._table, self.provider)
         self._scores = ScoreCache(self._table, self.provider)
         self._settled_at = -1  # the cluster resourceVersion every informer is known to have reached
-        self._reasons: dict[str, dict[str, str]] = {}
+        self._reasons: dict[str, _Reasons] = {}
         self._usage: dict[str, _Usage] = {}
         self._totals = [0, 0, 0]  # used, usedmem, usedcores over the fleet
         self._timeline: list[TimelinePoint] = []
@@ -367,7 +370,7 @@ class Simulation:
         verdicts = self._verdicts.filter(pod, qp.key)
         failed, feasible = verdicts.failed, verdicts.feasible
         if not feasible:
-            self._unschedulable(qp, failed)
+            self._unschedulable(qp, _Reasons(failed))
             return
         if not extender_interested(pod, self._managed):
             await self._default_bind(qp, pod, self._prioritize(pod, list(feasible)))
@@ -376,13 +379,12 @@ class Simulation:
         if answer.error:
             # An extender error names no rejecting plugin: kube-scheduler retries such a pod after
             # its backoff (queueAfterBackoff), not on a cluster event. Lock contention is one.
-            self._reasons[qp.key] = {**failed, **dict.fromkeys(feasible, answer.error)}
+            self._reasons[qp.key] = _Reasons({**failed, **dict.fromkeys(feasible, answer.error)})
             self.queue.add_backoff(qp, self.clock.now)
             return
-        failed.update(answer.failed_nodes)
         chosen = [n for n in answer.node_names if n in verdicts.feasible_set]
         if not chosen:
-            self._unschedulable(qp, failed)
+            self._unschedulable(qp, _Reasons(failed, answer.failed_nodes))
             return
         node_name = self._prioritize(pod, chosen)
         meta = pod.get("metadata") or {}
@@ -396,7 +398,7 @@ class Simulation:
         if error:
             # A binding error is not "unschedulable": like the live kube-scheduler, retry the pod
             # when its backoff runs out (a lock may be released without any event we model).
-            self._reasons[qp.key] = {node_name: error}
+            self._reasons[qp.key] = _Reasons({node_name: error})
             self.queue.add_backoff(qp, self.clock.now)
             return
         await self._after_bind(qp.key, node_name)
@@ -408,7 +410,7 @@ class Simulation:
         try:
             await self.client.bind_pod(namespace, name, str(meta.get("uid") or ""), node_name)
         except ApiError as exc:
-            self._reasons[qp.key] = {node_name: exc.message}
+            self._reasons[qp.key] = _Reasons({node_name: exc.message})
             self.queue.add_backoff(qp, self.clock.now)
             return
         await self._after_bind(qp.key, node_name)
@@ -426,7 +428,7 @@ class Simulation:
                 best, best_score = name, score
         return best
 
-    def _unschedulable(self, qp: QueuedPod, reasons: dict[str, str]) -> None:
+    def _unschedulable(self, qp: QueuedPod, reasons: _Reasons) -> None:
         self._reasons[qp.key] = reasons
         self.queue.add_unschedulable(qp, self.clock.now)
 
@@ -489,6 +491,10 @@ class Simulation:
         explanation = self.process.explain(namespace, name)
         return explanation.to_json() if explanation is not None else None
 
+    def _reasons_of(self, key: str) -> dict[str, str]:
+        reasons = self._reasons.get(key)
+        return reasons.merged() if reasons is not None else {}
+
     async def _report(self) -> dict[str, Any]:
         await self.settle()  # explain reads the scheduler's caches
         vendors = self.process.vendors
@@ -499,12 +505,12 @@ class Simulation:
             try:
                 pod = await self.client.get_pod(namespace, name)
             except ApiError:
-                outcomes.append(PodOutcome(pod_in, None, self._reasons.get(key, {})))
+                outcomes.append(PodOutcome(pod_in, None, self._reasons_of(key)))
                 continue
             node = (pod.get("spec") or {}).get("nodeName") or None
             explained = self._explain(namespace, name) if node is None and self.options.explain else None
             outcomes.append(
-                PodOutcome(pod, node, self._reasons.get(key, {}) if node is None else {}, explained)
+                PodOutcome(pod, node, self._reasons_of(key) if node is None else {}, explained)
             )
             if node is None:
                 demands.extend(_demands(pod, vendors))
@@ -539,20 +545,22 @@ def _demands(pod: Mapping[str, Any], vendors: Vendors) -> list[DeviceDemand]:
 
 
 class _FilterAnswer(msgspec.Struct, frozen=True):
-    """ExtenderFilterResult as the loop reads it (`Nodes` is not used: the loop sends names)."""
+    """ExtenderFilterResult as the loop reads it (`Nodes` is not used: the loop sends names).
+    FailedNodes stays JSON: it is read only for a pod still pending at the end (`_Reasons`)."""
 
     NodeNames: list[str] | None = None
-    FailedNodes: dict[str, str] | None = None
+    FailedNodes: msgspec.Raw = msgspec.Raw(b"null")
     Error: str | None = None
 
 
 _decode_answer = msgspec.json.Decoder(_FilterAnswer).decode
+_decode_failed = msgspec.json.Decoder(dict[str, str] | None).decode
 
 
 @dataclass(slots=True, frozen=True)
 class _Answer:
     node_names: list[Any]
-    failed_nodes: dict[str, str]
+    failed_nodes: Mapping[str, str] | msgspec.Raw
     error: str
 
 
@@ -563,9 +571,40 @@ def _filter_answer(body: bytes) -> _Answer:
         typed = _decode_answer(body)
     except msgspec.ValidationError:
         raw = _decode(body)
-        failed = {str(k): str(v) for k, v in (raw.get("FailedNodes") or {}).items()}
-        return _Answer(list(raw.get("NodeNames") or []), failed, str(raw.get("Error") or ""))
-    return _Answer(typed.NodeNames or [], typed.FailedNodes or {}, typed.Error or "")
+        return _Answer(
+            list(raw.get("NodeNames") or []), _tolerant_map(raw.get("FailedNodes")),
+            str(raw.get("Error") or ""),
+        )
+    return _Answer(typed.NodeNames or [], typed.FailedNodes, typed.Error or "")
+
+
+def _tolerant_map(value: Any) -> dict[str, str]:
+    return {str(k): str(v) for k, v in value.items()} if isinstance(value, Mapping) else {}
+
+
+@dataclass(slots=True, frozen=True)
+class _Reasons:
+    """Why a pod is pending: the predicates' reasons (the verdict cache's map: read only), then
+    the extender's FailedNodes, still as the JSON it answered until a report needs them (most
+    answers are superseded by the pod's next attempt)."""
+
+    predicates: Mapping[str, str]
+    extender: Mapping[str, str] | msgspec.Raw | None = None
+
+    def merged(self) -> dict[str, str]:
+        out = dict(self.predicates)
+        raw = self.extender
+        extender: Mapping[str, str] | None
+        if isinstance(raw, msgspec.Raw):
+            try:
+                extender = _decode_failed(raw)
+            except msgspec.ValidationError:
+                extender = _tolerant_map(_decode(raw))
+        else:
+            extender = raw
+        if extender:
+            out.update(extender)
+        return out
 
 
 def _extender_args(pod: Obj, names_json: bytes) -> bytes:

@@ -179,12 +179,12 @@ class NodeTable:
 
 @dataclass(slots=True)
 class FilterResult:
-    """One cycle's predicate outcome. `feasible`/`names_json` are shared with the cache: read only;
-    `failed` is the caller's own."""
+    """One cycle's predicate outcome, shared with the cache: read only (the cache replaces these
+    objects when the verdicts change, it never changes them)."""
 
     feasible: Sequence[str]
     feasible_set: frozenset[str]
-    failed: dict[str, str]
+    failed: Mapping[str, str]
     names_json: bytes
     """`feasible` as a JSON array (what the ExtenderArgs body carries)."""
 
@@ -229,7 +229,7 @@ class VerdictCache:
             entry = self._by_key.get(key) or self._by_key.setdefault(key, _Verdicts(len(table.order)))
         if entry.epoch != table.epoch:
             self._update(entry, pod)
-        return FilterResult(entry.feasible, entry.feasible_set, dict(entry.failed), entry.names_json)
+        return FilterResult(entry.feasible, entry.feasible_set, entry.failed, entry.names_json)
 
     def _key(self, pod: Mapping[str, Any], pod_id: str | None) -> Hashable | None:
         if pod_id is None:

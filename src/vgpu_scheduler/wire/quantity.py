@@ -22,6 +22,7 @@ from __future__ import annotations
 import math
 import re
 from fractions import Fraction
+from typing import Any
 
 INT64_MAX = 2**63 - 1
 INT64_MIN = -(2**63)
@@ -65,7 +66,28 @@ def _suffix(suffix: str, text: str) -> tuple[int, int, str]:
     raise QuantityError(f"unable to parse quantity's suffix: {text!r}")
 
 
+_PARSED: dict[str, tuple[Fraction, str]] = {}
+_AS_INT64: dict[str, int | None] = {}
+_MAX_MEMO = 8192
+"""Distinct quantity texts remembered: a fleet's pods and nodes repeat a few ("500m", "1Gi")."""
+
+
+def _memo(memo: dict[str, Any], text: str, value: Any) -> None:
+    if len(memo) >= _MAX_MEMO:
+        memo.clear()
+    memo[text] = value
+
+
 def _parse(text: str) -> tuple[Fraction, str]:
+    """`_parse_text`, parsed once per distinct text (the result is immutable)."""
+    parsed = _PARSED.get(text)
+    if parsed is None:
+        parsed = _parse_text(text)
+        _memo(_PARSED, text, parsed)
+    return parsed
+
+
+def _parse_text(text: str) -> tuple[Fraction, str]:
     s = text.strip()  # Quantity.UnmarshalJSON trims spaces before parsing
     if not s:
         raise QuantityError("quantities must not be empty")
@@ -181,11 +203,15 @@ def quantity_as_int64(quantity: str | int | float) -> int | None:
         text = repr(quantity)
     else:
         text = str(quantity)
+    if text in _AS_INT64:
+        return _AS_INT64[text]
     try:
         value, fmt = _parse(text)
     except QuantityError:
         return None
-    return _as_int64(*_canonical_parts(value, fmt))
+    result = _as_int64(*_canonical_parts(value, fmt))
+    _memo(_AS_INT64, text, result)
+    return result
 
 
 # kube-scheduler's resource accounting, shared by the simulated predicates and the demo fleets.
