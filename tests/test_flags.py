@@ -53,6 +53,7 @@ EXPECTED_FLAGS: list[tuple[str, str, str]] = [
     ("embedded-api-bind", "string", ""),
     ("bind-timeout", "duration", "20s"),
     ("lock-aware-placement", "bool", "true"),
+    ("requeue-nudges", "bool", "true"),
     ("help", "bool", "false"),
     # §1.2 global flags
     ("device-config-file", "string", ""),

@@ -426,6 +426,12 @@ FLAGS: tuple[Flag, ...] = (
         "Rank nodes whose node lock is held (or about to be taken by a bind in flight) after "
         "every free node that fits, so a burst spreads over nodes instead of queueing on one",
     ),
+    _f(
+        "requeue-nudges",
+        _BOOL,
+        "When devices are freed, annotate (vgpu-scheduler.io/requeue) each pod the filter refused in "
+        "the last 5s, so kube-scheduler retries it at once instead of after its 5-minute flush",
+    ),
     _f("add_dir_header", _GO_BOOL, "If true, adds the file directory to the header of the log messages"),
     _f(
         "alsologtostderr",

@@ -7,10 +7,11 @@ default 5-minute node lock timeout, on a group of one-GPU nodes whose GPU takes 
 1. For each holder state (its pod finished; its bind failed after it took the lock) a node is
    locked in that holder's name, and a pod pinned to the node is bound at once: HAMi would refuse
    it for five minutes ("node lock contention").
-2. A pod waiting for the only slot (our filter rejected it: CardTimeSlicingExhausted) is bound soon
-   after the pod holding the slot is deleted. The time from deletion to binding is the figure the
-   README quotes; kube-scheduler retries a pod an extender rejected on its own backoff (1 s doubling
-   to 10 s) once a cluster event arrives.
+2. A parked pod is filtered again as soon as it is annotated (the server's requeue nudge after it
+   frees devices), and a pod waiting for the only slot (our filter rejected it:
+   CardTimeSlicingExhausted) is bound soon after the pod holding the slot is deleted. The time from
+   deletion to binding is the figure the README quotes; kube-scheduler retries a pod an extender
+   rejected on its own backoff (1 s doubling to 10 s) once a cluster event arrives.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import sys
 import time
+import urllib.request
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -40,6 +42,14 @@ GROUP = "e2e-holders"
 NAMESPACE = "e2e-holders"
 SCHEDULER = "hami-holders"
 BIND_WAIT = 30.0  # s: far below the 5-minute lock timeout, far above a normal bind
+
+
+def _filters(metrics_url: str) -> float:
+    """Filter requests our replica has answered (its /metrics)."""
+    with urllib.request.urlopen(f"{metrics_url}/metrics", timeout=10) as resp:
+        text = resp.read().decode()
+    return sum(float(line.split()[-1]) for line in text.splitlines()
+               if line.startswith("vgpu_scheduler_filter_requests_total"))
 
 
 def _pod(name: str, node: str | None = None, **annotations: str) -> dict[str, Any]:
@@ -108,6 +118,14 @@ async def test_dangling_locks_and_prompt_placement(control_plane: ControlPlane, 
             await client.create(api.PODS, _pod("waiting", node=last))
             await asyncio.sleep(3.0)  # rejected by our filter at least once, parked by kube-scheduler
             assert not (await client.get_pod(NAMESPACE, "waiting"))["spec"].get("nodeName")
+            # A requeue nudge (an annotation update of the parked pod) makes kube-scheduler send it
+            # to our filter again at once: what the server does when it frees devices after a refusal.
+            before = await asyncio.to_thread(_filters, metrics)
+            await client.patch_pod(NAMESPACE, "waiting", {"metadata": {"annotations": {keys.REQUEUE: "1"}}})
+            deadline = time.monotonic() + 30.0
+            while await asyncio.to_thread(_filters, metrics) == before:
+                assert time.monotonic() < deadline, "the nudged pod was not filtered again"
+                await asyncio.sleep(0.2)
             deleted = time.monotonic()
             await client.delete(api.PODS, "first", NAMESPACE, grace_period_seconds=0)
             await _bound(client, "waiting", timeout=60.0)

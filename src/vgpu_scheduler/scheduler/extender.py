@@ -50,6 +50,7 @@ from vgpu_scheduler.engine.decide import (
 from vgpu_scheduler.engine.podinfo import pod_annotations, pod_key
 from vgpu_scheduler.engine.requests import pod_has_device_requests, pod_requests
 from vgpu_scheduler.engine.state import SchedulerState
+from vgpu_scheduler.scheduler.requeue import RequeueNudger
 from vgpu_scheduler.wire import keys, objects
 from vgpu_scheduler.wire.extender import (
     ExtenderDecodeError,
@@ -173,6 +174,7 @@ class Extender:
         lock_retry_timeout: float = 28.0,
         bind_timeout: float = 20.0,
         lock_aware: bool = True,
+        requeue_nudges: bool = True,
         pod_wait: float = 1.0,
         sync_wait: float = 30.0,
         now: Callable[[], float] = time.time,
@@ -190,6 +192,7 @@ class Extender:
         self.lock_retry_timeout = lock_retry_timeout
         self.bind_timeout = bind_timeout
         self.lock_aware = lock_aware
+        self.requeue = RequeueNudger(api, now=now, cached_pod=cached_pod, enabled=requeue_nudges)
         self.pod_wait = pod_wait
         self.sync_wait = sync_wait
         self.now = now
@@ -211,6 +214,7 @@ class Extender:
     def on_pod_deleted(self, pod: Mapping[str, Any]) -> None:
         uid, _, _ = pod_key(pod)
         self._pop_pending(uid)
+        self.requeue.forget(uid)
         # kube-scheduler's cache may lag ours and still filter this pod. No event will ever come
         # for it again, so a reservation made then would never be freed: remember the uid so such
         # a filter is refused (HAMi's filter-time patch fails with NotFound the same way).
@@ -328,6 +332,7 @@ class Extender:
             outcome.set("error", "decision")
             return encode_filter_result(error=decision.message)
         if isinstance(decision, NoFit):
+            self.requeue.refused(uid, namespace, name)
             counts = failed_type_counts(decision.failed, decision.reason_counts)
             outcome.set("nofit", _main_reason(counts, decision.failed))
             if not self._discards_events:
@@ -344,6 +349,7 @@ class Extender:
             log.info("filter %s/%s: every fitting node is busy: %s", namespace, name, message)
             return encode_filter_result(error=message)
         self.state.reserve(pod, decision)
+        self.requeue.forget(uid)
         self._set_pending(uid, decision, locks=locks)
         if not self._discards_events:
             self._record_success(pod, decision, len(candidates))

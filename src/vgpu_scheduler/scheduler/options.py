@@ -46,6 +46,7 @@ class SchedulerOptions:
     embedded_api_bind: str = ""
     bind_timeout: float = 20.0  # seconds; keep well under the extender's httpTimeout
     lock_aware_placement: bool = True
+    requeue_nudges: bool = True
     help: bool = False
     # Global flags (§1.2).
     device_config_file: str = ""

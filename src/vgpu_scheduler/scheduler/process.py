@@ -50,11 +50,17 @@ class _PodHandler:
         self.state.on_pod(obj)
 
     def on_update(self, old: Obj, new: Obj) -> None:
+        held = self.state.allocation(objects.uid(new)) is not None
         self.state.on_pod(new)
+        if held and self.state.allocation(objects.uid(new)) is None:  # finished: devices freed
+            self.extender.requeue.devices_freed()
 
     def on_delete(self, obj: Obj) -> None:
+        held = self.state.allocation(objects.uid(obj)) is not None
         self.state.on_pod_deleted(obj)
         self.extender.on_pod_deleted(obj)
+        if held:
+            self.extender.requeue.devices_freed()
 
 
 @dataclass(slots=True)
@@ -144,6 +150,7 @@ class SchedulerProcess:
             lock_retry_timeout=opts.node_lock_retry_timeout,
             bind_timeout=opts.bind_timeout,
             lock_aware=opts.lock_aware_placement,
+            requeue_nudges=opts.requeue_nudges,
             now=now,
         )
         self.pods.handler = _PodHandler(self.state, self.extender)

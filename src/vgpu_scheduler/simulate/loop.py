@@ -207,6 +207,8 @@ class Simulation:
             gpu_scheduler_policy=self.options.gpu_scheduler_policy,
             enable_ascend=self.options.enable_ascend,
             enable_iluvatar=self.options.enable_iluvatar,
+            # The simulated queue retries refused pods on every event, on the state the filter has.
+            requeue_nudges=False,
         )
         self.process = SchedulerProcess(
             sched_opts,

@@ -31,6 +31,10 @@ GPU_SCHEDULER_POLICY = "hami.io/gpu-scheduler-policy"
 NODE_SCHEDULER_POLICY = "hami.io/node-scheduler-policy"
 DEVICE_SCORING_WEIGHTS = "hami.io/device-scoring-weights"
 
+# Ours.
+REQUEUE = "vgpu-scheduler.io/requeue"
+"""Unix time of the last requeue nudge of a pending pod (scheduler/requeue.py)."""
+
 # Labels.
 WEBHOOK_IGNORE_LABEL = "hami.io/webhook"
 SCHEDULER_ROLE_LABEL = "hami.io/scheduler-role"
