@@ -187,7 +187,7 @@ def test_the_process_sources() -> None:
 
 def test_a_transport_without_stats_leaves_the_api_families_out() -> None:
     class Bare:
-        def with_own_rate_limit(self) -> Bare:
+        def with_own_rate_limit(self, qps: float | None = None, burst: int | None = None) -> Bare:
             return self
 
     process = SchedulerProcess(SchedulerOptions(), DeviceConfig(), KubeClient(Bare()), "host")  # type: ignore[arg-type]

@@ -29,9 +29,10 @@ class KubeClient:
     async def close(self) -> None:
         await self.transport.close()
 
-    def with_own_rate_limit(self) -> KubeClient:
-        """A client on the same connection whose calls do not share this one's rate limit."""
-        return KubeClient(self.transport.with_own_rate_limit())
+    def with_own_rate_limit(self, qps: float | None = None, burst: int | None = None) -> KubeClient:
+        """A client on the same connection whose calls do not share this one's rate limit (by
+        default one of the same qps and burst)."""
+        return KubeClient(self.transport.with_own_rate_limit(qps, burst))
 
     async def _call(
         self,

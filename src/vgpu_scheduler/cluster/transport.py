@@ -53,8 +53,9 @@ class Transport(Protocol):
 
     async def close(self) -> None: ...
 
-    def with_own_rate_limit(self) -> Transport:
-        """The same connection with a client-side rate limiter of its own (same qps and burst)."""
+    def with_own_rate_limit(self, qps: float | None = None, burst: int | None = None) -> Transport:
+        """The same connection with a client-side rate limiter of its own (by default the same qps
+        and burst)."""
         ...
 
 
@@ -167,15 +168,15 @@ class HttpTransport:
         self._owner: HttpTransport | None = None  # a sibling borrows its owner's session
         self.stats = ApiStats()
 
-    def with_own_rate_limit(self) -> HttpTransport:
+    def with_own_rate_limit(self, qps: float | None = None, burst: int | None = None) -> HttpTransport:
         """A sibling sharing this transport's session and credentials but not its token bucket:
         what client-go gets from a second clientset, as kube-scheduler does for its events, so
         best-effort traffic never delays a bind's calls."""
         sibling = HttpTransport(
             self.base_url,
             auth=self._auth,
-            qps=self.limiter.qps,
-            burst=self.limiter.burst,
+            qps=self.limiter.qps if qps is None else qps,
+            burst=self.limiter.burst if burst is None else burst,
             timeout=self.timeout,
             server_hostname=self._server_hostname,
             user_agent=self._user_agent,
@@ -357,5 +358,5 @@ class MemoryTransport:
     async def close(self) -> None:
         return None
 
-    def with_own_rate_limit(self) -> MemoryTransport:
+    def with_own_rate_limit(self, qps: float | None = None, burst: int | None = None) -> MemoryTransport:
         return self  # no client-side rate limit in memory

@@ -34,6 +34,12 @@ from vgpu_scheduler.wire import objects
 
 log = logging.getLogger(__name__)
 
+EVENT_QPS = 50.0
+EVENT_BURST = 100
+"""Our events' own client-side rate limit: kube-scheduler's client defaults (its event client has
+them too). Events beyond it queue, then drop (cluster/events.py), so a burst's best-effort writes
+never crowd out its binds at the API server."""
+
 RESERVATION_SWEEP_SECONDS = 30.0
 RESERVATION_MAX_AGE_SECONDS = 60.0
 """A reservation older than this whose pod is not in the informer cache is dropped."""
@@ -111,7 +117,10 @@ class SchedulerProcess:
         if events is None:
             # Events on a rate limit of their own, as kube-scheduler's separate event client:
             # they are best-effort and must never delay a bind's calls.
-            self.recorder = self.events = EventRecorder(client.with_own_rate_limit(), opts.scheduler_name)
+            events_client = client.with_own_rate_limit(
+                min(opts.kube_qps, EVENT_QPS), min(opts.kube_burst, EVENT_BURST)
+            )
+            self.recorder = self.events = EventRecorder(events_client, opts.scheduler_name)
         else:
             self.events = events
         self.leader = LeaderTracker(
