@@ -21,10 +21,10 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from tests.builders import container, device, gpu_limits, gpu_quota, pod
+from tests.engine.ledger_invariants import assert_incremental_equals_rebuilt, assert_never_overcommitted
 from vgpu_scheduler.config import NvidiaConfig
 from vgpu_scheduler.devices.registry import build
 from vgpu_scheduler.engine.decide import Chosen, NoRequest, decide
-from vgpu_scheduler.engine.ledger import DeviceLedger
 from vgpu_scheduler.engine.podinfo import PodAllocation, pod_allocation, pod_allocation_from_pod
 from vgpu_scheduler.engine.state import SchedulerState
 from vgpu_scheduler.model import DeviceInfo, MigPlacement, MigProfile
@@ -237,22 +237,11 @@ class SchedulingMachine(RuleBasedStateMachine):
 
     @invariant()
     def never_overcommitted(self) -> None:
-        for node in self.registered:
-            view = self.state.ledger.view(node)
-            assert view is not None
-            for dev, use in zip(view.devices, view.usage, strict=True):
-                assert 0 <= use.used <= dev.count, (node, dev.id, use)
-                assert 0 <= use.usedmem <= dev.devmem, (node, dev.id, use)
-                assert 0 <= use.usedcores <= dev.devcore, (node, dev.id, use)
+        assert_never_overcommitted(self.state, self.registered)
 
     @invariant()
     def incremental_equals_rebuilt(self) -> None:
-        assert {a.uid: a for a in self.state.pods()} == self.expected
-        fresh = DeviceLedger()
-        for node, (devices, cordoned) in self.registered.items():
-            fresh.set_node_devices(node, copy.deepcopy(devices), cordoned)
-        fresh.rebuild_from(self.expected.values())
-        assert fresh.snapshot() == self.state.ledger.snapshot()
+        assert_incremental_equals_rebuilt(self.state, self.registered, self.expected)
         assert sorted(self.state.ledger.node_names()) == sorted(self.registered)
 
     @invariant()

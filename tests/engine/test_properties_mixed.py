@@ -25,11 +25,11 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from tests.builders import container, device, pod
+from tests.engine.ledger_invariants import assert_incremental_equals_rebuilt, assert_never_overcommitted
 from vgpu_scheduler.configfile import default_device_config
 from vgpu_scheduler.devices.protocol import VendorFlags
 from vgpu_scheduler.devices.registry import build
 from vgpu_scheduler.engine.decide import Chosen, NoRequest, decide
-from vgpu_scheduler.engine.ledger import DeviceLedger
 from vgpu_scheduler.engine.podinfo import PodAllocation, pod_allocation_from_pod
 from vgpu_scheduler.engine.requests import pod_requests
 from vgpu_scheduler.engine.state import SchedulerState
@@ -210,22 +210,12 @@ class MixedFleetMachine(RuleBasedStateMachine):
 
     @invariant()
     def never_overcommitted(self) -> None:
-        for node in self.registered:
-            view = self.state.ledger.view(node)
-            assert view is not None
-            for dev, use in zip(view.devices, view.usage, strict=True):
-                assert 0 <= use.used <= dev.count, (node, dev.id, use)
-                assert 0 <= use.usedmem <= dev.devmem, (node, dev.id, use)
-                assert 0 <= use.usedcores <= dev.devcore, (node, dev.id, use)
+        assert_never_overcommitted(self.state, self.registered)
 
     @invariant()
     def incremental_equals_rebuilt(self) -> None:
-        assert {a.uid: a for a in self.state.pods()} == self.expected
-        fresh = DeviceLedger()
-        for node, devices in self.registered.items():
-            fresh.set_node_devices(node, copy.deepcopy(devices))
-        fresh.rebuild_from(self.expected.values())
-        assert fresh.snapshot() == self.state.ledger.snapshot()
+        registered = {node: (devices, frozenset[str]()) for node, devices in self.registered.items()}
+        assert_incremental_equals_rebuilt(self.state, registered, self.expected)
 
 
 MixedFleetMachine.TestCase.settings = settings(max_examples=60, stateful_step_count=25, deadline=None)

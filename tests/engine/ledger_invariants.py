@@ -1,0 +1,37 @@
+"""The ledger invariants the state-machine tests check after every step (shared by them)."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterable, Mapping, Sequence
+
+from vgpu_scheduler.engine.ledger import DeviceLedger
+from vgpu_scheduler.engine.podinfo import PodAllocation
+from vgpu_scheduler.engine.state import SchedulerState
+from vgpu_scheduler.model import DeviceInfo
+
+
+def assert_never_overcommitted(state: SchedulerState, nodes: Iterable[str]) -> None:
+    """No device of any node has more shares, memory or cores taken than it has, nor fewer than 0."""
+    for node in nodes:
+        view = state.ledger.view(node)
+        assert view is not None
+        for dev, use in zip(view.devices, view.usage, strict=True):
+            assert 0 <= use.used <= dev.count, (node, dev.id, use)
+            assert 0 <= use.usedmem <= dev.devmem, (node, dev.id, use)
+            assert 0 <= use.usedcores <= dev.devcore, (node, dev.id, use)
+
+
+def assert_incremental_equals_rebuilt(
+    state: SchedulerState,
+    registered: Mapping[str, tuple[Sequence[DeviceInfo], frozenset[str]]],
+    expected: Mapping[str, PodAllocation],
+) -> None:
+    """The counted pods are exactly `expected`, and a ledger rebuilt from scratch from the registered
+    inventories and those pods equals the incrementally maintained one."""
+    assert {a.uid: a for a in state.pods()} == expected
+    fresh = DeviceLedger()
+    for node, (devices, cordoned) in registered.items():
+        fresh.set_node_devices(node, copy.deepcopy(list(devices)), cordoned)
+    fresh.rebuild_from(expected.values())
+    assert fresh.snapshot() == state.ledger.snapshot()
