@@ -40,6 +40,15 @@ def test_leftover_is_none_when_the_device_cannot_hold_it() -> None:
     assert leftover_after(dev, DeviceUsage(2, 0, 0), device_request(mem=1)) is None  # shares
 
 
+def test_a_device_with_every_core_used_holds_no_instance_even_one_asking_no_cores() -> None:
+    """Fit's "compute units exhausted" rule (found by the property test below with seed 0)."""
+    dev = device("GPU-0", devmem=1000, count=2)
+    assert leftover_after(dev, DeviceUsage(0, 0, 100), device_request(mem=1, cores=0)) is None
+    assert leftover_after(dev, DeviceUsage(0, 0, 99), device_request(mem=1, cores=0)) == (0.999, 0.01)
+    result, _ = fit_container(device_request(mem=1), _node([dev], [DeviceUsage(0, 0, 100)]), _ctx("best-fit"))
+    assert not result.ok
+
+
 def test_the_tightest_dominant_leftover_wins_then_the_most_even() -> None:
     devs = _gpus(3)
     usage = [DeviceUsage(1, 40_000, 10), DeviceUsage(1, 10_000, 60), DeviceUsage(1, 40_000, 60)]
