@@ -134,6 +134,17 @@ def test_entries_for_metrics() -> None:
     assert list(q.entries()) == [QuotaEntry("team", CORES, 5, None), QuotaEntry("team", MEM, 40, 100)]
 
 
+def test_entries_list_a_namespace_with_usage_only_and_one_with_limits_only() -> None:
+    q = manager()
+    q.add_usage("busy", devices((40, 5)))
+    q.upsert_quota(quota({f"limits.{MEM}": "100"}, namespace="limited"))
+    assert list(q.entries()) == [
+        QuotaEntry("busy", CORES, 5, None),
+        QuotaEntry("busy", MEM, 40, None),
+        QuotaEntry("limited", MEM, 0, 100),
+    ]
+
+
 req = container_requests
 
 
@@ -146,6 +157,8 @@ ADMISSION_CASES = [
     ("cores", [req(1, cores=60, pct=100), req(1, cores=50, pct=100)], 0, None, 100, False),
     ("percentage memory counts as 0", [req(1, pct=50)], 0, 0, None, True),
     ("no device request", [{}, {}], 0, 0, 0, True),
+    ("a container without the vendor does not end the count", [{}, req(1, mem=5000)], 0, 4000, None, False),
+    ("cores count nums times", [req(2, cores=30, pct=100)], 0, None, 50, False),
 ]
 
 
