@@ -117,6 +117,14 @@ def test_the_tightest_dominant_leftover_wins_wherever_it_sits() -> None:
     assert [d.uuid for d in result.devices] == ["GPU-0"]
 
 
+def test_a_smaller_dominant_leftover_beats_a_more_even_one() -> None:
+    devs = _gpus(2)
+    # leftovers: GPU-0 (0.1, 0.3) is uneven but its dominant fraction 0.3 beats GPU-1's even (0.4, 0.4).
+    usage = [DeviceUsage(1, 52_000, 50), DeviceUsage(1, 28_000, 40)]
+    req = device_request(mem=20_000, cores=20)
+    assert sorted(range(2), key=best_fit_key(req, devs, usage))[-1] == 0
+
+
 def test_on_equal_dominant_leftovers_the_most_even_wins_wherever_it_sits() -> None:
     devs = _gpus(2)
     # leftovers: GPU-0 (0.5, 0.5) is even, GPU-1 (0.5, 0.1) is not; the dominant fraction is 0.5 on both.

@@ -152,11 +152,18 @@ def test_deleting_an_object_keeps_the_limits_of_the_others() -> None:
 
 def test_deleting_the_second_object_naming_a_cleared_limit_is_fine() -> None:
     q = manager()
+    q.upsert_quota(quota({f"limits.{CORES}": "10"}, name="cores"))
     q.upsert_quota(quota({f"limits.{MEM}": "100"}, name="a"))
     q.upsert_quota(quota({f"limits.{MEM}": "300"}, name="b"))
     q.delete_quota(quota({f"limits.{MEM}": "100"}, name="a"))
     q.delete_quota(quota({f"limits.{MEM}": "300"}, name="b"))
-    assert q.limit("team", MEM) is None
+    assert (q.limit("team", MEM), q.limit("team", CORES)) == (None, 10)
+
+
+def test_usage_of_an_unknown_vendor_does_not_hide_the_next_vendor() -> None:
+    q = manager()
+    q.add_usage("team", {"NoSuch": [[grant("X-0", usedmem=7, usedcores=7)]], **devices((40, 5))})
+    assert (q.used("team", MEM), q.used("team", CORES)) == (40, 5)
 
 
 def test_a_namespace_never_changed_is_at_generation_zero() -> None:
