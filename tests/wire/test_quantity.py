@@ -207,6 +207,7 @@ def test_as_int64_never_raises(text: str) -> None:
         ("0.5Ki", "512"),
         ("512Ki", "512Ki"),
         ("100Ei", "9223372036854775807"),  # BinarySI magnitudes are capped at 2^63-1
+        ("-100Ei", "-9223372036854775807"),  # the sign is taken off before the cap, put back after
         ("1000E", "1e21"),
         ("1e0", "1"),  # an exponent of 0 is not written
         ("1000e-3", "1"),
