@@ -170,6 +170,18 @@ def test_a_namespace_never_changed_is_at_generation_zero() -> None:
     assert manager().generation("new") == 0
 
 
+def test_every_change_moves_the_generation_up() -> None:
+    q = manager()
+    seen = [q.generation("team")]
+    q.add_usage("team", devices((40, 5)))
+    seen.append(q.generation("team"))
+    q.upsert_quota(quota({f"limits.{MEM}": "100"}))
+    seen.append(q.generation("team"))
+    q.remove_usage("team", devices((40, 5)))
+    seen.append(q.generation("team"))
+    assert seen == sorted(set(seen))
+
+
 def test_entries_list_a_namespace_with_usage_only_and_one_with_limits_only() -> None:
     q = manager()
     q.add_usage("busy", devices((40, 5)))

@@ -205,6 +205,7 @@ def test_as_int64_never_raises(text: str) -> None:
         ("1.5Gi", "1536Mi"),
         ("1.5Ki", "1536"),
         ("0.5Ki", "512"),
+        ("0.001Ki", "1024m"),  # a binary quantity below 1024 prints as DecimalSI, fraction and all
         ("512Ki", "512Ki"),
         ("100Ei", "9223372036854775807"),  # BinarySI magnitudes are capped at 2^63-1
         ("-100Ei", "-9223372036854775807"),  # the sign is taken off before the cap, put back after
