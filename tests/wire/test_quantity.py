@@ -88,6 +88,12 @@ def test_absurd_exponent_is_rejected_quickly() -> None:
         parse_quantity("1e2147483647")
 
 
+def test_an_exponent_is_read_as_int64_then_truncated_to_int32_like_go() -> None:
+    assert parse_quantity("1e-9223372036854775808") == 1  # int64's minimum: its low 32 bits are 0
+    with pytest.raises(QuantityError):
+        parse_quantity("1e-9223372036854775809")  # not an int64
+
+
 @pytest.mark.parametrize(
     ("quantity", "expected"),
     [
