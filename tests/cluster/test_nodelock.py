@@ -381,3 +381,189 @@ async def test_release_stops_when_the_lock_changed(
     api = ScriptedNodes(values)
     await NodeLocker(api, now=Clock()).release("n1", "default", "p", skip_owner_check=skip)
     assert api.deleted == deleted
+
+
+# -- Smaller contracts, each pinned by a test since mutation testing found them unchecked ---------
+
+
+class RecordingApi:
+    """A LockApi over one node dict (the same for every name): counts node and pod reads,
+    records the patches, answers the first `conflicts` writes with 409; reads of the node
+    named `gated` wait for `gate`. Every pod exists, running, unless `pods` lists them."""
+
+    def __init__(
+        self, node: dict[str, Any], *, conflicts: int = 0, pods: dict[str, dict[str, Any]] | None = None
+    ) -> None:
+        self.node = node
+        self.conflicts = conflicts
+        self.pods = pods
+        self.node_reads = 0
+        self.pod_reads = 0
+        self.patches: list[dict[str, Any]] = []
+        self.gate = asyncio.Event()
+        self.gated = ""
+
+    async def get_node(self, name: str) -> dict[str, Any]:
+        self.node_reads += 1
+        if name == self.gated:
+            await self.gate.wait()
+        return self.node
+
+    async def patch_node(self, name: str, patch: dict[str, Any]) -> dict[str, Any]:
+        self.patches.append(patch)
+        if self.conflicts:
+            self.conflicts -= 1
+            raise ApiError(409, status_body(409, "Conflict", "the object has been modified"))
+        return {}
+
+    async def get_pod(self, namespace: str, name: str) -> dict[str, Any]:
+        self.pod_reads += 1
+        if self.pods is None:
+            return _pod(name, namespace)
+        if name not in self.pods:
+            raise ApiError(404, status_body(404, "NotFound", f'pods "{name}" not found'))
+        return self.pods[name]
+
+
+def _with_version(value: str | None, version: str) -> dict[str, Any]:
+    n = _node("n1", value)
+    n["metadata"]["resourceVersion"] = version
+    return n
+
+
+def test_contention_names_no_holder_unless_told() -> None:
+    assert not NodeLockContention("node n1 is locked").holder_named
+
+
+async def test_a_free_node_in_the_cache_is_locked_without_a_read_guarded_by_the_cached_version() -> None:
+    api = RecordingApi(_with_version(None, "3"))
+    cache = {"n1": _with_version(None, "7")}
+    await NodeLocker(api, now=Clock(), cached_node=cache.get).lock("n1", "default", "p1")
+    assert api.node_reads == 0
+    annotations = {NODE_LOCK: format_lock(T0, "default", "p1")}
+    assert api.patches == [{"metadata": {"annotations": annotations, "resourceVersion": "7"}}]
+
+
+async def test_a_node_without_metadata_is_unlocked_and_written_without_a_version() -> None:
+    api = RecordingApi({})
+    await NodeLocker(api, now=Clock()).lock("n1", "default", "p1")
+    assert api.patches[0]["metadata"]["resourceVersion"] == ""
+    locker = NodeLocker(api, now=Clock(), cached_node=lambda _name: {})
+    assert locker.live_holder("n1", lambda *_: True) is None
+
+
+def test_live_holder_asks_about_the_lock_read_and_its_node() -> None:
+    asked: list[tuple[object, str]] = []
+
+    def holder_live(held: object, node_name: str) -> bool:
+        asked.append((held, node_name))
+        return True
+
+    cache = {"n1": _node("n1", format_lock(T0, "default", "holder"))}
+    locker = NodeLocker(RecordingApi({}), now=Clock(), cached_node=cache.get)
+    held = locker.live_holder("n1", holder_live)
+    assert held == parse_lock(format_lock(T0, "default", "holder"))
+    assert asked == [(held, "n1")]
+
+
+def _messages(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.name == nodelock.__name__]
+
+
+@pytest.mark.parametrize(
+    ("holder", "bound_to", "late", "message"),
+    [
+        pytest.param("holder", "", True, "node n1 lock '{value}' expired, taking it over", id="expired"),
+        pytest.param("gone", "", False, "node n1 lock holder default/gone is gone, taking over",
+                     id="holder gone"),
+        pytest.param(
+            "holder", "n2", False,
+            "node n1 lock holder default/holder no longer needs it (holder_elsewhere), taking over",
+            id="holder bound elsewhere",
+        ),
+    ],
+)
+async def test_every_takeover_is_logged_with_the_node_the_holder_and_the_cause(
+    caplog: pytest.LogCaptureFixture, holder: str, bound_to: str, late: bool, message: str
+) -> None:
+    value = format_lock(T0, "default", holder)
+    pod = _pod("holder")
+    pod["spec"]["nodeName"] = bound_to
+    api = RecordingApi(_node("n1", value), pods={"holder": pod})
+    clock = Clock()
+    if late:
+        clock.now = T0 + timedelta(minutes=5, seconds=1)
+    caplog.set_level("INFO", logger=nodelock.__name__)
+    await NodeLocker(api, now=clock).lock("n1", "default", "p2")
+    assert _messages(caplog) == [message.format(value=value)]
+
+
+@pytest.mark.parametrize(
+    ("retry_timeout", "stop"),
+    [pytest.param(0.0, False, id="no retry timeout"), pytest.param(5.0, True, id="told to stop")],
+)
+async def test_contention_without_waiting_is_the_plain_contention_error(
+    retry_timeout: float, stop: bool
+) -> None:
+    api = RecordingApi(_node("n1", format_lock(T0, "default", "holder")))
+    with pytest.raises(NodeLockContention) as err:
+        await NodeLocker(api, now=Clock()).lock_with_retry(
+            "n1", "default", "p2", retry_timeout, should_stop=lambda: stop
+        )
+    assert str(err.value) == "node n1 has been locked within 5m0s: node lock contention"
+    assert api.pod_reads == 1
+
+
+async def test_a_retry_timeout_shorter_than_one_poll_gives_up_after_one_try() -> None:
+    api = RecordingApi(_node("n1", format_lock(T0, "default", "holder")))
+    with pytest.raises(NodeLockContention, match=r"^timed out after 50ms waiting for node n1 to be unlocked"):
+        await NodeLocker(api, now=Clock()).lock_with_retry("n1", "default", "p2", 0.05)
+    assert api.pod_reads == 1
+
+
+async def test_release_is_guarded_by_the_version_read() -> None:
+    api = RecordingApi(_with_version(format_lock(T0, "default", "p1"), "9"))
+    await NodeLocker(api, now=Clock()).release("n1", "default", "p1")
+    assert api.patches == [{"metadata": {"annotations": {NODE_LOCK: None}, "resourceVersion": "9"}}]
+
+
+async def test_release_retries_a_conflict_after_a_backoff() -> None:
+    api = RecordingApi(_node("n1", format_lock(T0, "default", "p1")), conflicts=1)
+    await NodeLocker(api, now=Clock()).release("n1", "default", "p1")
+    assert len(api.patches) == 2
+
+
+async def test_release_gives_up_after_five_conflicts_with_a_warning(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(nodelock, "_backoff", lambda attempt: 0.0)
+    api = RecordingApi(_node("n1", format_lock(T0, "default", "p1")), conflicts=99)
+    await NodeLocker(api, now=Clock()).release("n1", "default", "p1")
+    assert len(api.patches) == 5
+    assert _messages(caplog) == ["gave up releasing the lock of node n1 after conflicts"]
+
+
+async def test_a_slow_node_never_holds_up_locks_and_releases_of_other_nodes() -> None:
+    api = RecordingApi(_node("n1"))
+    api.gated = "slow"
+    locker = NodeLocker(api, now=Clock())
+    slow = [asyncio.create_task(locker.lock("slow", "default", "p1")),
+            asyncio.create_task(locker.release("slow", "default", "p1"))]
+    await asyncio.sleep(0.01)
+    await asyncio.wait_for(locker.lock("n1", "default", "p1"), timeout=2)
+    await asyncio.wait_for(locker.release("n1", "default", "p1"), timeout=2)
+    assert not any(task.done() for task in slow)
+    api.gate.set()
+    await asyncio.gather(*slow)
+
+
+@pytest.mark.parametrize(
+    ("draw", "waits"),
+    [pytest.param(0.0, [0.1, 0.2, 0.4, 0.8, 1.6], id="no jitter"),
+     pytest.param(1.0, [0.15, 0.3, 0.6, 1.2, 2.4], id="full jitter")],
+)
+def test_backoff_is_hamis_100ms_doubling_with_half_jitter(
+    monkeypatch: pytest.MonkeyPatch, draw: float, waits: list[float]
+) -> None:
+    monkeypatch.setattr(nodelock.random, "random", lambda: draw)
+    assert [nodelock._backoff(attempt) for attempt in range(5)] == pytest.approx(waits)

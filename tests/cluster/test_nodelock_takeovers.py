@@ -148,6 +148,7 @@ async def test_a_holder_that_no_longer_needs_the_lock_is_taken_over_at_once(
         pytest.param(
             _holder(annotations={BIND_PHASE: "failed", BIND_TIME: "soon"}), id="failed phase, bad bind-time"
         ),
+        pytest.param(_holder(annotations={BIND_PHASE: "failed"}), id="failed phase, no bind-time"),
     ],
 )
 async def test_a_holder_that_may_still_need_the_lock_is_contention(holder: dict[str, Any]) -> None:

@@ -7,6 +7,7 @@ smallest, then the most even leftover. HAMi's policies are unchanged (not asked 
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -14,8 +15,8 @@ from tests.builders import device, device_request, pod
 from vgpu_scheduler.devices.registry import build
 from vgpu_scheduler.engine.fit import fit_container, pod_fit_context
 from vgpu_scheduler.engine.nodeview import NodeView
-from vgpu_scheduler.engine.policy import best_fit_key, leftover_after
-from vgpu_scheduler.model import DeviceInfo, DeviceUsage
+from vgpu_scheduler.engine.policy import asked_memory, best_fit_key, leftover_after
+from vgpu_scheduler.model import PERCENTAGE_UNSET, ContainerDeviceRequest, DeviceInfo, DeviceUsage
 
 VENDORS = build()
 
@@ -38,6 +39,98 @@ def test_leftover_is_none_when_the_device_cannot_hold_it() -> None:
     assert leftover_after(dev, DeviceUsage(1, 700, 0), device_request(mem=400)) is None  # memory
     assert leftover_after(dev, DeviceUsage(0, 0, 60), device_request(mem=1, cores=50)) is None  # cores
     assert leftover_after(dev, DeviceUsage(2, 0, 0), device_request(mem=1)) is None  # shares
+
+
+@pytest.mark.parametrize(
+    ("usage", "req", "left"),
+    [
+        pytest.param(DeviceUsage(0, 0, 100), device_request(mem=1, cores=0), None,
+                     id="every core used: not even an instance asking no cores"),
+        pytest.param(DeviceUsage(0, 0, 99), device_request(mem=1, cores=0), (0.999, 0.01),
+                     id="one core free: an instance asking no cores"),
+        pytest.param(DeviceUsage(1, 0, 0), device_request(mem=1, cores=100), None,
+                     id="all 100 cores asked of a shared device"),
+        pytest.param(DeviceUsage(0, 0, 0), device_request(mem=1, cores=100), (0.999, 0.0),
+                     id="all 100 cores asked of an unused device"),
+    ],
+)
+def test_leftover_follows_fits_core_rules(
+    usage: DeviceUsage, req: ContainerDeviceRequest, left: tuple[float, float] | None
+) -> None:
+    """Fit's "compute units exhausted" and exclusive-device rules (found by the property test below)."""
+    dev = device("GPU-0", devmem=1000, count=2)
+    assert leftover_after(dev, usage, req) == left
+    result, _ = fit_container(req, _node([dev], [usage]), _ctx("best-fit"))
+    assert result.ok is (left is not None)
+
+
+
+@pytest.mark.parametrize(
+    ("devmem", "mem", "pct", "asked"),
+    [
+        pytest.param(1000, 0, 50, 500, id="a percentage of the device's memory"),
+        pytest.param(1001, 0, 50, 500, id="a percentage rounds down to whole MiB"),
+        pytest.param(1000, 0, 1, 10, id="one percent"),
+        pytest.param(1000, 300, 50, 300, id="memory in MiB wins over a percentage"),
+        pytest.param(1000, 300, PERCENTAGE_UNSET, 300, id="memory in MiB"),
+        pytest.param(1000, 0, PERCENTAGE_UNSET, 0, id="neither"),
+    ],
+)
+def test_asked_memory(devmem: int, mem: int, pct: int, asked: int) -> None:
+    assert asked_memory(device("GPU-0", devmem=devmem), device_request(mem=mem, pct=pct)) == asked
+
+
+@pytest.mark.parametrize(
+    ("dev", "req", "left"),
+    [
+        pytest.param(device("GPU-0", devmem=1, devcore=1, count=1), device_request(mem=1, cores=1),
+                     (0.0, 0.0), id="the smallest device holds an instance that fills it"),
+        pytest.param(device("GPU-0", devmem=1000), device_request(pct=25, cores=10), (0.75, 0.9),
+                     id="memory as a percentage"),
+        pytest.param(device("GPU-0", devmem=1000), device_request(mem=1000), (0.0, 1.0),
+                     id="memory filled exactly"),
+        pytest.param(device("GPU-0", devmem=0), device_request(mem=0, cores=10), None,
+                     id="a device without memory holds nothing"),
+        pytest.param(device("GPU-0", count=0), device_request(mem=1), None, id="a device without shares"),
+    ],
+)
+def test_leftover_fractions(
+    dev: DeviceInfo, req: ContainerDeviceRequest, left: tuple[float, float] | None
+) -> None:
+    assert leftover_after(dev, DeviceUsage(0, 0, 0), req) == left
+
+
+def test_devices_that_cannot_hold_the_pod_sort_first() -> None:
+    devs = _gpus(3)
+    usage = [DeviceUsage(0, 0, 0), DeviceUsage(10, 0, 0), DeviceUsage(0, 0, 0)]  # GPU-1: no share left
+    order = sorted(range(3), key=best_fit_key(device_request(mem=1000), devs, usage))
+    assert order[0] == 1
+
+
+def test_the_tightest_dominant_leftover_wins_wherever_it_sits() -> None:
+    devs = _gpus(3)
+    # leftovers (memory, cores): GPU-0 (0.25, 0.2) is the tightest; the others leave half or more.
+    usage = [DeviceUsage(1, 40_000, 60), DeviceUsage(1, 10_000, 30), DeviceUsage(1, 20_000, 40)]
+    req = device_request(mem=20_000, cores=20)
+    assert sorted(range(3), key=best_fit_key(req, devs, usage))[-1] == 0
+    result, _ = fit_container(req, _node(devs, usage), _ctx("best-fit"))
+    assert [d.uuid for d in result.devices] == ["GPU-0"]
+
+
+def test_a_smaller_dominant_leftover_beats_a_more_even_one() -> None:
+    devs = _gpus(2)
+    # leftovers: GPU-0 (0.1, 0.3) is uneven but its dominant fraction 0.3 beats GPU-1's even (0.4, 0.4).
+    usage = [DeviceUsage(1, 52_000, 50), DeviceUsage(1, 28_000, 40)]
+    req = device_request(mem=20_000, cores=20)
+    assert sorted(range(2), key=best_fit_key(req, devs, usage))[-1] == 0
+
+
+def test_on_equal_dominant_leftovers_the_most_even_wins_wherever_it_sits() -> None:
+    devs = _gpus(2)
+    # leftovers: GPU-0 (0.5, 0.5) is even, GPU-1 (0.5, 0.1) is not; the dominant fraction is 0.5 on both.
+    usage = [DeviceUsage(1, 20_000, 30), DeviceUsage(1, 20_000, 70)]
+    req = device_request(mem=20_000, cores=20)
+    assert sorted(range(2), key=best_fit_key(req, devs, usage))[-1] == 0
 
 
 def test_the_tightest_dominant_leftover_wins_then_the_most_even() -> None:

@@ -41,12 +41,18 @@ def manager(memory_factor: int = 1) -> QuotaManager:
         ({f"requests.{MEM}": "100", MEM: "100"}, {}),  # only limits.* count
         ({"limits.nvidia.com/gpu": "2", "limits.cpu": "4"}, {}),  # not a memory/core name
         ({f"limits.{MEM}": None, f"limits.{CORES}": ["x"]}, {}),
+        ({f"requests.{MEM}": "1", f"limits.{MEM}": "100"}, {MEM: 100}),
+        ({"limits.cpu": "4", f"limits.{CORES}": None, f"limits.{MEM}": "100"}, {MEM: 100}),
+        ({f"counts.{MEM}": "100"}, {}),
     ],
     ids=["mem and cores", "decimal suffix", "binary suffix", "explicit zero", "fraction", "milli",
-         "requests and bare names ignored", "unmanaged names", "garbage values"],
+         "requests and bare names ignored", "unmanaged names", "garbage values",
+         "a request before the limit", "unmanaged and garbage before the limit",
+         "another prefix of the same length"],
 )
 def test_parse_limits(hard: dict[str, Any], limits: dict[str, int]) -> None:
     q = manager()
+    assert q.parse_limits(quota(hard)) == limits
     q.upsert_quota(quota(hard))
     assert {r: q.limit("team", r) for r in (MEM, CORES) if q.limit("team", r) is not None} == limits
 
@@ -59,6 +65,8 @@ FITS_CASES = [
     ("within memory", {f"limits.{MEM}": "4096"}, (1000, 0), ("team", NVIDIA, 3096, 0), 1, True),
     ("over memory", {f"limits.{MEM}": "4096"}, (1000, 0), ("team", NVIDIA, 3097, 0), 1, False),
     ("memory limit scaled by factor", {f"limits.{MEM}": "100"}, (0, 0), ("team", NVIDIA, 300, 0), 3, True),
+    ("memory limit scaled by a factor of 2", {f"limits.{MEM}": "100"}, (0, 0), ("team", NVIDIA, 200, 0), 2,
+     True),
     ("memory limit scaled by factor, over", {f"limits.{MEM}": "100"}, (0, 0), ("team", NVIDIA, 301, 0), 3,
      False),
     ("cores only limit ignores memory", {f"limits.{CORES}": "50"}, (0, 40), ("team", NVIDIA, 10**6, 10), 1,
@@ -134,6 +142,57 @@ def test_entries_for_metrics() -> None:
     assert list(q.entries()) == [QuotaEntry("team", CORES, 5, None), QuotaEntry("team", MEM, 40, 100)]
 
 
+def test_deleting_an_object_keeps_the_limits_of_the_others() -> None:
+    q = manager()
+    q.upsert_quota(quota({f"limits.{MEM}": "100"}, name="memory"))
+    q.upsert_quota(quota({f"limits.{CORES}": "10"}, name="cores"))
+    q.delete_quota(quota({f"limits.{MEM}": "100"}, name="memory"))
+    assert (q.limit("team", MEM), q.limit("team", CORES)) == (None, 10)
+
+
+def test_deleting_the_second_object_naming_a_cleared_limit_is_fine() -> None:
+    q = manager()
+    q.upsert_quota(quota({f"limits.{CORES}": "10"}, name="cores"))
+    q.upsert_quota(quota({f"limits.{MEM}": "100"}, name="a"))
+    q.upsert_quota(quota({f"limits.{MEM}": "300"}, name="b"))
+    q.delete_quota(quota({f"limits.{MEM}": "100"}, name="a"))
+    q.delete_quota(quota({f"limits.{MEM}": "300"}, name="b"))
+    assert (q.limit("team", MEM), q.limit("team", CORES)) == (None, 10)
+
+
+def test_usage_of_an_unknown_vendor_does_not_hide_the_next_vendor() -> None:
+    q = manager()
+    q.add_usage("team", {"NoSuch": [[grant("X-0", usedmem=7, usedcores=7)]], **devices((40, 5))})
+    assert (q.used("team", MEM), q.used("team", CORES)) == (40, 5)
+
+
+def test_a_namespace_never_changed_is_at_generation_zero() -> None:
+    assert manager().generation("new") == 0
+
+
+def test_every_change_moves_the_generation_up() -> None:
+    q = manager()
+    seen = [q.generation("team")]
+    q.add_usage("team", devices((40, 5)))
+    seen.append(q.generation("team"))
+    q.upsert_quota(quota({f"limits.{MEM}": "100"}))
+    seen.append(q.generation("team"))
+    q.remove_usage("team", devices((40, 5)))
+    seen.append(q.generation("team"))
+    assert seen == sorted(set(seen))
+
+
+def test_entries_list_a_namespace_with_usage_only_and_one_with_limits_only() -> None:
+    q = manager()
+    q.add_usage("busy", devices((40, 5)))
+    q.upsert_quota(quota({f"limits.{MEM}": "100"}, namespace="limited"))
+    assert list(q.entries()) == [
+        QuotaEntry("busy", CORES, 5, None),
+        QuotaEntry("busy", MEM, 40, None),
+        QuotaEntry("limited", MEM, 0, 100),
+    ]
+
+
 req = container_requests
 
 
@@ -146,6 +205,8 @@ ADMISSION_CASES = [
     ("cores", [req(1, cores=60, pct=100), req(1, cores=50, pct=100)], 0, None, 100, False),
     ("percentage memory counts as 0", [req(1, pct=50)], 0, 0, None, True),
     ("no device request", [{}, {}], 0, 0, 0, True),
+    ("a container without the vendor does not end the count", [{}, req(1, mem=5000)], 0, 4000, None, False),
+    ("cores count nums times", [req(2, cores=30, pct=100)], 0, None, 50, False),
 ]
 
 

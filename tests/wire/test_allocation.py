@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 
 import pytest
-from hypothesis import given
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.builders import grant
@@ -167,6 +167,12 @@ def test_encode_pod_devices_skips_vendor_without_containers() -> None:
     assert encode_pod_devices({"NVIDIA": []}) == {}
 
 
+def test_encode_pod_devices_writes_the_vendors_after_one_without_containers() -> None:
+    keys = {"Empty": ("empty-to-allocate", "empty-allocated"), "NVIDIA": ALLOCATION_KEYS["NVIDIA"]}
+    out = encode_pod_devices({"Empty": [], "NVIDIA": [[dev("uuid1", 1000, 30)]]}, keys)
+    assert out == {VGPU_TO_ALLOCATE: "uuid1,NVIDIA,1000,30:;", VGPU_ALLOCATED: "uuid1,NVIDIA,1000,30:;"}
+
+
 def test_encode_pod_devices_unknown_vendor() -> None:
     with pytest.raises(AllocationError, match="no allocation annotation keys for vendor 'NoSuch'"):
         encode_pod_devices({"NoSuch": [[]]})
@@ -219,11 +225,15 @@ def _containers(draw: st.DrawFn) -> PodSingleDevice:
     return out
 
 
+# Generating nested lists of text is slow on a loaded machine: the speed health check failed
+# this test under load although the code was right.
+@settings(suppress_health_check=[HealthCheck.too_slow])
 @given(_containers())
 def test_container_list_round_trip(containers: PodSingleDevice) -> None:
     assert decode_container_list(encode_container_list(containers)) == [*containers, []]
 
 
+@settings(suppress_health_check=[HealthCheck.too_slow])
 @given(st.dictionaries(st.sampled_from(sorted(ALLOCATION_KEYS)), _containers().filter(bool)))
 def test_pod_devices_round_trip(devices: PodDevices) -> None:
     annotations = encode_pod_devices(devices)

@@ -89,6 +89,62 @@ def test_absurd_exponent_is_rejected_quickly() -> None:
 
 
 @pytest.mark.parametrize(
+    ("text", "value"),
+    [
+        pytest.param("1e-9223372036854775808", Fraction(1), id="int64's minimum: low 32 bits 0"),
+        pytest.param("1e9223372036854775807", Fraction(1, 10), id="int64's maximum: low 32 bits -1"),
+        pytest.param("1e4294967296", Fraction(1), id="2^32: low 32 bits 0"),
+    ],
+)
+def test_an_exponent_is_read_as_int64_then_truncated_to_int32_like_go(text: str, value: Fraction) -> None:
+    assert parse_quantity(text) == value
+
+
+def test_an_exponent_beyond_int64_is_no_quantity() -> None:
+    with pytest.raises(QuantityError):
+        parse_quantity("1e-9223372036854775809")
+
+
+def test_a_tiny_exponent_rounds_up_to_one_nano_quickly() -> None:
+    assert parse_quantity("1e-2147483647") == Fraction(1, 10**9)
+
+
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [
+        pytest.param("1e39", Fraction(10**39), id="just below 10^40"),
+        pytest.param("0." + "0" * 999, Fraction(0), id="1000 digits"),
+    ],
+)
+def test_the_largest_accepted_quantities(text: str, value: Fraction) -> None:
+    assert parse_quantity(text) == value
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        pytest.param("", "quantities must not be empty", id="empty"),
+        pytest.param(
+            "abc",
+            "quantities must match the regular expression "
+            "'^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$': 'abc'",
+            id="not a number",
+        ),
+        pytest.param("1K", "unable to parse quantity's suffix: '1K'", id="unknown suffix"),
+        pytest.param("1e40", "quantity is too large to be represented: '1e40'", id="10^40"),
+        pytest.param(
+            "0." + "1" * 1000, "quantity has too many digits: '" + "0." + "1" * 38 + "'...",
+            id="1001 digits, most of them decimals",
+        ),
+    ],
+)
+def test_parse_error_messages(text: str, message: str) -> None:
+    with pytest.raises(QuantityError) as err:
+        parse_quantity(text)
+    assert str(err.value) == message
+
+
+@pytest.mark.parametrize(
     ("quantity", "expected"),
     [
         # The examples of docs/compatibility.md.
@@ -205,9 +261,13 @@ def test_as_int64_never_raises(text: str) -> None:
         ("1.5Gi", "1536Mi"),
         ("1.5Ki", "1536"),
         ("0.5Ki", "512"),
+        ("0.001Ki", "1024m"),  # a binary quantity below 1024 prints as DecimalSI, fraction and all
         ("512Ki", "512Ki"),
         ("100Ei", "9223372036854775807"),  # BinarySI magnitudes are capped at 2^63-1
+        ("-100Ei", "-9223372036854775807"),  # the sign is taken off before the cap, put back after
         ("1000E", "1e21"),
+        ("1e0", "1"),  # an exponent of 0 is not written
+        ("1000e-3", "1"),
     ],
 )
 def test_canonical_quantity(text: str, canonical: str) -> None:

@@ -119,12 +119,18 @@ def leftover_after(
     dev: DeviceInfo, use: DeviceUsage, req: ContainerDeviceRequest
 ) -> tuple[float, float] | None:
     """(memory, cores) left free on `dev` once one instance of `req` is on it, as fractions of the
-    device; None when it cannot hold the instance (shares, memory or cores)."""
+    device; None when it cannot hold the instance (shares, memory or cores, and fit's two core
+    rules: no instance, not even one asking 0 cores, goes on a device whose cores are all used;
+    one asking all 100 cores of a 100-core device wants it to itself)."""
     if dev.count <= 0 or dev.devmem <= 0 or dev.devcore <= 0:
         return None
     free_mem = dev.devmem - use.usedmem - asked_memory(dev, req)
     free_cores = dev.devcore - use.usedcores - req.coresreq
     if dev.count - use.used - 1 < 0 or free_mem < 0 or free_cores < 0:
+        return None
+    if use.usedcores == dev.devcore and req.coresreq == 0:
+        return None
+    if dev.devcore == 100 and req.coresreq == 100 and use.used > 0:
         return None
     return free_mem / dev.devmem, free_cores / dev.devcore
 
