@@ -325,9 +325,9 @@ class MetaxSgpuVendor(GenericVendor):
         device_index: int,
         migs: list[MigAllocation],
     ) -> ContainerDevice:
-        usage.used += 1
-        usage.usedcores += entry.usedcores
-        usage.usedmem += entry.usedmem
+        super().add_usage(
+            device, usage, entry, container_index=container_index, device_index=device_index, migs=migs
+        )
         annotations = entry.pod_annotations if isinstance(entry, SgpuEntry) else {}
         if annotations.get(APP_CLASS) != ONLINE:
             # The device plugin switches the device to the pod's policy (none for a whole device).
