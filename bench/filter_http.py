@@ -83,9 +83,9 @@ class CountingTransport:
     def stream(self, path: str, params: Any = None) -> Any:
         return self.inner.stream(path, params)
 
-    def with_own_rate_limit(self) -> CountingTransport:
+    def with_own_rate_limit(self, *limits: Any) -> CountingTransport:
         """The event recorder's client: its calls are counted with the others."""
-        sibling = CountingTransport(self.inner.with_own_rate_limit())
+        sibling = CountingTransport(self.inner.with_own_rate_limit(*limits))
         sibling.counts = self.counts
         return sibling
 

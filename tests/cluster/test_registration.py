@@ -518,3 +518,27 @@ async def test_loop_ticker_runs_passes_without_events() -> None:
     finally:
         await loop.stop()
         await client.close()
+
+
+async def test_long_pass_yields_and_skips_nodes_deleted_meanwhile(
+    env: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import vgpu_scheduler.cluster.registration as registration
+
+    monkeypatch.setattr(registration, "PASS_YIELD_EVERY", 2)
+    for i in range(6):
+        env.add(make_node(f"gpu-{i}", {keys.NODE_NVIDIA_REGISTER: INV_2}))
+    seen_mid_pass: list[list[str]] = []
+
+    async def meanwhile() -> None:
+        # Runs at the pass's first yield: other work is not blocked by a long pass, and a node
+        # deleted now must not be registered from the pass's stale listing.
+        seen_mid_pass.append([n for n in (f"gpu-{i}" for i in range(6)) if env.devices(n)])
+        env.store.remove("gpu-5")
+
+    task = asyncio.ensure_future(meanwhile())
+    report = await env.loop.run_pass()
+    await task
+    assert seen_mid_pass == [["gpu-0", "gpu-1"]]
+    assert report.updated == ["gpu-0", "gpu-1", "gpu-2", "gpu-3", "gpu-4"]
+    assert env.devices("gpu-5") is None

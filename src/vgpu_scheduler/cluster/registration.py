@@ -55,6 +55,8 @@ log = logging.getLogger(__name__)
 Obj = dict[str, Any]
 
 DEFAULT_INTERVAL = 15.0
+PASS_YIELD_EVERY = 256
+"""Nodes registered between two yields to the event loop during one pass."""
 
 
 def local_now() -> datetime:
@@ -198,7 +200,9 @@ class _Decoded:
 
 
 def _note(names: list[str], name: str) -> None:
-    if name not in names:
+    # One node is registered at a time, so only the last name can repeat (a pass is not
+    # quadratic in the fleet's size).
+    if not names or names[-1] != name:
         names.append(name)
 
 
@@ -347,10 +351,20 @@ class RegistrationLoop:
         now = self.now()
         nodes = self.nodes.list()
         report.nodes = len(nodes)
-        for node in nodes:
-            name = node_name(node)
+        for done, listed in enumerate(nodes):
+            name = node_name(listed)
             if not name:
                 continue
+            node = listed
+            if done and done % PASS_YIELD_EVERY == 0:
+                # A pass over thousands of nodes takes a second: let filters and binds run
+                # meanwhile, then read the node again (updated or deleted since the listing).
+                await asyncio.sleep(0)
+            if done >= PASS_YIELD_EVERY:
+                current = self.nodes.get(None, name)
+                if current is None:
+                    continue
+                node = current
             try:
                 self._register(name, node, now, report)
             except Exception:  # a bug on one node must not stop the others

@@ -33,3 +33,29 @@ def pod_requests(pod: Mapping[str, Any], vendors: Vendors) -> list[ContainerRequ
 def pod_has_device_requests(reqs: Sequence[ContainerRequests]) -> bool:
     """True when some container asks for some vendor's devices (else Filter echoes the nodes)."""
     return any(reqs)
+
+
+class PodRequestsMemo:
+    """`pod_requests` per pod object version: a pod is filtered again on every scheduling cycle
+    (kube-scheduler retries it after each cluster event), and its containers only change with its
+    resourceVersion. Pods without a uid and resourceVersion (hand-built ones) are never memoised."""
+
+    def __init__(self, vendors: Vendors, max_entries: int = 4096) -> None:
+        self.vendors = vendors
+        self.max_entries = max_entries
+        self._known: dict[tuple[str, str], list[ContainerRequests]] = {}
+
+    def __call__(self, pod: Mapping[str, Any]) -> list[ContainerRequests]:
+        meta = pod.get("metadata")
+        uid = rv = None
+        if isinstance(meta, Mapping):
+            uid, rv = meta.get("uid"), meta.get("resourceVersion")
+        if not (isinstance(uid, str) and uid and isinstance(rv, str) and rv):
+            return pod_requests(pod, self.vendors)
+        key = (uid, rv)
+        known = self._known.get(key)
+        if known is None:
+            if len(self._known) >= self.max_entries:
+                del self._known[next(iter(self._known))]  # the oldest: insertion order
+            known = self._known[key] = pod_requests(pod, self.vendors)
+        return known

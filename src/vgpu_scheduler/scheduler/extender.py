@@ -23,7 +23,7 @@ import asyncio
 import logging
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -48,8 +48,9 @@ from vgpu_scheduler.engine.decide import (
     decide_on_nodes,
 )
 from vgpu_scheduler.engine.podinfo import pod_annotations, pod_key
-from vgpu_scheduler.engine.requests import pod_has_device_requests, pod_requests
+from vgpu_scheduler.engine.requests import PodRequestsMemo, pod_has_device_requests, pod_requests
 from vgpu_scheduler.engine.state import SchedulerState
+from vgpu_scheduler.model import ContainerRequests
 from vgpu_scheduler.scheduler.requeue import RequeueNudger
 from vgpu_scheduler.wire import keys, objects
 from vgpu_scheduler.wire.extender import (
@@ -180,6 +181,7 @@ class Extender:
         now: Callable[[], float] = time.time,
     ) -> None:
         self.state = state
+        self.requests_of = PodRequestsMemo(state.vendors)
         self.api = api
         self.locker = locker
         self.events = events
@@ -286,7 +288,7 @@ class Extender:
             log.info("filter %s/%s: the pod has been deleted", namespace, name)
             outcome.set("error", "pod_deleted")
             return encode_filter_result(error=f'pods "{name}" not found')
-        requests = pod_requests(pod, self.state.vendors)
+        requests = self.requests_of(pod)
         if not pod_has_device_requests(requests):
             outcome.set("no_request", "no_device_request")
             return encode_filter_result(node_names=node_names)  # echoed as sent, null included
@@ -310,7 +312,7 @@ class Extender:
         # Only a pod whose bind takes the shared node lock can meet contention on it (§6.2:
         # AWSNeuron, Mthreads, GCU, … never lock; Cambricon has its own), so only such a pod avoids
         # busy nodes and marks its node busy.
-        locks = _takes_shared_lock(pod, self.state.vendors)
+        locks = _takes_shared_lock(requests, pod, self.state.vendors)
         busy = self._busy_node_test(uid, namespace, name) if self.lock_aware and locks else None
         decision = decide(
             pod,
@@ -542,7 +544,7 @@ class Extender:
             return error
         # Every distinct lock the pod's vendors take, in key order: a fixed order, so two binds
         # asking the same locks never each hold one the other waits for.
-        locks = pod_node_locks(pod, self.state.vendors) if chosen is not None else []
+        locks = pod_node_locks(pod, self.state.vendors, self.requests_of(pod)) if chosen is not None else []
         held: list[tuple[NodeLockSpec, str]] = []  # (lock, value this bind wrote), in order taken
         shared_tried = False
         annotations: dict[str, Any] = {}
@@ -748,6 +750,7 @@ class Extender:
             default_node_policy=self.policies.node,
             default_gpu_policy=self.policies.gpu,
             now=int(self.now()),
+            requests=self.requests_of(pod),
         )
         if isinstance(decision, NoRequest):
             return None, ""
@@ -757,7 +760,8 @@ class Extender:
             reason = decision.failed.get(node, "")
             return None, f"pod {name} no longer fits node {node}: {reason}"
         self.state.reserve(pod, decision)
-        self._set_pending(uid, decision, locks=_takes_shared_lock(pod, self.state.vendors))
+        locks = _takes_shared_lock(self.requests_of(pod), pod, self.state.vendors)
+        self._set_pending(uid, decision, locks=locks)
         return decision, ""
 
     def _drop(self, uid: str) -> None:
@@ -871,13 +875,17 @@ def _error_text(exc: Exception) -> str:
     return exc.message if isinstance(exc, ApiError) else str(exc)
 
 
-def pod_node_locks(pod: Mapping[str, Any], vendors: Vendors) -> list[NodeLockSpec]:
+def pod_node_locks(
+    pod: Mapping[str, Any], vendors: Vendors, requests: Sequence[ContainerRequests] | None = None
+) -> list[NodeLockSpec]:
     """The node locks a bind of `pod` takes, one per distinct key, sorted by key. HAMi locks the
     node for a vendor only when a regular (non-init) container requests it and the vendor locks
     (§6.1); vendors naming one key share that lock (`hami.io/mutex.lock`: one lock, re-entered)."""
     n_init = objects.init_container_count(pod)
     found: dict[str, NodeLockSpec] = {}
-    for creq in pod_requests(pod, vendors)[n_init:]:
+    if requests is None:
+        requests = pod_requests(pod, vendors)
+    for creq in requests[n_init:]:
         for key in creq:
             vendor = vendors.get(key)
             if vendor is not None and vendor.node_lock is not None:
@@ -890,10 +898,12 @@ def _locking_request(pod: Mapping[str, Any], vendors: Vendors) -> bool:
     return bool(pod_node_locks(pod, vendors))
 
 
-def _takes_shared_lock(pod: Mapping[str, Any], vendors: Vendors) -> bool:
-    """Does a bind of `pod` take the shared owner-format lock (`hami.io/mutex.lock`), the one
-    lock-aware placement watches?"""
-    return any(spec.names_holder for spec in pod_node_locks(pod, vendors))
+def _takes_shared_lock(
+    requests: Sequence[ContainerRequests], pod: Mapping[str, Any], vendors: Vendors
+) -> bool:
+    """Does a bind of `pod` (asking `requests`) take the shared owner-format lock
+    (`hami.io/mutex.lock`), the one lock-aware placement watches?"""
+    return any(spec.names_holder for spec in pod_node_locks(pod, vendors, requests))
 
 
 def pod_policy_annotations(pod: Mapping[str, Any]) -> Mapping[str, str]:
