@@ -44,6 +44,8 @@ from vgpu_scheduler.engine.requests import pod_requests
 from vgpu_scheduler.engine.state import SchedulerState
 from vgpu_scheduler.engine.verdicts import VerdictCache, pod_fingerprint, quota_token
 from vgpu_scheduler.model import DeviceInfo, MigPlacement, MigProfile
+from vgpu_scheduler.scheduler.extender import encode_no_fit
+from vgpu_scheduler.wire.extender import encode_filter_result
 from vgpu_scheduler.wire import keys
 
 CFG = NvidiaConfig()
@@ -574,6 +576,9 @@ class CachedDecisionMachine(RuleBasedStateMachine):
             for answer in (fast, got):
                 if isinstance(answer, NoFit) and answer.reason_counts is not None:
                     assert answer.reason_counts == Counter(answer.failed.values())
+                if isinstance(answer, NoFit):
+                    # A snapshot's kept FailedNodes answer is the fresh encoding of its verdicts.
+                    assert encode_no_fit(answer) == encode_filter_result(failed=answer.failed)
             if isinstance(got, NoFit | Chosen):
                 assert isinstance(want, NoFit | Chosen)
                 # The same reasons; their order is not part of the answer (FailedNodes is sorted).

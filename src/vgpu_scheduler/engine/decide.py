@@ -88,6 +88,9 @@ class NoFit:
     """Node -> reason (GenReason string, NodeInsufficientDevice, or "node unregistered")."""
     reason_counts: Mapping[str, int] | None = field(default=None, compare=False)
     """How many nodes of `failed` have each reason text, when known without counting them."""
+    source: Snapshot | None = field(default=None, compare=False)
+    """The verdict snapshot `failed` is a copy of, when it is one (its `rendered` answer may be
+    reused while no verdict changes)."""
 
 
 @dataclass(slots=True, frozen=True)
@@ -324,7 +327,7 @@ def decide(
             walk_failed=walk_failed,
         )
         if isinstance(answer, NoFit):
-            return NoFit(dict(answer.failed), dict(snapshot.counts))
+            return NoFit(dict(answer.failed), dict(snapshot.counts), snapshot)
         if answer is not None:
             best, fit = answer
             return _chosen(

@@ -83,7 +83,7 @@ class Snapshot:
     verdict (see module doc), so a later decision over the same candidates re-evaluates only the
     nodes the ledger lists as changed since then (`DeviceLedger.changed_since`)."""
 
-    __slots__ = ("candidates", "counts", "fitting", "tick", "verdicts")
+    __slots__ = ("candidates", "counts", "fitting", "rendered", "tick", "verdicts")
 
     def __init__(self, candidates: list[str], verdicts: dict[str, str], tick: int) -> None:
         self.candidates = candidates
@@ -93,12 +93,17 @@ class Snapshot:
         self.counts: dict[str, int] = dict(Counter(verdicts.values()))
         """How many nodes have each reason text (no FITS, no zero)."""
         self.tick = tick
+        self.rendered: bytes | None = None
+        """A caller's encoding of `verdicts` (the filter's FailedNodes answer), kept until a
+        verdict changes: a pod that fits nowhere is retried on every cluster event, and most
+        retries find the same reasons."""
 
     def set(self, node: str, verdict: str) -> None:
         counts = self.counts
         old = self.verdicts.get(node)
         if old == verdict:
             return
+        self.rendered = None
         self.verdicts[node] = verdict
         if old is not None and old != FITS:
             left = counts[old] - 1

@@ -339,7 +339,7 @@ class Extender:
             outcome.set("nofit", _main_reason(counts, decision.failed))
             if not self._discards_events:
                 self._record_failure(pod, failed_by_type(decision.failed), len(decision.failed))
-            return encode_filter_result(failed=decision.failed)
+            return encode_no_fit(decision)
         if busy is not None and busy(decision.node) and not is_pod_group_member(pod):
             # Busy nodes rank last, so every node that fits is about to be locked or is locked
             # by another live bind: a bind there would only fail on contention. Fail now, with
@@ -873,6 +873,17 @@ def is_pod_group_member(pod: Mapping[str, Any]) -> bool:
 def _error_text(exc: Exception) -> str:
     """What Go's err.Error() shows: for an API error that is the Status message alone."""
     return exc.message if isinstance(exc, ApiError) else str(exc)
+
+
+def encode_no_fit(decision: NoFit) -> bytes:
+    """The FailedNodes answer, reusing the snapshot's encoding while its verdicts are unchanged."""
+    source = decision.source
+    if source is not None and source.rendered is not None:
+        return source.rendered
+    body = encode_filter_result(failed=decision.failed)
+    if source is not None:
+        source.rendered = body
+    return body
 
 
 def pod_node_locks(
