@@ -243,6 +243,26 @@ def metric_means(text: str, wanted: dict[str, tuple[str, dict[str, str]]]) -> di
     return {key: sums[key] / counts[key] for key in wanted if counts[key]}
 
 
+TOTAL = re.compile(r'^apiserver_request_total\{(.*)\} (\S+)$')
+WRITE_VERBS = {"POST", "PATCH", "PUT", "DELETE", "APPLY"}
+
+
+def api_writes(text: str) -> Counter[str]:
+    """Mutating requests kube-apiserver served since it started, by "VERB resource[/sub]": what
+    a scheduled pod costs the API server, the resource both schedulers share."""
+    out: Counter[str] = Counter()
+    for line in text.splitlines():
+        m = TOTAL.match(line)
+        if not m:
+            continue
+        labels = dict(LABEL.findall(m.group(1)))
+        if labels.get("verb") in WRITE_VERBS:
+            sub = labels.get("subresource", "")
+            kind = f"{labels['verb']} {labels.get('resource', '')}{'/' + sub if sub else ''}"
+            out[kind] += int(float(m.group(2)))
+    return out
+
+
 def component_latencies(cp: ControlPlane) -> dict[str, float]:
     out: dict[str, float] = {}
     try:
@@ -305,6 +325,11 @@ def main() -> int:
             res = asyncio.run(run_scenario(cp, sc, args.nodes, args.gpus, args.pods,
                                            args.timeout, args.stall, args.concurrency))
             latencies = component_latencies(cp)
+            try:
+                writes = api_writes(cp.apiserver_metrics())
+            except Exception as exc:  # figures only
+                print(f"   (API write counts not read: {exc})", flush=True)
+                writes = Counter()
             cp.keep_dir = args.keep_logs
             if args.keep_logs:
                 print(f"   logs kept in {cp.dir}", flush=True)
@@ -312,6 +337,11 @@ def main() -> int:
         if latencies:
             print("   mean latency: " + ", ".join(f"{k} {v * 1000:.0f} ms" for k, v in latencies.items()),
                   flush=True)
+        if writes and res.bound:
+            total = sum(writes.values())
+            top = ", ".join(f"{k} {v / res.bound:.2f}" for k, v in writes.most_common(8))
+            print(f"   API writes since start (setup included): {total}, {total / res.bound:.2f} per bound "
+                  f"pod, {total / max(res.wall, 1e-9):.0f}/s over the burst; per pod: {top}", flush=True)
         extra = "\n             ".join(res.notes)
         print(f"   bound {res.bound}/{res.pods}, confirmed {res.confirmed}, burst {res.wall:.1f}s, "
               f"scenario {time.monotonic() - started:.0f}s" + (" (TIMED OUT)" if res.timed_out else "")
