@@ -16,6 +16,8 @@ from tests.builders import (
     pod,
     pod_devices,
 )
+from vgpu_scheduler.devices.nvidia import NvidiaVendor
+from vgpu_scheduler.devices.protocol import Vendors
 from vgpu_scheduler.devices.registry import build
 from vgpu_scheduler.engine.decide import Chosen, filter_annotations
 from vgpu_scheduler.engine.state import SchedulerState
@@ -188,3 +190,24 @@ def test_pods_on_a_node_that_registers_later() -> None:
     assert usage(s, "n2") == [(1, 1000, 0)]
     s.remove_node("n2")
     assert s.ledger.view("n2") is None
+
+
+def test_ledger_keeps_only_the_pod_annotations_a_vendor_reads() -> None:
+    app_class = "metax-tech.com/sgpu-app-class"
+    assert VENDORS.counted_pod_keys == {app_class}  # Metax sGPU's app-class rules
+    s = state()
+    annotations = assigned_annotations("n1", "GPU-0,NVIDIA,1000,0:;", note="x", **{app_class: "online"})
+    classed = make_pod("a", annotations)
+    plain = make_pod("b", assigned_annotations("n1", "GPU-0,NVIDIA,1000,0:;", note="y"))
+    s.on_pod(classed)
+    s.on_pod(plain)
+    view = s.ledger.view("n1")
+    assert view is not None
+    assert list(view.usage[0].pod_infos) == [{app_class: "online"}, {}]
+    s.on_pod_deleted(classed)
+    assert list(view.usage[0].pod_infos) == [{}]
+    only_nvidia = SchedulerState(Vendors([NvidiaVendor()]))
+    only_nvidia.set_node_devices("n1", [gpu("GPU-0")])
+    only_nvidia.on_pod(classed)
+    only_view = only_nvidia.ledger.view("n1")
+    assert only_view is not None and list(only_view.usage[0].pod_infos) == [{}]

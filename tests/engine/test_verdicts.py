@@ -45,8 +45,8 @@ from vgpu_scheduler.engine.state import SchedulerState
 from vgpu_scheduler.engine.verdicts import VerdictCache, pod_fingerprint, quota_token
 from vgpu_scheduler.model import DeviceInfo, MigPlacement, MigProfile
 from vgpu_scheduler.scheduler.extender import encode_no_fit
-from vgpu_scheduler.wire.extender import encode_filter_result
 from vgpu_scheduler.wire import keys
+from vgpu_scheduler.wire.extender import encode_filter_result
 
 CFG = NvidiaConfig()
 VENDORS = build()

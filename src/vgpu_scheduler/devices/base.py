@@ -200,6 +200,8 @@ class GenericVendor:
     scores_nodes: bool = False
     reads_allocated: bool = False
     """`fit` needs `allocated` without quota too (see the protocol)."""
+    counted_pod_keys: frozenset[str] = frozenset()
+    """Counted pods' annotations the fit reads (see the protocol)."""
 
     def __init__(self, names: ResourceNames, *, extra_resources: Sequence[str] = ()) -> None:
         self.names = names

@@ -221,6 +221,12 @@ class Vendor(Protocol):
         ...
 
     @property
+    def counted_pod_keys(self) -> frozenset[str]:
+        """Annotations of counted pods that `fit` or `score_node` read (through
+        `DeviceUsage.pod_infos`, e.g. Metax's app class); the ledger keeps only these of each pod."""
+        ...
+
+    @property
     def reads_allocated(self) -> bool:
         """`fit` reads `allocated` even when no quota applies (a rule over the pod's earlier
         containers, e.g. Mthreads' one-device rule), so the engine must always pass it."""
@@ -343,7 +349,7 @@ class Vendor(Protocol):
 class Vendors:
     """The registered vendors, in registration order (HAMi's `DevicesToHandle`), by key."""
 
-    __slots__ = ("_all", "_by_key", "allocation_keys")
+    __slots__ = ("_all", "_by_key", "allocation_keys", "counted_pod_keys")
 
     def __init__(self, vendors: Sequence[Vendor]) -> None:
         self._all: tuple[Vendor, ...] = tuple(vendors)
@@ -354,6 +360,8 @@ class Vendors:
             self._by_key[vendor.key] = vendor
         self.allocation_keys: dict[str, tuple[str, str]] = {v.key: v.allocation_keys for v in self._all}
         """Vendor key -> (to-allocate, allocated) annotation keys."""
+        self.counted_pod_keys: frozenset[str] = frozenset().union(*(v.counted_pod_keys for v in self._all))
+        """Every vendor's `counted_pod_keys`."""
 
     def __iter__(self) -> Iterator[Vendor]:
         return iter(self._all)

@@ -132,13 +132,29 @@ def pod_allocation(
     *,
     previously_shrunk: bool = False,
     key: tuple[str, str, str] | None = None,
+    counted_keys: frozenset[str] | None = None,
 ) -> PodAllocation:
-    """Build the collapsed allocation of `pod` from its per-container devices (init first)."""
+    """Build the collapsed allocation of `pod` from its per-container devices (init first).
+    `counted_keys`: the annotations to keep (`Vendors.counted_pod_keys`; None keeps them all)."""
     uid, namespace, name = key if key is not None else pod_key(pod)
     n_init = init_container_count(pod)
     shrunk = previously_shrunk or init_containers_finished(pod, n_init)
     collapsed = collapse_pod_devices(devices, n_init, app_only=shrunk)
-    return PodAllocation(uid, namespace, name, node, collapsed, tuple(mig), shrunk, pod_annotations(pod))
+    info = counted_info(pod_annotations(pod), counted_keys)
+    return PodAllocation(uid, namespace, name, node, collapsed, tuple(mig), shrunk, info)
+
+
+NO_INFO: Mapping[str, str] = {}
+"""Shared by every counted pod with none of the kept keys (read only: typed as a Mapping)."""
+
+
+def counted_info(annotations: Mapping[str, str], keys: frozenset[str] | None) -> Mapping[str, str]:
+    """What the ledger keeps of a counted pod's annotations: only the keys some vendor reads (a
+    fleet of 400,000 pods would otherwise hold a copy of every pod's annotations)."""
+    if keys is None:
+        return annotations
+    picked = {k: annotations[k] for k in keys if k in annotations} if keys else None
+    return picked or NO_INFO
 
 
 def pod_allocation_from_pod(
@@ -169,6 +185,7 @@ def allocation_from_annotations(
     previously_shrunk: bool = False,
     *,
     allocation_keys: Mapping[str, tuple[str, str]] = keys.ALLOCATION_KEYS,
+    counted_keys: frozenset[str] | None = None,
 ) -> PodAllocation | None:
     """`pod_allocation_from_pod` for a non-terminal pod whose key and annotations are at hand;
     `allocation_keys` are the registered vendors' (vendor key -> (to-allocate, allocated))."""
@@ -188,4 +205,6 @@ def allocation_from_annotations(
             mig = decode_mig_allocations(raw_mig)
         except MigAllocationError as exc:
             log.warning("pod %s/%s: ignoring bad %s: %s", namespace, name, keys.VGPU_MIG_ALLOCATIONS, exc)
-    return pod_allocation(pod, node, devices, mig, previously_shrunk=previously_shrunk, key=key)
+    return pod_allocation(
+        pod, node, devices, mig, previously_shrunk=previously_shrunk, key=key, counted_keys=counted_keys
+    )

@@ -114,7 +114,8 @@ class SchedulerState:
         previous = self.ledger.allocation(uid)
         shrunk = previous is not None and previous.init_shrunk
         alloc = allocation_from_annotations(
-            pod, key, annotations, shrunk, allocation_keys=self.vendors.allocation_keys
+            pod, key, annotations, shrunk, allocation_keys=self.vendors.allocation_keys,
+            counted_keys=self.vendors.counted_pod_keys,
         )
         if alloc is None:
             self._drop(uid)  # undecodable allocation: the pod is ignored (already logged)
@@ -130,7 +131,9 @@ class SchedulerState:
         """Count a filter decision now; the pod's annotations confirm it later."""
         uid, _, _ = pod_key(pod)
         self._drop(uid)
-        alloc = pod_allocation(pod, decision.node, decision.devices, decision.mig)
+        alloc = pod_allocation(
+            pod, decision.node, decision.devices, decision.mig, counted_keys=self.vendors.counted_pod_keys
+        )
         self._count(alloc)
         self._reserved[uid] = Reservation(decision.node, dict(decision.annotations))
         return alloc

@@ -136,6 +136,7 @@ class MetaxSgpuVendor(GenericVendor):
     nouse_uuid_key = NOUSE_UUID
     scores_nodes = True
     prefilter = False  # an online pod needs no free cores
+    counted_pod_keys = frozenset({APP_CLASS})  # the app-class rules count classes per device
 
     def __init__(self, names: ResourceNames, *, topology_aware: bool = False) -> None:
         super().__init__(names)
