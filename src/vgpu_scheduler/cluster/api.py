@@ -124,8 +124,10 @@ class PathInfo:
     subresource: str | None
 
 
+@lru_cache(maxsize=8192)
 def parse_path(path: str) -> PathInfo | None:
-    """Inverse of `resource_path`; None for anything that is not one of our resources."""
+    """Inverse of `resource_path`; None for anything that is not one of our resources. Cached:
+    the in-memory API server parses the same few paths (one per object) over and over."""
     parts = [unquote(p) for p in path.split("?", 1)[0].strip("/").split("/")]
     if len(parts) >= 2 and parts[0] == "api":
         group, version, rest = "", parts[1], parts[2:]

@@ -15,6 +15,8 @@ _EMPTY: Mapping[str, Any] = {}
 
 def as_mapping(value: object) -> Mapping[str, Any]:
     """`value` when it is a JSON object, else an empty mapping."""
+    if type(value) is dict:  # decoded JSON: skips the slower abstract-class check
+        return value
     return value if isinstance(value, Mapping) else _EMPTY
 
 
