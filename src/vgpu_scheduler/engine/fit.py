@@ -214,6 +214,7 @@ def _fit_container(
     container_index: int,
     migs: list[MigAllocation],
     apply: bool = True,
+    judged: bool = False,
 ) -> _ContainerFit:
     """HAMi `fitInDevices` for one container: score, sort, pre-check, Fit, add usage.
 
@@ -222,7 +223,7 @@ def _fit_container(
     that order. First, while the vendors can tell without the order, a failing container is
     decided by `quick_verdict` alone. `apply=False`:
     nothing is fitted after this container, so its usage is added only where the vendor's entries
-    change with it.
+    change with it. `judged`: the order-free verdict already found this lone request fits.
     """
     vendors = ctx.vendors
     devices = node.devices
@@ -239,7 +240,7 @@ def _fit_container(
         positions = node.positions(key)
         if req.nums > len(positions) and not vendor.may_exceed_devices(req, devices, positions, ctx):
             return _ContainerFit(False, reason=R.NODE_INSUFFICIENT_DEVICE)
-        if quick:
+        if quick and not judged:
             reason = vendor.quick_verdict(req, devices, usage.items, positions, ctx=ctx, cordoned=cordoned)
             if reason:
                 return _ContainerFit(False, reason=reason)
@@ -349,6 +350,10 @@ def evaluate_node(
             pod or {}, vendors=vendors if vendors is not None else NO_VENDORS, default_policy=default_policy,
             weights=weights, quota=quota, n_init=n_init,
         )
+    # Most evaluations are of nodes that do not fit: the order-free verdict first, without copies.
+    quick = quick_verdict(requests, n_init, node, ctx)
+    if quick:
+        return NodeFailure(quick)
     plan = plan_of(ctx, requests, n_init)
     base_order = list(range(len(node.devices)))
     # The allocation so far is built only for a fit that reads it (quota, or a vendor's rule).
@@ -364,7 +369,7 @@ def evaluate_node(
         allocated = _entries(fitted, tuple(requests[i]), 0, i) if with_quota else {}
         res = _fit_container(
             requests[i], node, _Usage(node.usage), base_order, ctx=ctx, allocated=allocated,
-            container_index=i, migs=migs, apply=False,
+            container_index=i, migs=migs, apply=False, judged=quick == "",
         )
         if not res.ok:
             return NodeFailure(res.reason)
@@ -378,7 +383,7 @@ def evaluate_node(
         allocated = _entries(fitted, tuple(requests[i]), n_init, i) if with_quota else {}
         res = _fit_container(
             requests[i], node, usage, order, ctx=ctx, allocated=allocated, container_index=i, migs=migs,
-            apply=i != plan.app[-1],
+            apply=i != plan.app[-1], judged=quick == "",
         )
         if not res.ok:
             return NodeFailure(res.reason)
@@ -391,32 +396,38 @@ def evaluate_node(
     )
 
 
+def quick_verdict(
+    requests: Sequence[ContainerRequests],
+    n_init: int,
+    node: NodeView,
+    ctx: PodFitContext,
+) -> str | None:
+    """The reason `evaluate_node` would fail with, found without building its copies, for the
+    common pod: one container asking one vendor whose verdict does not depend on the device
+    order (the same checks `_fit_container` runs first); "" when such a pod fits, None when
+    this cannot tell."""
+    plan = plan_of(ctx, requests, n_init)
+    if len(plan.init) + len(plan.app) != 1:
+        return None
+    creq = requests[(plan.init or plan.app)[0]]
+    if len(creq) != 1:
+        return None
+    ((key, req),) = creq.items()
+    vendor = ctx.vendors.get(key)
+    if vendor is None:
+        return DEVICE_TYPE_NOT_FOUND
+    positions = node.positions(key)
+    if not _precheck(vendor, req, node, positions, ctx=ctx):
+        return R.NODE_INSUFFICIENT_DEVICE
+    return vendor.quick_verdict(req, node.devices, node.usage, positions, ctx=ctx, cordoned=node.cordoned)
+
+
 def node_verdict(
     requests: Sequence[ContainerRequests],
     n_init: int,
     node: NodeView,
     ctx: PodFitContext,
 ) -> NodeFailure | None:
-    """None when the pod fits on `node`, else the same NodeFailure `evaluate_node` returns.
-
-    Cheaper than `evaluate_node` for the common pod — one container asking one vendor whose
-    verdict does not depend on the device order: no scores, sorting or allocation are computed.
-    Other pods fall back to `evaluate_node`.
-    """
-    plan = plan_of(ctx, requests, n_init)
-    if len(plan.init) + len(plan.app) == 1:
-        creq = requests[(plan.init or plan.app)[0]]
-        if len(creq) == 1:
-            ((key, req),) = creq.items()
-            vendor = ctx.vendors.get(key)
-            if vendor is not None:
-                positions = node.positions(key)
-                if not _precheck(vendor, req, node, positions, ctx=ctx):
-                    return NodeFailure(R.NODE_INSUFFICIENT_DEVICE)
-                verdict = vendor.quick_verdict(
-                    req, node.devices, node.usage, positions, ctx=ctx, cordoned=node.cordoned
-                )
-                if verdict is not None:
-                    return NodeFailure(verdict) if verdict else None
+    """None when the pod fits on `node`, else the NodeFailure `evaluate_node` returns."""
     result = evaluate_node(requests, n_init, node, ctx=ctx)
     return result if isinstance(result, NodeFailure) else None
