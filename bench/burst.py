@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import re
 import sys
 import time
@@ -263,6 +264,36 @@ def api_writes(text: str) -> Counter[str]:
     return out
 
 
+def tree_cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a process and its live descendants (Linux /proc)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    parents: dict[int, int] = {}
+    times: dict[int, float] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # exited meanwhile
+        parents[int(entry.name)] = int(fields[1])
+        times[int(entry.name)] = (int(fields[11]) + int(fields[12])) / tick
+    total, todo = 0.0, [pid]
+    while todo:
+        p = todo.pop()
+        total += times.get(p, 0.0)
+        todo.extend(c for c, parent in parents.items() if parent == p)
+    return total
+
+
+def component_cpu(cp: ControlPlane) -> dict[str, float]:
+    """CPU seconds used so far by each component of the control plane, and by this process (the
+    pod creator, the device-plugin stand-in and the watch that times the binds)."""
+    out = {name: tree_cpu_seconds(proc.popen.pid) for name, proc in cp.procs.items()}
+    out["bench (creator, stand-in)"] = time.process_time()
+    return out
+
+
 def component_latencies(cp: ControlPlane) -> dict[str, float]:
     out: dict[str, float] = {}
     try:
@@ -322,8 +353,10 @@ def main() -> int:
         started = time.monotonic()
         print(f"== {sc.name}: {args.nodes} nodes x {args.gpus} GPUs, {args.pods} pods", flush=True)
         with ControlPlane.start(bin_dir, node_policy=sc.policy) as cp:
+            cpu_before = component_cpu(cp)
             res = asyncio.run(run_scenario(cp, sc, args.nodes, args.gpus, args.pods,
                                            args.timeout, args.stall, args.concurrency))
+            cpu = {k: v - cpu_before.get(k, 0.0) for k, v in component_cpu(cp).items()}
             latencies = component_latencies(cp)
             try:
                 writes = api_writes(cp.apiserver_metrics())
@@ -342,6 +375,10 @@ def main() -> int:
             top = ", ".join(f"{k} {v / res.bound:.2f}" for k, v in writes.most_common(8))
             print(f"   API writes since start (setup included): {total}, {total / res.bound:.2f} per bound "
                   f"pod, {total / max(res.wall, 1e-9):.0f}/s over the burst; per pod: {top}", flush=True)
+        if res.bound:
+            print("   CPU ms per bound pod: " + ", ".join(
+                f"{k} {v * 1000 / res.bound:.1f}" for k, v in sorted(cpu.items(), key=lambda kv: -kv[1])
+            ) + f" (over a {res.wall:.1f} s burst on {os.cpu_count()} cores)", flush=True)
         extra = "\n             ".join(res.notes)
         print(f"   bound {res.bound}/{res.pods}, confirmed {res.confirmed}, burst {res.wall:.1f}s, "
               f"scenario {time.monotonic() - started:.0f}s" + (" (TIMED OUT)" if res.timed_out else "")
