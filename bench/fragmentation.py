@@ -13,7 +13,10 @@ policy it prints:
   pods placed (fill) every pod that found room before the fleet was full, large ones skipped or
                      not: kube-scheduler's queue lets small pods pass a waiting large one, so this
                      count rewards a policy that keeps large pods out (HAMi's spread does).
-  stranded           free GPU memory at the end of the fill that no pending pod can use.
+  free memory when the first pod waits: GPU memory left idle while the head of the queue waits
+                     (a rerun of the pods up to it; same pods, same decisions).
+  stranded           free GPU memory at the end of the fill that no pending pod can use (all of
+                     it, as the fill ends when nothing pending fits).
 
 Traces (pod annotations choosing a policy are dropped so the run's policy applies to every pod):
   demo          the simulator's demo workload (whole cards, slices, percentages, multi-GPU, ...)
@@ -259,6 +262,14 @@ def admission_bound(pods: list[dict[str, Any]], cards: list[Card]) -> int:
     return count
 
 
+def first_wait(pods: list[dict[str, Any]], nodes: list[str | None]) -> int | None:
+    """Position in admission order of the first pod that waits (pinned pods left out), if any."""
+    for k, i in enumerate(admission_order(pods)):
+        if nodes[i] is None and not pinned(pods[i]):
+            return k
+    return None
+
+
 def run(trace: str, n: int, seed: int, node_policy: str, gpu_policy: str) -> dict[str, Any]:
     pods = TRACES[trace](n, random.Random(seed))
     options = SimulationOptions(node_scheduler_policy=node_policy, gpu_scheduler_policy=gpu_policy)
@@ -266,8 +277,18 @@ def run(trace: str, n: int, seed: int, node_policy: str, gpu_policy: str) -> dic
     summary = result.report["summary"]
     nodes = [p["node"] for p in result.report["pods"]]
     cards = [Card(d["devmem"], d["devcore"], d["count"]) for d in result.report["devices"]]
+    memory = summary["allocation"]["memory"]
+    idle_mib = memory["capacity_mib"] - memory["allocated_mib"]
+    k = first_wait(pods, nodes)
+    if k is not None:
+        # The fleet as the first pod starts waiting: the same pods up to it, the same decisions.
+        prefix = [pods[i] for i in admission_order(pods)[: k + 1]]
+        again = asyncio.run(simulate(demo_fleet(), prefix, options=options)).report["summary"]
+        memory = again["allocation"]["memory"]
+        idle_mib = memory["capacity_mib"] - memory["allocated_mib"]
     return {
         "admitted": admitted_in_order(pods, nodes),
+        "idle_at_wait_mib": idle_mib,
         "bound": admission_bound(pods, cards),
         "placed": summary["pods"]["scheduled"],
         "total": summary["pods"]["total"],
@@ -299,28 +320,31 @@ def _gain(ours: int, theirs: int) -> str:
 
 
 def _stranded(r: dict[str, Any]) -> str:
-    share = r["stranded_mib"] / r["free_mib"] * 100 if r["free_mib"] else 0.0
-    return f"{r['stranded_mib'] / GIB:,.0f} GiB ({share:.0f} %)"
+    return f"{r['stranded_mib'] / GIB:,.0f} GiB"
 
 
 def summary_table(rows: list[Row], traces: list[str]) -> list[str]:
     """One line per trace, each GPU policy at its best node policy for the measure; HAMi's best is
-    the best of its four node/GPU pairs. Stranded memory is that of the fill's best run."""
+    the best of its four node/GPU pairs. Free memory when the first pod waits is that of the
+    admission's best run, stranded memory that of the fill's best run."""
     out = [
         "| trace | admitted in order: binpack / spread / best-fit | bound | best-fit vs HAMi's best | "
         "pods placed (fill): binpack / spread / best-fit | best-fit vs HAMi's best | "
+        "free memory when the first pod waits: binpack / spread / best-fit | "
         "stranded at the end of the fill: binpack / spread / best-fit |",
-        "|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for trace in traces:
-        admitted = [best(rows, trace, (g,), "admitted")[0] for g in (*HAMI_POLICIES, OURS)]
+        firsts = [best(rows, trace, (g,), "admitted") for g in (*HAMI_POLICIES, OURS)]
+        admitted = [f[0] for f in firsts]
+        idle = " / ".join(f"{f[2]['idle_at_wait_mib'] / GIB:,.0f} GiB" for f in firsts)
         fills = [best(rows, trace, (g,), "placed") for g in (*HAMI_POLICIES, OURS)]
         placed = [f[0] for f in fills]
         bound = next(r["bound"] for t, _, _, r in rows if t == trace)
         out.append(
             f"| {trace} | {' / '.join(f'{a:,}' for a in admitted)} | {bound:,} | "
             f"{_gain(admitted[2], max(admitted[:2]))} | {' / '.join(f'{p:,}' for p in placed)} | "
-            f"{_gain(placed[2], max(placed[:2]))} | {' / '.join(_stranded(f[2]) for f in fills)} |"
+            f"{_gain(placed[2], max(placed[:2]))} | {idle} | {' / '.join(_stranded(f[2]) for f in fills)} |"
         )
     return out
 
@@ -338,16 +362,17 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unknown trace(s) {', '.join(unknown)} (known: {', '.join(TRACES)})")
     rows: list[Row] = []
     print(f"{args.pods} pods per trace, seed {args.seed}, demo fleet (16 nodes x 8 GPUs)\n")
-    print("| trace | node policy | GPU policy | admitted in order | pods placed (fill) | "
-          "free memory stranded (fill) | memory allocated | cores allocated |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| trace | node policy | GPU policy | admitted in order | free memory when the first pod waits | "
+          "pods placed (fill) | free memory stranded (fill) | memory allocated | cores allocated |")
+    print("|---|---|---|---|---|---|---|---|---|")
     started = time.perf_counter()
     for trace in traces:
         for node_policy in NODE_POLICIES:
             for gpu_policy in (*HAMI_POLICIES, OURS):
                 r = run(trace, args.pods, args.seed, node_policy, gpu_policy)
                 stranded = r["stranded_mib"] / r["free_mib"] * 100 if r["free_mib"] else 0.0
-                print(f"| {trace} | {node_policy} | {gpu_policy} | {r['admitted']:,} | {r['placed']:,} | "
+                print(f"| {trace} | {node_policy} | {gpu_policy} | {r['admitted']:,} | "
+                      f"{r['idle_at_wait_mib'] / GIB:,.0f} GiB | {r['placed']:,} | "
                       f"{r['stranded_mib'] / GIB:,.0f} GiB ({stranded:.1f} %) | "
                       f"{r['memory_ratio'] * 100:.1f} % | {r['core_ratio'] * 100:.1f} % |", flush=True)
                 rows.append((trace, node_policy, gpu_policy, r))
