@@ -289,7 +289,6 @@ def decide(
             failed=dict.fromkeys(unregistered, NODE_UNREGISTERED),
             now=now,
             deprioritized=deprioritized,
-            cached=not best_fit,  # its choice depends on the demand seen, which no cache key holds
             placement=best_fit,
         )
 
@@ -454,7 +453,8 @@ def _decide_all(
 ) -> Decision:
     """Every candidate's outcome, each from the caches when its node's generation is the one it
     was computed at (`engine/fitcache.py`), else by running the fit; then the best score wins, or
-    with `placement` (best-fit, uncached) the cheapest placement (`engine.placement.cheapest`)."""
+    with `placement` (best-fit: cached failures, but every fitting node fitted again) the cheapest
+    placement (`engine.placement.cheapest`)."""
     ledger = state.ledger
     fits: dict[str, NodeFit] = {}
     scores: dict[str, float] = {}
@@ -470,7 +470,8 @@ def _decide_all(
     for node in candidates:
         gen = generation(node)
         if cached:
-            score = known.get(node, gen)
+            # best-fit needs every fit: its choice depends on the demand seen, which no key holds.
+            score = None if placement else known.get(node, gen)
             if score is not None:
                 scores[node] = score
                 continue
