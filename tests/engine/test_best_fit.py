@@ -156,6 +156,26 @@ def test_binpack_and_best_fit_differ_where_usage_before_the_pod_misleads() -> No
     assert [d.uuid for d in best.devices] == ["GPU-1"]  # leaves (12.5 %, 10 %) instead of (50 %, 40 %)
 
 
+def test_a_pod_asking_no_cores_is_fitted_on_memory_alone() -> None:
+    """It shares the cores, so their leftover (always all of them for such pods) says nothing: the
+    tightest memory wins, as binpack would choose on memory (the `inference` trace of the bench)."""
+    devs = _gpus(3)
+    usage = [DeviceUsage(1, 10_000, 0), DeviceUsage(2, 60_000, 0), DeviceUsage(1, 40_000, 0)]
+    req = device_request(mem=16_000, cores=0)
+    order = sorted(range(3), key=best_fit_key(req, devs, usage))
+    assert order == [0, 2, 1]
+    result, _ = fit_container(req, _node(devs, usage), _ctx("best-fit"))
+    assert [d.uuid for d in result.devices] == ["GPU-1"]
+
+
+def test_a_pod_asking_no_cores_ignores_the_cores_others_use() -> None:
+    devs = _gpus(2)
+    # GPU-1 leaves less memory (0.15 vs 0.2); that GPU-0's cores are mostly used does not count.
+    usage = [DeviceUsage(1, 48_000, 90), DeviceUsage(1, 52_000, 0)]
+    req = device_request(mem=16_000, cores=0)
+    assert sorted(range(2), key=best_fit_key(req, devs, usage))[-1] == 1
+
+
 usage_st = st.builds(
     DeviceUsage, used=st.integers(0, 10), usedmem=st.integers(0, 80_000), usedcores=st.integers(0, 100)
 )

@@ -43,7 +43,9 @@ from vgpu_scheduler.engine.fit import NodeFit, PodFitContext, evaluate_node, pod
 from vgpu_scheduler.engine.fitcache import fit_key
 from vgpu_scheduler.engine.ledger import DeviceLedger, NodeSummary
 from vgpu_scheduler.engine.nodeview import DeviceUsage, NodeView
+from vgpu_scheduler.engine.placement import cheapest
 from vgpu_scheduler.engine.podinfo import init_container_count, pod_annotations, pod_key
+from vgpu_scheduler.engine.policy import BEST_FIT
 from vgpu_scheduler.engine.requests import pod_has_device_requests, pod_requests
 from vgpu_scheduler.engine.scores import ScoringWeightsError
 from vgpu_scheduler.engine.state import SchedulerState
@@ -231,6 +233,7 @@ def decide(
     deprioritized: Callable[[str], bool] | None = None,
     requests: Sequence[ContainerRequests] | None = None,
     walk_failed: bool = True,
+    observe: bool = True,
 ) -> Decision:
     """Choose a node among `node_names` for `pod` using the live ledger and quotas.
 
@@ -239,6 +242,9 @@ def decide(
     the policy order. With no such node the choice is exactly HAMi's.
 
     `requests`: the pod's `pod_requests(pod, state.vendors)` when the caller has computed them.
+
+    GPU policy `best-fit` (ours, opt-in) fits every candidate and chooses by `engine.placement`;
+    `observe=False` (a dry run) keeps its decision out of the demand it learns from.
 
     `walk_failed=False`: the caller does not read `Chosen.failed` beyond the unregistered nodes
     (it reports no FilteringSucceed event), so a choice may come from the verdict snapshot without
@@ -270,7 +276,10 @@ def decide(
     descending = policy == BINPACK
     ledger = state.ledger
 
-    if evaluate_all or _scoring_vendors(requests, vendors):
+    best_fit = ctx.policy == BEST_FIT and not ctx.numa_bind
+    if best_fit and observe:
+        state.demand.observe(requests)
+    if evaluate_all or best_fit or _scoring_vendors(requests, vendors):
         candidates, unregistered = ledger.partition(node_names)
         return _decide_all(
             requests,
@@ -283,6 +292,7 @@ def decide(
             failed=dict.fromkeys(unregistered, NODE_UNREGISTERED),
             now=now,
             deprioritized=deprioritized,
+            placement=best_fit,
         )
 
     needs = _needs(requests, vendors)
@@ -442,9 +452,12 @@ def _decide_all(
     now: int,
     deprioritized: Callable[[str], bool] | None = None,
     cached: bool = True,
+    placement: bool = False,
 ) -> Decision:
     """Every candidate's outcome, each from the caches when its node's generation is the one it
-    was computed at (`engine/fitcache.py`), else by running the fit; then the best score wins."""
+    was computed at (`engine/fitcache.py`), else by running the fit; then the best score wins, or
+    with `placement` (best-fit: cached failures, but every fitting node fitted again) the cheapest
+    placement (`engine.placement.cheapest`)."""
     ledger = state.ledger
     fits: dict[str, NodeFit] = {}
     scores: dict[str, float] = {}
@@ -460,7 +473,8 @@ def _decide_all(
     for node in candidates:
         gen = generation(node)
         if cached:
-            score = known.get(node, gen)
+            # best-fit needs every fit: its choice depends on the demand seen, which no key holds.
+            score = None if placement else known.get(node, gen)
             if score is not None:
                 scores[node] = score
                 continue
@@ -487,7 +501,11 @@ def _decide_all(
     if deprioritized is not None:
         free = {node: score for node, score in scores.items() if not deprioritized(node)}
         preferred = free or scores
-    best = _best(preferred, policy == BINPACK)
+    if placement:
+        views = {node: view for node in preferred if (view := ledger.view(node)) is not None}
+        best = cheapest(preferred, fits, views, state.demand, descending=policy == BINPACK)
+    else:
+        best = _best(preferred, policy == BINPACK)
     fit = fits.get(best)
     if fit is None:  # its score came from the cache: fit it again for this very pod
         view = ledger.view(best)

@@ -154,6 +154,7 @@ def explain_pod(
         decision = decide(
             pod, node_names, state, default_node_policy=default_node_policy,
             default_gpu_policy=default_gpu_policy, now=now, evaluate_all=True, requests=requests,
+            observe=False,
         )
         if isinstance(decision, Chosen):
             out.node, scores, failed = decision.node, decision.scores, decision.failed

@@ -142,13 +142,18 @@ def best_fit_key(
     (memory or cores) after the pod is smallest sorts last, so fit takes it first; ties go to the
     device whose leftover memory and cores are the most even, since an uneven leftover is what
     strands memory beside used-up cores (or the reverse). HAMi's binpack orders by usage before
-    the pod; this orders by what the pod leaves. Devices that cannot hold it sort first."""
+    the pod; this orders by what the pod leaves. A pod asking no cores shares them, so it is fitted
+    on memory alone (the cores' leftover would always be whole and tie every device). Devices that
+    cannot hold it sort first."""
 
     def key(p: int) -> tuple[float, ...]:
         left = leftover_after(devices[p], usage[p], request)
         if left is None:
             return (0.0, 0.0, 0.0)
         memory, cores = left
+        if request.coresreq == 0:
+            # A pod that asks no cores shares them: only its memory can be packed tightly.
+            return (1.0, -round(memory, 9), 0.0)
         return (1.0, -round(max(memory, cores), 9), -round(abs(memory - cores), 9))
 
     return key

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from vgpu_scheduler.devices.protocol import Vendors
 from vgpu_scheduler.engine.fitcache import FitScores, fit_scores_cache
 from vgpu_scheduler.engine.ledger import DeviceLedger
+from vgpu_scheduler.engine.placement import DemandTable
 from vgpu_scheduler.engine.podinfo import (
     PodAllocation,
     allocation_from_annotations,
@@ -50,6 +51,8 @@ class SchedulerState:
         self._reserved: dict[str, Reservation] = {}
         self.verdicts: VerdictCache[str] = VerdictCache()
         self.fits: FitScores = fit_scores_cache()
+        self.demand = DemandTable()
+        """Pod shapes recently decided with GPU policy best-fit (`engine.placement`)."""
 
     # -- nodes -----------------------------------------------------------------------------------
 
