@@ -126,6 +126,9 @@ class ObjectStore:
             del st.history[:cut]
         for w in list(st.watchers):
             w.offer(ev)
+        # The watchers queued their lines; the history keeps no copy (a watch replaying from an
+        # older resourceVersion encodes again): 10,000 events of pod-sized lines otherwise.
+        ev.lines.clear()
         return stored
 
     def compact(self) -> None:
