@@ -55,7 +55,7 @@ log = logging.getLogger(__name__)
 Obj = dict[str, Any]
 
 DEFAULT_INTERVAL = 15.0
-PASS_YIELD_EVERY = 32
+PASS_YIELD_EVERY = 8
 """Nodes registered between two yields to the event loop during one pass."""
 
 
