@@ -39,11 +39,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vgpu_scheduler.devices.protocol import QuotaCheck, Vendors
+from vgpu_scheduler.engine.bounds import score_bounds
 from vgpu_scheduler.engine.fit import NodeFit, PodFitContext, evaluate_node, pod_fit_context
 from vgpu_scheduler.engine.fitcache import fit_key
 from vgpu_scheduler.engine.ledger import DeviceLedger, NodeSummary
 from vgpu_scheduler.engine.nodeview import DeviceUsage, NodeView
 from vgpu_scheduler.engine.podinfo import init_container_count, pod_annotations, pod_key
+from vgpu_scheduler.engine.ranking import Ranking
 from vgpu_scheduler.engine.requests import pod_has_device_requests, pod_requests
 from vgpu_scheduler.engine.scores import ScoringWeightsError
 from vgpu_scheduler.engine.state import SchedulerState
@@ -165,6 +167,11 @@ def _scoring_vendors(requests: Sequence[ContainerRequests], vendors: Vendors) ->
     return out
 
 
+def _asked(requests: Sequence[ContainerRequests]) -> tuple[str, ...]:
+    """The vendor keys the pod asks, sorted (the key of `DeviceLedger.nodes_with`)."""
+    return tuple(sorted({key for creq in requests for key in creq}))
+
+
 def _vendor_score(fit: NodeFit, view: NodeView, vendors: Vendors, policy: str) -> float:
     """Σ ScoreNode of the vendors in the allocation (HAMi `OverrideScore`), on the usage before the pod."""
     total = 0.0
@@ -267,7 +274,9 @@ def decide(
     descending = policy == BINPACK
     ledger = state.ledger
 
-    if evaluate_all or _scoring_vendors(requests, vendors):
+    needs = _needs(requests, vendors)
+    eligible = ledger.nodes_with(_asked(requests))
+    if evaluate_all:
         candidates, unregistered = ledger.partition(node_names)
         return _decide_all(
             requests,
@@ -281,8 +290,23 @@ def decide(
             now=now,
             deprioritized=deprioritized,
         )
+    if _scoring_vendors(requests, vendors):
+        candidates, unregistered = ledger.partition(node_names)
+        return _decide_bounded(
+            requests,
+            n_init,
+            pod,
+            ctx,
+            state=state,
+            candidates=candidates,
+            policy=policy,
+            failed=dict.fromkeys(unregistered, NODE_UNREGISTERED),
+            now=now,
+            deprioritized=deprioritized,
+            eligible=eligible,
+            needs=needs,
+        )
 
-    needs = _needs(requests, vendors)
     verdicts = state.verdicts.group(
         pod_fingerprint(requests, n_init, ctx), quota_token(state.quota, ctx.namespace)
     )
@@ -319,6 +343,7 @@ def decide(
             fit_or_reason,
             ledger=ledger,
             needs=needs,
+            eligible=eligible,
             descending=descending,
             deprioritized=deprioritized,
             walk_failed=walk_failed,
@@ -337,7 +362,7 @@ def decide(
     failed = dict.fromkeys(unregistered, NODE_UNREGISTERED)
 
     for node in _ordered(ledger, candidates, descending):
-        if not _may_fit(needs, ledger.summary(node)):
+        if node not in eligible or not _may_fit(needs, ledger.summary(node)):
             skipped.append(node)
             continue
         if deprioritized is not None and deprioritized(node):
@@ -374,6 +399,7 @@ def _decide_from_snapshot(
     *,
     ledger: DeviceLedger,
     needs: tuple[_Need, ...],
+    eligible: frozenset[str],
     descending: bool,
     deprioritized: Callable[[str], bool] | None,
     walk_failed: bool,
@@ -408,7 +434,7 @@ def _decide_from_snapshot(
         return None
 
     def walk_rank(node: str) -> tuple[int, float, str]:
-        if not _may_fit(needs, ledger.summary(node)):
+        if node not in eligible or not _may_fit(needs, ledger.summary(node)):
             category = 2
         elif deprioritized is not None and deprioritized(node):
             category = 1
@@ -426,6 +452,83 @@ def _decide_from_snapshot(
     return node, result
 
 
+class _Outcomes:
+    """Each candidate's outcome for one pod — its total score (node default score plus the
+    vendors' ScoreNode) when the pod fits, else the reason — from the caches when the node's
+    generation is the one it was computed at (`engine/fitcache.py`), else by running the fit."""
+
+    __slots__ = ("_pod", "_verdicts", "cached", "ctx", "fits", "group", "ledger", "n_init", "policy",
+                 "requests", "scored")
+
+    def __init__(
+        self,
+        requests: Sequence[ContainerRequests],
+        n_init: int,
+        pod: Mapping[str, Any],
+        ctx: PodFitContext,
+        *,
+        state: SchedulerState,
+        policy: str,
+        cached: bool,
+    ) -> None:
+        self.requests, self.n_init, self._pod, self.ctx = requests, n_init, pod, ctx
+        self.ledger = state.ledger
+        self.policy = policy
+        self.cached = cached
+        self.scored = bool(_scoring_vendors(requests, ctx.vendors))
+        fingerprint = pod_fingerprint(requests, n_init, ctx)
+        token = quota_token(state.quota, ctx.namespace)
+        self._verdicts = state.verdicts.group(fingerprint, token)
+        self.group = state.fits.group(
+            fit_key(fingerprint, node_policy=policy, annotations=ctx.annotations, scored=self.scored), token
+        )
+        self.fits: dict[str, NodeFit] = {}
+        """The fits run in this decision."""
+
+    def known(self, node: str, gen: int) -> float | str | None:
+        """The outcome at generation `gen` when a cache holds it."""
+        if not self.cached:
+            return None
+        score = self.group.get(node, gen)
+        if score is not None:
+            return score
+        return self._verdicts.get(node, gen)
+
+    def __call__(self, node: str) -> float | str:
+        gen = self.ledger.generation(node)
+        known = self.known(node, gen)
+        if known is not None:
+            return known
+        view = self.ledger.view(node)
+        assert view is not None
+        result = evaluate_node(self.requests, self.n_init, view, self._pod, ctx=self.ctx)
+        if isinstance(result, NodeFit):
+            self.fits[node] = result
+            score = self.ledger.score(node)
+            if self.scored:
+                score += _vendor_score(result, view, self.ctx.vendors, self.policy)
+            self.group.put(node, gen, score)
+            return score
+        self._verdicts.put(node, gen, result.reason)
+        return result.reason
+
+    def fit_of(self, node: str) -> NodeFit | None:
+        """The chosen node's fit for this very pod: its score may come from the cache, then it is
+        fitted again (its allocation entries may carry the pod's own annotations). None when that
+        refit fails, which a complete cache key rules out."""
+        fit = self.fits.get(node)
+        if fit is not None:
+            return fit
+        view = self.ledger.view(node)
+        assert view is not None
+        again = evaluate_node(self.requests, self.n_init, view, self._pod, ctx=self.ctx)
+        if isinstance(again, NodeFit):
+            return again
+        log.error("cached fit of node %s no longer fits pod %s; deciding uncached", node,
+                  pod_key(self._pod)[2])
+        return None
+
+
 def _decide_all(
     requests: Sequence[ContainerRequests],
     n_init: int,
@@ -440,44 +543,16 @@ def _decide_all(
     deprioritized: Callable[[str], bool] | None = None,
     cached: bool = True,
 ) -> Decision:
-    """Every candidate's outcome, each from the caches when its node's generation is the one it
-    was computed at (`engine/fitcache.py`), else by running the fit; then the best score wins."""
-    ledger = state.ledger
-    fits: dict[str, NodeFit] = {}
+    """Every candidate's outcome (`_Outcomes`), then the best score wins."""
+    outcomes = _Outcomes(requests, n_init, pod, ctx, state=state, policy=policy, cached=cached)
     scores: dict[str, float] = {}
-    vendors = ctx.vendors
-    scored = bool(_scoring_vendors(requests, vendors))
-    fingerprint = pod_fingerprint(requests, n_init, ctx)
-    token = quota_token(state.quota, ctx.namespace)
-    verdicts = state.verdicts.group(fingerprint, token)
-    known = state.fits.group(
-        fit_key(fingerprint, node_policy=policy, annotations=ctx.annotations, scored=scored), token
-    )
-    generation = ledger.generation
+    unregistered = dict(failed)
     for node in candidates:
-        gen = generation(node)
-        if cached:
-            score = known.get(node, gen)
-            if score is not None:
-                scores[node] = score
-                continue
-            reason = verdicts.get(node, gen)
-            if reason is not None:
-                failed[node] = reason
-                continue
-        view = ledger.view(node)
-        assert view is not None
-        result = evaluate_node(requests, n_init, view, pod, ctx=ctx)
-        if isinstance(result, NodeFit):
-            fits[node] = result
-            score = ledger.score(node)
-            if scored:
-                score += _vendor_score(result, view, vendors, policy)
-            scores[node] = score
-            known.put(node, gen, score)
+        outcome = outcomes(node)
+        if isinstance(outcome, str):
+            failed[node] = outcome
         else:
-            failed[node] = result.reason
-            verdicts.put(node, gen, result.reason)
+            scores[node] = outcome
     if not scores:
         return NoFit(failed)
     preferred = scores
@@ -485,22 +560,141 @@ def _decide_all(
         free = {node: score for node, score in scores.items() if not deprioritized(node)}
         preferred = free or scores
     best = _best(preferred, policy == BINPACK)
-    fit = fits.get(best)
-    if fit is None:  # its score came from the cache: fit it again for this very pod
-        view = ledger.view(best)
-        assert view is not None
-        again = evaluate_node(requests, n_init, view, pod, ctx=ctx)
-        if not isinstance(again, NodeFit):  # a cache key missing an input: never expected
-            log.error("cached fit of node %s no longer fits pod %s; deciding uncached", best, pod_key(pod)[2])
-            state.verdicts.clear()
-            state.fits.clear()
-            failed = {n: r for n, r in failed.items() if r == NODE_UNREGISTERED}
-            return _decide_all(
-                requests, n_init, pod, ctx, state=state, candidates=candidates, policy=policy,
-                failed=failed, now=now, deprioritized=deprioritized, cached=False,
-            )
-        fit = again
-    return _chosen(best, fit, scores[best], scores, failed=failed, now=now, vendors=vendors,
+    fit = outcomes.fit_of(best)
+    if fit is None:
+        state.verdicts.clear()
+        state.fits.clear()
+        return _decide_all(
+            requests, n_init, pod, ctx, state=state, candidates=candidates, policy=policy,
+            failed=unregistered, now=now, deprioritized=deprioritized, cached=False,
+        )
+    return _chosen(best, fit, scores[best], scores, failed=failed, now=now, vendors=ctx.vendors,
+                   pod=pod, ledger=state.ledger)
+
+
+def _decide_bounded(
+    requests: Sequence[ContainerRequests],
+    n_init: int,
+    pod: Mapping[str, Any],
+    ctx: PodFitContext,
+    *,
+    state: SchedulerState,
+    candidates: list[str],
+    policy: str,
+    failed: dict[str, str],
+    now: int,
+    eligible: frozenset[str],
+    needs: tuple[_Need, ...],
+    deprioritized: Callable[[str], bool] | None = None,
+    cached: bool = True,
+) -> Decision:
+    """`_decide_all`'s answer for a pod whose vendors score nodes, visiting nodes best bound first.
+
+    Among the fitting nodes `_decide_all` takes the least (deprioritized, policy-signed total
+    score, name). A node's bound key puts the vendors' `score_bound` in place of their ScoreNode
+    (or is its cached total), so it never ranks the node better than its total does. Nodes are
+    visited in key order (`engine/ranking.py`), deprioritized ones after the others, and each pass
+    stops at the first node whose key ranks after the best node found: every later node ranks
+    after it too. Nodes that cannot fit (`nodes_with`: no device of a vendor the pod asks; a cached
+    reason; `_may_fit`: a summary that rules the fit out) are not visited; when no node fits, every
+    candidate's reason is listed (and, as a guard, a candidate that does fit is ranked with the rest).
+    `Chosen.scores` and `failed` hold the nodes visited."""
+    ledger = state.ledger
+    sign = -1.0 if policy == BINPACK else 1.0
+    outcomes = _Outcomes(requests, n_init, pod, ctx, state=state, policy=policy, cached=cached)
+    bounds = score_bounds(requests, ctx.vendors, pod_annotations=ctx.annotations, policy=policy)
+    constant = bounds.constant
+    score, generation = ledger.score, ledger.generation
+
+    def key_of(node: str) -> float | None:
+        if node not in eligible:
+            return None
+        known = outcomes.known(node, generation(node))
+        if isinstance(known, str):
+            return None
+        if known is not None:
+            return sign * known
+        if constant is not None:
+            return sign * (score(node) + constant)
+        view = ledger.view(node)
+        if view is None:  # removed
+            return None
+        return sign * (score(node) + bounds.of(view))
+
+    ranking = outcomes.group.ranking if cached else None
+    changed = None
+    if ranking is not None and ranking.candidates == candidates:
+        changed = ledger.changed_since(ranking.tick)
+    if ranking is None or changed is None or len(changed) > len(candidates):
+        ranking = Ranking(candidates, ledger.tick, key_of)
+    else:
+        members = ranking.members
+        for node in set(changed):
+            if node in members:
+                ranking.set(node, key_of(node))
+        ranking.tick = ledger.tick
+    if cached:
+        outcomes.group.ranking = ranking
+
+    scores: dict[str, float] = {}
+    visited: list[tuple[str, float | None]] = []
+
+    def walk(order: Iterable[tuple[float, str]], deferred: list[tuple[float, str]] | None) -> str | None:
+        """The least-ranked fitting node of `order` (deprioritized ones set aside in `deferred`)."""
+        best: tuple[float, str] | None = None
+        for rank in order:
+            if best is not None and best < rank:
+                break
+            node = rank[1]
+            if deferred is not None and deprioritized is not None and deprioritized(node):
+                deferred.append(rank)
+                continue
+            if needs and not _may_fit(needs, ledger.summary(node)):
+                continue
+            outcome = outcomes(node)
+            if isinstance(outcome, str):
+                failed[node] = outcome
+                visited.append((node, None))
+                continue
+            scores[node] = outcome
+            visited.append((node, sign * outcome))
+            if best is None or (sign * outcome, node) < best:
+                best = (sign * outcome, node)
+        return None if best is None else best[1]
+
+    deferred: list[tuple[float, str]] = []
+    chosen = walk(ranking.order, deferred)
+    if chosen is None and deferred:
+        chosen = walk(deferred, None)
+    for node, key in visited:  # their outcomes are cached now: rank them by them next time
+        ranking.set(node, key)
+    unregistered = {n: r for n, r in failed.items() if r == NODE_UNREGISTERED}
+    if chosen is None:
+        for node in candidates:
+            if node in failed:
+                continue
+            outcome = outcomes(node)
+            if isinstance(outcome, str):
+                failed[node] = outcome
+                continue
+            log.error("node %s was ruled out but fits pod %s; ranking it", node, pod_key(pod)[2])
+            scores[node] = outcome
+        if scores:
+            chosen = min(scores, key=lambda n: (
+                int(deprioritized is not None and deprioritized(n)), sign * scores[n], n))
+        else:
+            # Every candidate's reason, in candidate order as `_decide_all` lists them.
+            return NoFit({**unregistered, **{node: failed[node] for node in candidates}})
+    fit = outcomes.fit_of(chosen)
+    if fit is None:
+        state.verdicts.clear()
+        state.fits.clear()
+        return _decide_bounded(
+            requests, n_init, pod, ctx, state=state, candidates=candidates, policy=policy,
+            failed=unregistered, now=now, eligible=eligible, needs=needs, deprioritized=deprioritized,
+            cached=False,
+        )
+    return _chosen(chosen, fit, scores[chosen], scores, failed=failed, now=now, vendors=ctx.vendors,
                    pod=pod, ledger=ledger)
 
 

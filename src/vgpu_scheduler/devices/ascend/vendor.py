@@ -360,6 +360,39 @@ class AscendVendor(GenericVendor):
             score = f32(score + f32(f32(max(counts.values())) / f32(total)))
         return f32(score * NETWORK_WEIGHT)
 
+    def score_bound(
+        self,
+        requests: Sequence[ContainerDeviceRequest],
+        *,
+        pod_annotations: Mapping[str, str],
+        policy: str,
+        annotations: Mapping[str, str] | None = None,
+        devices: Sequence[DeviceInfo] = (),
+        previous: Sequence[DeviceUsage] = (),
+    ) -> float | None:
+        """Each container adds the share of its devices on their most common network: at most 1,
+        so binpack's bound is 10 × the containers asking, on any node. Under spread, per node: a
+        device without NetworkID zeroes the score, so the bound is 0 unless every device a fit
+        may take and every Ascend device (the ones ScoreNode looks up) has a numeric NetworkID;
+        then a container taking n devices adds at least 1/n."""
+        if not self.scores_nodes:
+            return 0.0
+        if policy != "spread":
+            return float(NETWORK_WEIGHT * len(requests))
+        if annotations is None:
+            return None  # depends on the node's devices
+        needle = self.key.lower()
+        for dev in devices:
+            if isinstance(dev, AscendDevice):
+                if network_id(dev.custom_info) is None:
+                    return 0.0
+            elif self.key in dev.type or needle in dev.type.lower():
+                return 0.0
+        score = 0.0
+        for request in requests:  # summed as score_node sums, so rounding keeps the bound
+            score = f32(score + f32(f32(1) / f32(request.nums)))
+        return f32(score * NETWORK_WEIGHT)
+
     # -- admission (MutateAdmission) --------------------------------------------------------------
 
     def mutate(self, container: dict[str, Any], pod: dict[str, Any]) -> bool:
