@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 from typing import Any
 
 from hypothesis import event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
+import vgpu_scheduler.engine.decide as decide_module
 from tests.engine.test_fitcache import _essence, _pod, _vendors, pod_spec
 from vgpu_scheduler.engine.decide import Chosen, NoFit, NoRequest, decide
 from vgpu_scheduler.engine.state import SchedulerState
@@ -92,6 +94,15 @@ class BoundedEqualsAll(RuleBasedStateMachine):
         self.placed: dict[str, tuple[dict[str, Any], Chosen]] = {}
         self.specs: list[dict[str, Any]] = []
         self.now = 1000
+        # The decision's guards ("ruled out but fits", "no longer fits") must never fire.
+        self.errors: list[logging.LogRecord] = []
+        handler = logging.Handler(logging.ERROR)
+        handler.emit = self.errors.append  # type: ignore[method-assign]
+        self.handler = handler
+        logging.getLogger(decide_module.__name__).addHandler(handler)
+
+    def teardown(self) -> None:
+        logging.getLogger(decide_module.__name__).removeHandler(self.handler)
 
     @initialize(fleet=st.lists(node_spec, min_size=len(NODES), max_size=len(NODES)))
     def register_all(self, fleet: list[dict[str, Any]]) -> None:
@@ -105,7 +116,7 @@ class BoundedEqualsAll(RuleBasedStateMachine):
             _register(s, name, spec)
 
     @rule(name=st.sampled_from(PODS), spec=pod_spec, reserve=st.booleans(),
-          busy=st.lists(st.sampled_from(NODES), max_size=3, unique=True),
+          busy=st.one_of(st.lists(st.sampled_from(NODES), max_size=3, unique=True), st.just(NODES)),
           some=st.one_of(st.none(), st.lists(st.sampled_from(NODES), min_size=1, max_size=4, unique=True)))
     def decide_pod(self, name: str, spec: dict[str, Any], reserve: bool, busy: list[str],
                    some: list[str] | None) -> None:
@@ -114,7 +125,7 @@ class BoundedEqualsAll(RuleBasedStateMachine):
 
     @precondition(lambda self: bool(self.specs))
     @rule(name=st.sampled_from(PODS), data=st.data(), reserve=st.booleans(),
-          busy=st.lists(st.sampled_from(NODES), max_size=2, unique=True))
+          busy=st.one_of(st.lists(st.sampled_from(NODES), max_size=2, unique=True), st.just(NODES)))
     def decide_known_shape(self, name: str, data: st.DataObject, reserve: bool, busy: list[str]) -> None:
         """A replica: the early exit starts from its kept ranking."""
         self._decide(name, data.draw(st.sampled_from(self.specs)), reserve, busy, NODES)
@@ -156,6 +167,10 @@ class BoundedEqualsAll(RuleBasedStateMachine):
     @invariant()
     def same_usage(self) -> None:
         assert self.early.ledger.snapshot() == self.full.ledger.snapshot()
+
+    @invariant()
+    def no_guard_fired(self) -> None:
+        assert not self.errors, [r.getMessage() for r in self.errors]
 
 
 BoundedEqualsAll.TestCase.settings = settings(max_examples=150, stateful_step_count=30, deadline=None)
