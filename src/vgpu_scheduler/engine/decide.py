@@ -485,6 +485,10 @@ class _Outcomes:
         self.fits: dict[str, NodeFit] = {}
         """The fits run in this decision."""
 
+    def any_known(self) -> bool:
+        """Some outcome of this pod shape is cached (at some generation)."""
+        return self.cached and bool(self.group.entries or self._verdicts.entries)
+
     def known(self, node: str, gen: int) -> float | str | None:
         """The outcome at generation `gen` when a cache holds it."""
         if not self.cached:
@@ -606,10 +610,12 @@ def _decide_bounded(
     constant = bounds.constant
     score, generation = ledger.score, ledger.generation
 
+    unknown = not outcomes.any_known()  # a pod shape's first decision: skip the cache lookups
+
     def key_of(node: str) -> float | None:
         if node not in eligible:
             return None
-        known = outcomes.known(node, generation(node))
+        known = None if unknown else outcomes.known(node, generation(node))
         if isinstance(known, str):
             return None
         if known is not None:
@@ -626,7 +632,24 @@ def _decide_bounded(
     if ranking is not None and ranking.candidates == candidates:
         changed = ledger.changed_since(ranking.tick)
     if ranking is None or changed is None or len(changed) > len(candidates):
-        ranking = Ranking(candidates, ledger.tick, key_of)
+        # Every registered node a candidate (the usual call): only the eligible ones need a key.
+        pool = eligible if len(candidates) == len(ledger) else [n for n in candidates if n in eligible]
+        keys: dict[str, float] = {}
+        if unknown:  # the shape's first decision: no cache lookups, no call per node
+            if constant is not None:
+                keys = {node: sign * (score(node) + constant) for node in pool}
+            else:
+                views = ledger.view
+                for node in pool:
+                    view = views(node)
+                    assert view is not None
+                    keys[node] = sign * (score(node) + bounds.of(view))
+        else:
+            for node in pool:
+                key = key_of(node)
+                if key is not None:
+                    keys[node] = key
+        ranking = Ranking(candidates, ledger.tick, keys)
     else:
         members = ranking.members
         for node in set(changed):

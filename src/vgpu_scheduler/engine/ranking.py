@@ -12,25 +12,28 @@ decision of the same group re-keys only the nodes the ledger lists as changed si
 from __future__ import annotations
 
 from bisect import bisect_left, insort
-from collections.abc import Callable
 
 
 class Ranking:
     """Candidates in visit order, as of ledger tick `tick`."""
 
-    __slots__ = ("candidates", "keys", "members", "order", "tick")
+    __slots__ = ("_members", "candidates", "keys", "order", "tick")
 
-    def __init__(self, candidates: list[str], tick: int, key_of: Callable[[str], float | None]) -> None:
+    def __init__(self, candidates: list[str], tick: int, keys: dict[str, float]) -> None:
+        """`keys`: the key of every candidate that may fit."""
         self.candidates = candidates
-        self.members = frozenset(candidates)
+        self._members: frozenset[str] | None = None
         self.tick = tick
-        self.keys: dict[str, float] = {}
-        for node in candidates:
-            key = key_of(node)
-            if key is not None:
-                self.keys[node] = key
-        self.order: list[tuple[float, str]] = sorted((key, node) for node, key in self.keys.items())
+        self.keys = keys
+        self.order: list[tuple[float, str]] = sorted((key, node) for node, key in keys.items())
         """(key, node) ascending: the visit order."""
+
+    @property
+    def members(self) -> frozenset[str]:
+        """The candidates as a set (made when a later decision first re-keys some)."""
+        if self._members is None:
+            self._members = frozenset(self.candidates)
+        return self._members
 
     def set(self, node: str, key: float | None) -> None:
         """Re-key a candidate (None: it cannot fit, leave it out)."""

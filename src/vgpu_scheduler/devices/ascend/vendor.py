@@ -64,6 +64,8 @@ ASCEND910C = "Ascend910C"
 VNPU_MODE = "huawei.com/vnpu-mode"
 HAMI_CORE = "hami-core"
 NETWORK_WEIGHT = 10
+NETWORKED_MEMO = 20_000
+"""Device lists `_networked` remembers (nodes), emptied when full."""
 PREDICATE_TIME = "predicate-time"
 VISIBLE_DEVICES_ENV = "ASCEND_VISIBLE_DEVICES"
 INT32_MAX = res.INT32_MAX
@@ -129,6 +131,7 @@ class AscendVendor(GenericVendor):
             config.memory_factor,
         ))
         self._node_modes: dict[str, bool | None] = {}
+        self._networked_memo: dict[int, tuple[Sequence[DeviceInfo], bool]] = {}
         """Node -> its `hami-vnpu-core` annotation at the last registration pass."""
 
     # -- requests (GenerateResourceRequests) ------------------------------------------------------
@@ -381,17 +384,34 @@ class AscendVendor(GenericVendor):
             return float(NETWORK_WEIGHT * len(requests))
         if annotations is None:
             return None  # depends on the node's devices
-        needle = self.key.lower()
-        for dev in devices:
-            if isinstance(dev, AscendDevice):
-                if network_id(dev.custom_info) is None:
-                    return 0.0
-            elif self.key in dev.type or needle in dev.type.lower():
-                return 0.0
+        if not self._networked(devices):
+            return 0.0
         score = 0.0
         for request in requests:  # summed as score_node sums, so rounding keeps the bound
             score = f32(score + f32(f32(1) / f32(request.nums)))
         return f32(score * NETWORK_WEIGHT)
+
+    def _networked(self, devices: Sequence[DeviceInfo]) -> bool:
+        """Every Ascend device, and every device of this vendor's type, has a numeric NetworkID.
+        Memoised per device list: the engine asks it of every node a spread decision ranks, and a
+        node's list is replaced, never changed in place, when its inventory changes (the memo
+        holds the list it keyed, so its id cannot be reused meanwhile)."""
+        memo = self._networked_memo.get(id(devices))
+        if memo is not None and memo[0] is devices:
+            return memo[1]
+        needle = self.key.lower()
+        networked = True
+        for dev in devices:
+            if isinstance(dev, AscendDevice):
+                networked = network_id(dev.custom_info) is not None
+            elif self.key in dev.type or needle in dev.type.lower():
+                networked = False
+            if not networked:
+                break
+        if len(self._networked_memo) >= NETWORKED_MEMO:
+            self._networked_memo.clear()
+        self._networked_memo[id(devices)] = (devices, networked)
+        return networked
 
     # -- admission (MutateAdmission) --------------------------------------------------------------
 

@@ -91,7 +91,12 @@ def topology_score(annotations: Mapping[str, str], n: int, policy: str) -> float
     value = annotations.get(key) if key else None
     if value is None:
         return 0.0
-    return f32(2000 - f32(topology_value(value, n)))
+    return _score_of(value, n)
+
+
+@functools.lru_cache(maxsize=1024)
+def _score_of(annotation: str, n: int) -> float:
+    return f32(2000 - f32(topology_value(annotation, n)))
 
 
 class MetaxGpuVendor(GenericVendor):
