@@ -19,6 +19,7 @@ uuid selection `hami.io/use-<cw>-uuid` / `hami.io/no-use-<cw>-uuid`, node lock
 
 from __future__ import annotations
 
+import functools
 import math
 import struct
 from collections.abc import Hashable, Mapping, Sequence
@@ -386,10 +387,7 @@ class AscendVendor(GenericVendor):
             return None  # depends on the node's devices
         if not self._networked(devices):
             return 0.0
-        score = 0.0
-        for request in requests:  # summed as score_node sums, so rounding keeps the bound
-            score = f32(score + f32(f32(1) / f32(request.nums)))
-        return f32(score * NETWORK_WEIGHT)
+        return _least_network_score(tuple(r.nums for r in requests))
 
     def _networked(self, devices: Sequence[DeviceInfo]) -> bool:
         """Every Ascend device, and every device of this vendor's type, has a numeric NetworkID.
@@ -404,8 +402,8 @@ class AscendVendor(GenericVendor):
         for dev in devices:
             if isinstance(dev, AscendDevice):
                 networked = network_id(dev.custom_info) is not None
-            elif self.key in dev.type or needle in dev.type.lower():
-                networked = False
+            else:
+                networked = self.key not in dev.type and needle not in dev.type.lower()
             if not networked:
                 break
         if len(self._networked_memo) >= NETWORKED_MEMO:
@@ -457,6 +455,16 @@ class AscendVendor(GenericVendor):
         if isinstance(spec, dict) and spec.get("runtimeClassName") is None and cfg.runtime_class_name:
             spec["runtimeClassName"] = cfg.runtime_class_name
         return True
+
+
+@functools.lru_cache(maxsize=256)
+def _least_network_score(nums: tuple[int, ...]) -> float:
+    """ScoreNode's least value when every device has a numeric NetworkID: each container taking
+    n devices adds at least 1/n, summed as score_node sums (so the rounding keeps the bound)."""
+    score = 0.0
+    for n in nums:
+        score = f32(score + f32(f32(1) / f32(n)))
+    return f32(score * NETWORK_WEIGHT)
 
 
 def runtime_info(uuid: str, template: str, memory: int, core: int) -> dict[str, Any]:
