@@ -5,25 +5,33 @@ HAMi evaluates every candidate node, then takes the best node score among the no
 vendor's ScoreNode, which is 0 for most vendors) then depends only on the usage already on the
 node — never on the pod — and the ledger keeps it up to date. So the same answer is found by
 visiting nodes **in policy order** and stopping at the first one that fits (a pod asking a vendor
-whose ScoreNode is not always 0 is evaluated on every node instead):
+whose ScoreNode is not always 0 visits nodes by a bound of their total score instead, see below):
 
 * binpack: score descending, spread: score ascending; equal scores by node name ascending — the
   deterministic tie-break (HAMi's is goroutine completion order, i.e. random);
 * every node before the first fitting one does not fit, and every node after it is worse or equal
   and later by name, so the first fit is exactly the node an all-nodes evaluation would pick;
-* a node whose `NodeSummary` shows that some request cannot fit on any of its devices (no free
-  slot, not enough free memory or cores anywhere) is skipped without running the fit. The summary
-  tests are necessary conditions of the per-device checks, so a skipped node never fits; when no
-  node fits, skipped nodes are evaluated anyway for their exact reason strings (and, as a guard, the
-  first of them that does fit would still be chosen in order).
+* a node with no device of some vendor the pod asks (`DeviceLedger.nodes_with`), or whose
+  `NodeSummary` shows that some request cannot fit on any of its devices (no free slot, not enough
+  free memory or cores anywhere), is skipped without running the fit. Both tests are necessary
+  conditions of the per-device checks, so a skipped node never fits; when no node fits, skipped
+  nodes are evaluated anyway for their exact reason strings (and, as a guard, the first of them that
+  does fit would still be chosen in order).
+
+With a vendor whose ScoreNode depends on the node and the devices taken (Ascend 910, Metax), each
+such vendor bounds its ScoreNode (`Vendor.score_bound`, `engine/bounds.py`) from above under
+binpack, from below under spread; nodes are visited by that bound (`_decide_bounded`, in an order
+kept between the pod shape's decisions, `engine/ranking.py`) and the visit stops once no unvisited
+node can beat the best fit found — the same node, devices and score as evaluating every node.
 
 Not-fit verdicts are cached across decisions (`engine/verdicts.py`, owned by the state): a node whose
 generation (ledger) and the pod's fingerprint and namespace quota state are unchanged since an
 earlier evaluation gets the same reason string without running the fit again. This is what makes a
 pod that fits nowhere cheap to retry; the cache only replaces evaluations by their earlier results,
-so the decision (and the order of FailedNodes) is the same as without it. A pod evaluated on every
-node also reuses the total scores of its fits (`engine/fitcache.py`): only nodes whose generation
-moved are fitted again, then the chosen node once more for the pod's own allocation. The chosen
+so the decision (and the order of FailedNodes) is the same as without it. A pod whose vendors score
+nodes also reuses the total scores of its fits (`engine/fitcache.py`): a node whose generation did
+not move is ranked by its known total instead of a bound and not fitted again, the chosen node once
+more for the pod's own allocation. The chosen
 node is touched (new generation) once the vendors' PatchAnnotations ran, as they may note state a
 later fit there reads.
 

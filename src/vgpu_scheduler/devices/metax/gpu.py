@@ -226,7 +226,8 @@ class MetaxGpuVendor(GenericVendor):
         none (the annotations' values are any integers)."""
         if annotations is None:
             return None
-        return topology_score(annotations, sum(r.nums for r in requests), policy)
+        n = requests[0].nums if len(requests) == 1 else sum(r.nums for r in requests)
+        return topology_score(annotations, n, policy)
 
     def mutate(self, container: dict[str, Any], pod: dict[str, Any]) -> bool:
         return res.present(container, "limits", self.names.count)
