@@ -32,6 +32,7 @@ from vgpu_scheduler.devices import resources as res
 from vgpu_scheduler.devices.ascend import topology
 from vgpu_scheduler.devices.ascend.config import VnpuConfig
 from vgpu_scheduler.devices.ascend.inventory import (
+    NETWORK_ID,
     AscendDevice,
     has_network_id,
     network_id,
@@ -401,7 +402,8 @@ class AscendVendor(GenericVendor):
         networked = True
         for dev in devices:
             if isinstance(dev, AscendDevice):
-                networked = network_id(dev.custom_info) is not None
+                custom = dev.custom_info  # network_id(custom) is not None, without the call
+                networked = custom is not None and type(custom.get(NETWORK_ID)) in (int, float)
             else:
                 networked = self.key not in dev.type and needle not in dev.type.lower()
             if not networked:
