@@ -642,22 +642,20 @@ def _decide_bounded(
     if ranking is None or changed is None or len(changed) > len(candidates):
         # Every registered node a candidate (the usual call): only the eligible ones need a key.
         pool = eligible if len(candidates) == len(ledger) else [n for n in candidates if n in eligible]
-        keys: dict[str, float] = {}
+        order: list[tuple[float, str]]
         if unknown:  # the shape's first decision: no cache lookups, no call per node
             if constant is not None:
-                keys = {node: sign * (score(node) + constant) for node in pool}
+                order = [(sign * (s + constant), node) for node, s, _ in ledger.scored_views(pool)]
             else:
-                views = ledger.view
-                for node in pool:
-                    view = views(node)
-                    assert view is not None
-                    keys[node] = sign * (score(node) + bounds.of(view))
+                of = bounds.of
+                order = [(sign * (s + of(view)), node) for node, s, view in ledger.scored_views(pool)]
         else:
+            order = []
             for node in pool:
                 key = key_of(node)
                 if key is not None:
-                    keys[node] = key
-        ranking = Ranking(candidates, ledger.tick, keys)
+                    order.append((key, node))
+        ranking = Ranking(candidates, ledger.tick, order)
     else:
         members = ranking.members
         for node in set(changed):

@@ -338,6 +338,14 @@ class DeviceLedger:
     def node_names(self) -> Iterable[str]:
         return self._nodes.keys()
 
+    def scored_views(self, names: Iterable[str]) -> Iterator[tuple[str, float, NodeView]]:
+        """(name, score, view) of each registered node of `names` (one lookup per node)."""
+        nodes = self._nodes
+        for name in names:
+            node = nodes.get(name)
+            if node is not None:
+                yield name, node.score, node.view
+
     def score(self, node_name: str) -> float:
         """Node default score (§5.5) of a registered node; 0 for unknown nodes."""
         node = self._nodes.get(node_name)

@@ -17,16 +17,24 @@ from bisect import bisect_left, insort
 class Ranking:
     """Candidates in visit order, as of ledger tick `tick`."""
 
-    __slots__ = ("_members", "candidates", "keys", "order", "tick")
+    __slots__ = ("_keys", "_members", "candidates", "order", "tick")
 
-    def __init__(self, candidates: list[str], tick: int, keys: dict[str, float]) -> None:
-        """`keys`: the key of every candidate that may fit."""
+    def __init__(self, candidates: list[str], tick: int, order: list[tuple[float, str]]) -> None:
+        """`order`: (key, node) of every candidate that may fit, in any order."""
         self.candidates = candidates
         self._members: frozenset[str] | None = None
+        self._keys: dict[str, float] | None = None
         self.tick = tick
-        self.keys = keys
-        self.order: list[tuple[float, str]] = sorted((key, node) for node, key in keys.items())
+        order.sort()
+        self.order = order
         """(key, node) ascending: the visit order."""
+
+    @property
+    def keys(self) -> dict[str, float]:
+        """Node -> key (made when a later decision first re-keys some)."""
+        if self._keys is None:
+            self._keys = {node: key for key, node in self.order}
+        return self._keys
 
     @property
     def members(self) -> frozenset[str]:
