@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 import vgpu_scheduler.engine.decide as decide_module
-from tests.engine.test_fitcache import _essence, _pod, _vendors, pod_spec
+from tests.engine.test_fitcache import _counting_fits, _essence, _pod, _vendors, pod_spec
 from vgpu_scheduler.engine.decide import Chosen, NoFit, NoRequest, decide
 from vgpu_scheduler.engine.state import SchedulerState
 from vgpu_scheduler.model import DeviceInfo
@@ -175,3 +175,36 @@ class BoundedEqualsAll(RuleBasedStateMachine):
 
 BoundedEqualsAll.TestCase.settings = settings(max_examples=150, stateful_step_count=30, deadline=None)
 TestBoundedEqualsAll = BoundedEqualsAll.TestCase
+
+
+# -- units --------------------------------------------------------------------------------------
+
+
+def _fleet(kind: dict[str, Any]) -> SchedulerState:
+    s = SchedulerState(_vendors())
+    for name in NODES:
+        _register(s, name, kind)
+    return s
+
+
+ONE_NPU = {"asks": [{"kind": "ascend", "nums": 1, "mem": 8192}], "node_policy": None, "gpu_policy": None,
+           "app_class": None, "qos": None, "topology": None, "label": None}
+NETWORKED = {"kind": "ascend", "networks": [0, 0, 1, 1], "gpus": False}
+
+
+def test_tight_bounds_fit_one_node_per_decision() -> None:
+    """Every NPU has a NetworkID, so a one-NPU pod scores exactly its bound everywhere: under either
+    policy the first node visited wins and no other is fitted, even as usage spreads."""
+    for policy in ("binpack", "spread"):
+        early, full = _fleet(NETWORKED), _fleet(NETWORKED)
+        for i in range(6):
+            obj = _pod(f"p{i}", {**ONE_NPU, "node_policy": policy})
+            args: dict[str, Any] = {"default_node_policy": policy, "default_gpu_policy": "spread", "now": i}
+            with _counting_fits() as fitted:
+                got = decide(obj, NODES, early, **args)
+            want = decide(obj, NODES, full, evaluate_all=True, **args)
+            assert isinstance(got, Chosen) and isinstance(want, Chosen)
+            assert _essence(got) == _essence(want)
+            assert fitted == [got.node]
+            early.reserve(obj, got)
+            full.reserve(obj, want)

@@ -605,10 +605,13 @@ def _decide_bounded(
     Among the fitting nodes `_decide_all` takes the least (deprioritized, policy-signed total
     score, name). A node's bound key puts the vendors' `score_bound` in place of their ScoreNode
     (or is its cached total), so it never ranks the node better than its total does. Nodes are
-    visited in key order (`engine/ranking.py`), deprioritized ones after the others, and each pass
-    stops at the first node whose key ranks after the best node found: every later node ranks
-    after it too. Nodes that cannot fit (`nodes_with`: no device of a vendor the pod asks; a cached
-    reason; `_may_fit`: a summary that rules the fit out) are not visited; when no node fits, every
+    visited in key order, deprioritized ones after the others: with one bound for every node
+    (`ScoreBounds.constant`) the key follows the default score, so the ledger's score index is that
+    order; with bounds per node, the pod shape's ranking (`engine/ranking.py`). Each pass stops at
+    the first key above the best total found (every later node's is too); an equal key with a later
+    name is passed over (the index orders equal keys by score, not always by name). Nodes that
+    cannot fit (`nodes_with`: no device of a vendor the pod asks; `_may_fit`: a summary that rules
+    the fit out; a cached reason, in a ranking) are not visited; when no node fits, every
     candidate's reason is listed (and, as a guard, a candidate that does fit is ranked with the rest).
     `Chosen.scores` and `failed` hold the nodes visited."""
     ledger = state.ledger
@@ -635,35 +638,16 @@ def _decide_bounded(
             return None
         return sign * (score(node) + bounds.of(view))
 
-    ranking = outcomes.group.ranking if cached else None
-    changed = None
-    if ranking is not None and ranking.candidates == candidates:
-        changed = ledger.changed_since(ranking.tick)
-    if ranking is None or changed is None or len(changed) > len(candidates):
-        # Every registered node a candidate (the usual call): only the eligible ones need a key.
-        pool = eligible if len(candidates) == len(ledger) else [n for n in candidates if n in eligible]
-        order: list[tuple[float, str]]
-        if unknown:  # the shape's first decision: no cache lookups, no call per node
-            if constant is not None:
-                order = [(sign * (s + constant), node) for node, s, _ in ledger.scored_views(pool)]
-            else:
-                of = bounds.of
-                order = [(sign * (s + of(view)), node) for node, s, view in ledger.scored_views(pool)]
-        else:
-            order = []
-            for node in pool:
-                key = key_of(node)
-                if key is not None:
-                    order.append((key, node))
-        ranking = Ranking(candidates, ledger.tick, order)
+    ranking: Ranking | None = None
+    order: Iterable[tuple[float, str]]
+    if constant is not None:
+        # One bound for every node: the key follows the node default score, so the ledger's score
+        # index is the visit order (keys non-decreasing; equal keys not always by name, see walk).
+        order = ((sign * (score(node) + constant), node)
+                 for node in _ordered(ledger, candidates, policy == BINPACK) if node in eligible)
     else:
-        members = ranking.members
-        for node in set(changed):
-            if node in members:
-                ranking.set(node, key_of(node))
-        ranking.tick = ledger.tick
-    if cached:
-        outcomes.group.ranking = ranking
+        ranking = _ranking(outcomes, ledger, candidates, eligible, key_of, bounds.of, sign, unknown)
+        order = ranking.order
 
     scores: dict[str, float] = {}
     visited: list[tuple[str, float | None]] = []
@@ -673,7 +657,9 @@ def _decide_bounded(
         best: tuple[float, str] | None = None
         for rank in order:
             if best is not None and best < rank:
-                break
+                if best[0] < rank[0]:
+                    break
+                continue  # an equal key with a later name: a later node may still have an earlier one
             node = rank[1]
             if deferred is not None and deprioritized is not None and deprioritized(node):
                 deferred.append(rank)
@@ -692,11 +678,12 @@ def _decide_bounded(
         return None if best is None else best[1]
 
     deferred: list[tuple[float, str]] = []
-    chosen = walk(ranking.order, deferred)
+    chosen = walk(order, deferred)
     if chosen is None and deferred:
         chosen = walk(deferred, None)
-    for node, key in visited:  # their outcomes are cached now: rank them by them next time
-        ranking.set(node, key)
+    if ranking is not None:
+        for node, key in visited:  # their outcomes are cached now: rank them by them next time
+            ranking.set(node, key)
     unregistered = {n: r for n, r in failed.items() if r == NODE_UNREGISTERED}
     if chosen is None:
         for node in candidates:
@@ -725,6 +712,45 @@ def _decide_bounded(
         )
     return _chosen(chosen, fit, scores[chosen], scores, failed=failed, now=now, vendors=ctx.vendors,
                    pod=pod, ledger=ledger)
+
+
+def _ranking(
+    outcomes: _Outcomes,
+    ledger: DeviceLedger,
+    candidates: list[str],
+    eligible: frozenset[str],
+    key_of: Callable[[str], float | None],
+    bound_of: Callable[[NodeView], float],
+    sign: float,
+    unknown: bool,
+) -> Ranking:
+    """The pod shape's visit order, kept from its previous decision and re-keyed where the ledger
+    changed since, or made afresh (the shape's first decision: from the bounds alone)."""
+    ranking = outcomes.group.ranking if outcomes.cached else None
+    changed = None
+    if ranking is not None and ranking.candidates == candidates:
+        changed = ledger.changed_since(ranking.tick)
+    if ranking is None or changed is None or len(changed) > len(candidates):
+        # Every registered node a candidate (the usual call): only the eligible ones need a key.
+        pool = eligible if len(candidates) == len(ledger) else [n for n in candidates if n in eligible]
+        if unknown:  # no cache lookups
+            order = [(sign * (s + bound_of(view)), node) for node, s, view in ledger.scored_views(pool)]
+        else:
+            order = []
+            for node in pool:
+                key = key_of(node)
+                if key is not None:
+                    order.append((key, node))
+        ranking = Ranking(candidates, ledger.tick, order)
+    else:
+        members = ranking.members
+        for node in set(changed):
+            if node in members:
+                ranking.set(node, key_of(node))
+        ranking.tick = ledger.tick
+    if outcomes.cached:
+        outcomes.group.ranking = ranking
+    return ranking
 
 
 def _best(scores: Mapping[str, float], descending: bool) -> str:
