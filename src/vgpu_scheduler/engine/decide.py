@@ -646,7 +646,8 @@ def _decide_bounded(
         order = ((sign * (score(node) + constant), node)
                  for node in _ordered(ledger, candidates, policy == BINPACK) if node in eligible)
     else:
-        ranking = _ranking(outcomes, ledger, candidates, eligible, key_of, bounds.of, sign, unknown)
+        ranking = _ranking(outcomes, ledger, candidates, eligible=eligible, key_of=key_of,
+                           bound_of=bounds.of, sign=sign, unknown=unknown)
         order = ranking.order
 
     scores: dict[str, float] = {}
@@ -718,6 +719,7 @@ def _ranking(
     outcomes: _Outcomes,
     ledger: DeviceLedger,
     candidates: list[str],
+    *,
     eligible: frozenset[str],
     key_of: Callable[[str], float | None],
     bound_of: Callable[[NodeView], float],
