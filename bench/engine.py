@@ -12,6 +12,9 @@ with NetworkIDs, 3 template-sized allocations each), Metax sGPU nodes (8 sGPUs, 
 each) and Metax whole-GPU nodes (8 GPUs, 4 taken), registered from node objects through the
 vendors (--enable-ascend, the chart's device config) with their existing allocations as real pod
 objects; the requests cycle over the four kinds. Its p99 compares with the NVIDIA-only 500-node row.
+
+Each row's decisions are also timed in CPU time (this thread): on a shared machine the wall p99 is
+set by waits for a core, alike for every fleet.
 """
 
 from __future__ import annotations

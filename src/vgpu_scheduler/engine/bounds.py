@@ -41,17 +41,6 @@ class ScoreBounds:
 
     def of(self, view: NodeView) -> float:
         """The bound on the node of `view`; infinitely favourable when a vendor knows none."""
-        if len(self.scoring) == 1:  # the usual pod: one scoring vendor, called directly
-            s = self.scoring[0]
-            if s.anywhere is not None:
-                return 0.0 + s.anywhere
-            bound = s.vendor.score_bound(
-                s.requests, pod_annotations=self.pod_annotations, policy=self.policy,
-                annotations=view.annotations, devices=view.devices, previous=view.usage,
-            )
-            if bound is None:
-                return -math.inf if self.policy == "spread" else math.inf
-            return 0.0 + bound
         total = 0.0
         for s in self.scoring:
             bound = s.anywhere
