@@ -99,8 +99,10 @@ def run(
     *,
     now: int = 1700000000,
     policy: str = "binpack",
+    evaluate_all: bool = False,
 ) -> Any:
-    return decide(p, nodes, state, default_node_policy=policy, default_gpu_policy="spread", now=now)
+    return decide(p, nodes, state, default_node_policy=policy, default_gpu_policy="spread", now=now,
+                  evaluate_all=evaluate_all)
 
 
 # --------------------------------------------------------------------------------------------
@@ -222,9 +224,13 @@ def test_network_score_prefers_nodes_keeping_a_pod_on_one_network() -> None:
     split = npu_node("split", npu_devices(2, networks=[0, 1]))
     joint = npu_node("joint", npu_devices(2, networks=[5, 5]))
     state = state_with(split, joint)
-    d = run(npu_pod("p", count="2"), state, ["split", "joint"])
+    d = run(npu_pod("p", count="2"), state, ["split", "joint"], evaluate_all=True)
     assert isinstance(d, Chosen) and d.node == "joint"
     assert d.scores["joint"] - d.scores["split"] == pytest.approx(5.0)
+    # Visiting nodes best bound first gives the same answer without fitting "split".
+    state = state_with(split, joint)
+    early = run(npu_pod("p", count="2"), state, ["split", "joint"])
+    assert isinstance(early, Chosen) and (early.node, early.score) == ("joint", d.score)
 
 
 def test_a_910b4_pod_may_use_910b4_1_devices() -> None:

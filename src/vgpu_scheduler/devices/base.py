@@ -548,6 +548,20 @@ class GenericVendor:
     ) -> float:
         return 0.0
 
+    def score_bound(
+        self,
+        requests: Sequence[ContainerDeviceRequest],
+        *,
+        pod_annotations: Mapping[str, str],
+        policy: str,
+        annotations: Mapping[str, str] | None = None,
+        devices: Sequence[DeviceInfo] = (),
+        previous: Sequence[DeviceUsage] = (),
+    ) -> float | None:
+        """0 for a vendor whose ScoreNode is always 0; unknown for one that scores and does not
+        say how much (a subclass overriding `score_node` only stays exact)."""
+        return None if self.scores_nodes else 0.0
+
     def mutate(self, container: dict[str, Any], pod: dict[str, Any]) -> bool:
         """The common MutateAdmission: nothing changes; the count in `limits` makes it a device pod."""
         return res.present(container, "limits", self.names.count)

@@ -340,6 +340,24 @@ class Vendor(Protocol):
         `devices` are the node's, `previous` its usage before the pod, `policy` the node policy."""
         ...
 
+    def score_bound(
+        self,
+        requests: Sequence[ContainerDeviceRequest],
+        *,
+        pod_annotations: Mapping[str, str],
+        policy: str,
+        annotations: Mapping[str, str] | None = None,
+        devices: Sequence[DeviceInfo] = (),
+        previous: Sequence[DeviceUsage] = (),
+    ) -> float | None:
+        """The most favourable value `score_node` may return for a pod whose requests of this
+        vendor are `requests` (one per container asking it), whatever devices its fit takes: an
+        upper bound under binpack (the highest total wins), a lower bound under spread. With
+        `annotations` None the bound holds on every node; else on the node with these annotations,
+        devices and usage before the pod. None: no bound known (the engine then fits every node).
+        The engine visits nodes best bound first and stops once no unvisited node can win."""
+        ...
+
     def mutate(self, container: dict[str, Any], pod: dict[str, Any]) -> bool:
         """MutateAdmission on one container (mutated in place): True when it asks for this vendor.
         Raises MutationError to reject the pod."""

@@ -5,25 +5,33 @@ HAMi evaluates every candidate node, then takes the best node score among the no
 vendor's ScoreNode, which is 0 for most vendors) then depends only on the usage already on the
 node — never on the pod — and the ledger keeps it up to date. So the same answer is found by
 visiting nodes **in policy order** and stopping at the first one that fits (a pod asking a vendor
-whose ScoreNode is not always 0 is evaluated on every node instead):
+whose ScoreNode is not always 0 visits nodes by a bound of their total score instead, see below):
 
 * binpack: score descending, spread: score ascending; equal scores by node name ascending — the
   deterministic tie-break (HAMi's is goroutine completion order, i.e. random);
 * every node before the first fitting one does not fit, and every node after it is worse or equal
   and later by name, so the first fit is exactly the node an all-nodes evaluation would pick;
-* a node whose `NodeSummary` shows that some request cannot fit on any of its devices (no free
-  slot, not enough free memory or cores anywhere) is skipped without running the fit. The summary
-  tests are necessary conditions of the per-device checks, so a skipped node never fits; when no
-  node fits, skipped nodes are evaluated anyway for their exact reason strings (and, as a guard, the
-  first of them that does fit would still be chosen in order).
+* a node with no device of some vendor the pod asks (`DeviceLedger.nodes_with`), or whose
+  `NodeSummary` shows that some request cannot fit on any of its devices (no free slot, not enough
+  free memory or cores anywhere), is skipped without running the fit. Both tests are necessary
+  conditions of the per-device checks, so a skipped node never fits; when no node fits, skipped
+  nodes are evaluated anyway for their exact reason strings (and, as a guard, the first of them that
+  does fit would still be chosen in order).
+
+With a vendor whose ScoreNode depends on the node and the devices taken (Ascend 910, Metax), each
+such vendor bounds its ScoreNode (`Vendor.score_bound`, `engine/bounds.py`) from above under
+binpack, from below under spread; nodes are visited by that bound (`_decide_bounded`, in an order
+kept between the pod shape's decisions, `engine/ranking.py`) and the visit stops once no unvisited
+node can beat the best fit found — the same node, devices and score as evaluating every node.
 
 Not-fit verdicts are cached across decisions (`engine/verdicts.py`, owned by the state): a node whose
 generation (ledger) and the pod's fingerprint and namespace quota state are unchanged since an
 earlier evaluation gets the same reason string without running the fit again. This is what makes a
 pod that fits nowhere cheap to retry; the cache only replaces evaluations by their earlier results,
-so the decision (and the order of FailedNodes) is the same as without it. A pod evaluated on every
-node also reuses the total scores of its fits (`engine/fitcache.py`): only nodes whose generation
-moved are fitted again, then the chosen node once more for the pod's own allocation. The chosen
+so the decision (and the order of FailedNodes) is the same as without it. A pod whose vendors score
+nodes also reuses the total scores of its fits (`engine/fitcache.py`): a node whose generation did
+not move is ranked by its known total instead of a bound and not fitted again, the chosen node once
+more for the pod's own allocation. The chosen
 node is touched (new generation) once the vendors' PatchAnnotations ran, as they may note state a
 later fit there reads.
 
@@ -39,6 +47,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vgpu_scheduler.devices.protocol import QuotaCheck, Vendors
+from vgpu_scheduler.engine.bounds import score_bounds
 from vgpu_scheduler.engine.fit import NodeFit, PodFitContext, evaluate_node, pod_fit_context
 from vgpu_scheduler.engine.fitcache import fit_key
 from vgpu_scheduler.engine.ledger import DeviceLedger, NodeSummary
@@ -46,6 +55,7 @@ from vgpu_scheduler.engine.nodeview import DeviceUsage, NodeView
 from vgpu_scheduler.engine.placement import cheapest
 from vgpu_scheduler.engine.podinfo import init_container_count, pod_annotations, pod_key
 from vgpu_scheduler.engine.policy import BEST_FIT
+from vgpu_scheduler.engine.ranking import Ranking
 from vgpu_scheduler.engine.requests import pod_has_device_requests, pod_requests
 from vgpu_scheduler.engine.scores import ScoringWeightsError
 from vgpu_scheduler.engine.state import SchedulerState
@@ -170,6 +180,11 @@ def _scoring_vendors(requests: Sequence[ContainerRequests], vendors: Vendors) ->
     return out
 
 
+def _asked(requests: Sequence[ContainerRequests]) -> tuple[str, ...]:
+    """The vendor keys the pod asks, sorted (the key of `DeviceLedger.nodes_with`)."""
+    return tuple(sorted({key for creq in requests for key in creq}))
+
+
 def _vendor_score(fit: NodeFit, view: NodeView, vendors: Vendors, policy: str) -> float:
     """Σ ScoreNode of the vendors in the allocation (HAMi `OverrideScore`), on the usage before the pod."""
     total = 0.0
@@ -279,7 +294,9 @@ def decide(
     best_fit = ctx.policy == BEST_FIT and not ctx.numa_bind
     if best_fit and observe:
         state.demand.observe(requests)
-    if evaluate_all or best_fit or _scoring_vendors(requests, vendors):
+    needs = _needs(requests, vendors)
+    eligible = ledger.nodes_with(_asked(requests))
+    if evaluate_all or best_fit:
         candidates, unregistered = ledger.partition(node_names)
         return _decide_all(
             requests,
@@ -294,8 +311,23 @@ def decide(
             deprioritized=deprioritized,
             placement=best_fit,
         )
+    if _scoring_vendors(requests, vendors):
+        candidates, unregistered = ledger.partition(node_names)
+        return _decide_bounded(
+            requests,
+            n_init,
+            pod,
+            ctx,
+            state=state,
+            candidates=candidates,
+            policy=policy,
+            failed=dict.fromkeys(unregistered, NODE_UNREGISTERED),
+            now=now,
+            deprioritized=deprioritized,
+            eligible=eligible,
+            needs=needs,
+        )
 
-    needs = _needs(requests, vendors)
     verdicts = state.verdicts.group(
         pod_fingerprint(requests, n_init, ctx), quota_token(state.quota, ctx.namespace)
     )
@@ -332,6 +364,7 @@ def decide(
             fit_or_reason,
             ledger=ledger,
             needs=needs,
+            eligible=eligible,
             descending=descending,
             deprioritized=deprioritized,
             walk_failed=walk_failed,
@@ -350,7 +383,7 @@ def decide(
     failed = dict.fromkeys(unregistered, NODE_UNREGISTERED)
 
     for node in _ordered(ledger, candidates, descending):
-        if not _may_fit(needs, ledger.summary(node)):
+        if node not in eligible or not _may_fit(needs, ledger.summary(node)):
             skipped.append(node)
             continue
         if deprioritized is not None and deprioritized(node):
@@ -387,6 +420,7 @@ def _decide_from_snapshot(
     *,
     ledger: DeviceLedger,
     needs: tuple[_Need, ...],
+    eligible: frozenset[str],
     descending: bool,
     deprioritized: Callable[[str], bool] | None,
     walk_failed: bool,
@@ -421,7 +455,7 @@ def _decide_from_snapshot(
         return None
 
     def walk_rank(node: str) -> tuple[int, float, str]:
-        if not _may_fit(needs, ledger.summary(node)):
+        if node not in eligible or not _may_fit(needs, ledger.summary(node)):
             category = 2
         elif deprioritized is not None and deprioritized(node):
             category = 1
@@ -439,6 +473,91 @@ def _decide_from_snapshot(
     return node, result
 
 
+class _Outcomes:
+    """Each candidate's outcome for one pod — its total score (node default score plus the
+    vendors' ScoreNode) when the pod fits, else the reason — from the caches when the node's
+    generation is the one it was computed at (`engine/fitcache.py`), else by running the fit."""
+
+    __slots__ = ("_pod", "_verdicts", "cached", "ctx", "fits", "group", "ledger", "n_init", "policy",
+                 "refit", "requests", "scored")
+
+    def __init__(
+        self,
+        requests: Sequence[ContainerRequests],
+        n_init: int,
+        pod: Mapping[str, Any],
+        ctx: PodFitContext,
+        *,
+        state: SchedulerState,
+        policy: str,
+        cached: bool,
+        refit: bool = False,
+    ) -> None:
+        self.requests, self.n_init, self._pod, self.ctx = requests, n_init, pod, ctx
+        self.refit = refit
+        """Fit every fitting node again (cached failures still count): best-fit's choice reads
+        each fit, and depends on the demand seen, which no cache key holds."""
+        self.ledger = state.ledger
+        self.policy = policy
+        self.cached = cached
+        self.scored = bool(_scoring_vendors(requests, ctx.vendors))
+        fingerprint = pod_fingerprint(requests, n_init, ctx)
+        token = quota_token(state.quota, ctx.namespace)
+        self._verdicts = state.verdicts.group(fingerprint, token)
+        self.group = state.fits.group(
+            fit_key(fingerprint, node_policy=policy, annotations=ctx.annotations, scored=self.scored), token
+        )
+        self.fits: dict[str, NodeFit] = {}
+        """The fits run in this decision."""
+
+    def any_known(self) -> bool:
+        """Some outcome of this pod shape is cached (at some generation)."""
+        return self.cached and bool(self.group.entries or self._verdicts.entries)
+
+    def known(self, node: str, gen: int) -> float | str | None:
+        """The outcome at generation `gen` when a cache holds it."""
+        if not self.cached:
+            return None
+        score = None if self.refit else self.group.get(node, gen)
+        if score is not None:
+            return score
+        return self._verdicts.get(node, gen)
+
+    def __call__(self, node: str) -> float | str:
+        gen = self.ledger.generation(node)
+        known = self.known(node, gen)
+        if known is not None:
+            return known
+        view = self.ledger.view(node)
+        assert view is not None
+        result = evaluate_node(self.requests, self.n_init, view, self._pod, ctx=self.ctx)
+        if isinstance(result, NodeFit):
+            self.fits[node] = result
+            score = self.ledger.score(node)
+            if self.scored:
+                score += _vendor_score(result, view, self.ctx.vendors, self.policy)
+            self.group.put(node, gen, score)
+            return score
+        self._verdicts.put(node, gen, result.reason)
+        return result.reason
+
+    def fit_of(self, node: str) -> NodeFit | None:
+        """The chosen node's fit for this very pod: its score may come from the cache, then it is
+        fitted again (its allocation entries may carry the pod's own annotations). None when that
+        refit fails, which a complete cache key rules out."""
+        fit = self.fits.get(node)
+        if fit is not None:
+            return fit
+        view = self.ledger.view(node)
+        assert view is not None
+        again = evaluate_node(self.requests, self.n_init, view, self._pod, ctx=self.ctx)
+        if isinstance(again, NodeFit):
+            return again
+        log.error("cached fit of node %s no longer fits pod %s; deciding uncached", node,
+                  pod_key(self._pod)[2])
+        return None
+
+
 def _decide_all(
     requests: Sequence[ContainerRequests],
     n_init: int,
@@ -454,47 +573,20 @@ def _decide_all(
     cached: bool = True,
     placement: bool = False,
 ) -> Decision:
-    """Every candidate's outcome, each from the caches when its node's generation is the one it
-    was computed at (`engine/fitcache.py`), else by running the fit; then the best score wins, or
-    with `placement` (best-fit: cached failures, but every fitting node fitted again) the cheapest
-    placement (`engine.placement.cheapest`)."""
-    ledger = state.ledger
-    fits: dict[str, NodeFit] = {}
-    scores: dict[str, float] = {}
-    vendors = ctx.vendors
-    scored = bool(_scoring_vendors(requests, vendors))
-    fingerprint = pod_fingerprint(requests, n_init, ctx)
-    token = quota_token(state.quota, ctx.namespace)
-    verdicts = state.verdicts.group(fingerprint, token)
-    known = state.fits.group(
-        fit_key(fingerprint, node_policy=policy, annotations=ctx.annotations, scored=scored), token
+    """Every candidate's outcome (`_Outcomes`), then the best score wins, or with `placement`
+    (best-fit: cached failures, but every fitting node fitted again) the cheapest placement
+    (`engine.placement.cheapest`)."""
+    outcomes = _Outcomes(
+        requests, n_init, pod, ctx, state=state, policy=policy, cached=cached, refit=placement
     )
-    generation = ledger.generation
+    scores: dict[str, float] = {}
+    unregistered = dict(failed)
     for node in candidates:
-        gen = generation(node)
-        if cached:
-            # best-fit needs every fit: its choice depends on the demand seen, which no key holds.
-            score = None if placement else known.get(node, gen)
-            if score is not None:
-                scores[node] = score
-                continue
-            reason = verdicts.get(node, gen)
-            if reason is not None:
-                failed[node] = reason
-                continue
-        view = ledger.view(node)
-        assert view is not None
-        result = evaluate_node(requests, n_init, view, pod, ctx=ctx)
-        if isinstance(result, NodeFit):
-            fits[node] = result
-            score = ledger.score(node)
-            if scored:
-                score += _vendor_score(result, view, vendors, policy)
-            scores[node] = score
-            known.put(node, gen, score)
+        outcome = outcomes(node)
+        if isinstance(outcome, str):
+            failed[node] = outcome
         else:
-            failed[node] = result.reason
-            verdicts.put(node, gen, result.reason)
+            scores[node] = outcome
     if not scores:
         return NoFit(failed)
     preferred = scores
@@ -502,27 +594,192 @@ def _decide_all(
         free = {node: score for node, score in scores.items() if not deprioritized(node)}
         preferred = free or scores
     if placement:
+        ledger = state.ledger
         views = {node: view for node in preferred if (view := ledger.view(node)) is not None}
-        best = cheapest(preferred, fits, views, state.demand, descending=policy == BINPACK)
+        best = cheapest(preferred, outcomes.fits, views, state.demand, descending=policy == BINPACK)
     else:
         best = _best(preferred, policy == BINPACK)
-    fit = fits.get(best)
-    if fit is None:  # its score came from the cache: fit it again for this very pod
-        view = ledger.view(best)
-        assert view is not None
-        again = evaluate_node(requests, n_init, view, pod, ctx=ctx)
-        if not isinstance(again, NodeFit):  # a cache key missing an input: never expected
-            log.error("cached fit of node %s no longer fits pod %s; deciding uncached", best, pod_key(pod)[2])
-            state.verdicts.clear()
-            state.fits.clear()
-            failed = {n: r for n, r in failed.items() if r == NODE_UNREGISTERED}
-            return _decide_all(
-                requests, n_init, pod, ctx, state=state, candidates=candidates, policy=policy,
-                failed=failed, now=now, deprioritized=deprioritized, cached=False,
-            )
-        fit = again
-    return _chosen(best, fit, scores[best], scores, failed=failed, now=now, vendors=vendors,
+    fit = outcomes.fit_of(best)
+    if fit is None:
+        state.verdicts.clear()
+        state.fits.clear()
+        return _decide_all(
+            requests, n_init, pod, ctx, state=state, candidates=candidates, policy=policy,
+            failed=unregistered, now=now, deprioritized=deprioritized, cached=False, placement=placement,
+        )
+    return _chosen(best, fit, scores[best], scores, failed=failed, now=now, vendors=ctx.vendors,
+                   pod=pod, ledger=state.ledger)
+
+
+def _decide_bounded(
+    requests: Sequence[ContainerRequests],
+    n_init: int,
+    pod: Mapping[str, Any],
+    ctx: PodFitContext,
+    *,
+    state: SchedulerState,
+    candidates: list[str],
+    policy: str,
+    failed: dict[str, str],
+    now: int,
+    eligible: frozenset[str],
+    needs: tuple[_Need, ...],
+    deprioritized: Callable[[str], bool] | None = None,
+    cached: bool = True,
+) -> Decision:
+    """`_decide_all`'s answer for a pod whose vendors score nodes, visiting nodes best bound first.
+
+    Among the fitting nodes `_decide_all` takes the least (deprioritized, policy-signed total
+    score, name). A node's bound key puts the vendors' `score_bound` in place of their ScoreNode
+    (or is its cached total), so it never ranks the node better than its total does. Nodes are
+    visited in key order, deprioritized ones after the others: with one bound for every node
+    (`ScoreBounds.constant`) the key follows the default score, so the ledger's score index is that
+    order; with bounds per node, the pod shape's ranking (`engine/ranking.py`). Each pass stops at
+    the first key above the best total found (every later node's is too); an equal key with a later
+    name is passed over (the index orders equal keys by score, not always by name). Nodes that
+    cannot fit (`nodes_with`: no device of a vendor the pod asks; `_may_fit`: a summary that rules
+    the fit out; a cached reason, in a ranking) are not visited; when no node fits, every
+    candidate's reason is listed (and, as a guard, a candidate that does fit is ranked with the rest).
+    `Chosen.scores` and `failed` hold the nodes visited."""
+    ledger = state.ledger
+    sign = -1.0 if policy == BINPACK else 1.0
+    outcomes = _Outcomes(requests, n_init, pod, ctx, state=state, policy=policy, cached=cached)
+    bounds = score_bounds(requests, ctx.vendors, pod_annotations=ctx.annotations, policy=policy)
+    constant = bounds.constant
+    score, generation = ledger.score, ledger.generation
+
+    unknown = not outcomes.any_known()  # a pod shape's first decision: skip the cache lookups
+
+    def key_of(node: str) -> float | None:
+        if node not in eligible:
+            return None
+        known = None if unknown else outcomes.known(node, generation(node))
+        if isinstance(known, str):
+            return None
+        if known is not None:
+            return sign * known
+        if constant is not None:
+            return sign * (score(node) + constant)
+        view = ledger.view(node)
+        if view is None:  # removed
+            return None
+        return sign * (score(node) + bounds.of(view))
+
+    ranking: Ranking | None = None
+    order: Iterable[tuple[float, str]]
+    if constant is not None:
+        # One bound for every node: the key follows the node default score, so the ledger's score
+        # index is the visit order (keys non-decreasing; equal keys not always by name, see walk).
+        order = ((sign * (score(node) + constant), node)
+                 for node in _ordered(ledger, candidates, policy == BINPACK) if node in eligible)
+    else:
+        ranking = _ranking(outcomes, ledger, candidates, eligible=eligible, key_of=key_of,
+                           bound_of=bounds.of, sign=sign, unknown=unknown)
+        order = ranking.order
+
+    scores: dict[str, float] = {}
+    visited: list[tuple[str, float | None]] = []
+
+    def walk(order: Iterable[tuple[float, str]], deferred: list[tuple[float, str]] | None) -> str | None:
+        """The least-ranked fitting node of `order` (deprioritized ones set aside in `deferred`)."""
+        best: tuple[float, str] | None = None
+        for rank in order:
+            if best is not None and best < rank:
+                if best[0] < rank[0]:
+                    break
+                continue  # an equal key with a later name: a later node may still have an earlier one
+            node = rank[1]
+            if deferred is not None and deprioritized is not None and deprioritized(node):
+                deferred.append(rank)
+                continue
+            if needs and not _may_fit(needs, ledger.summary(node)):
+                continue
+            outcome = outcomes(node)
+            if isinstance(outcome, str):
+                failed[node] = outcome
+                visited.append((node, None))
+                continue
+            scores[node] = outcome
+            visited.append((node, sign * outcome))
+            if best is None or (sign * outcome, node) < best:
+                best = (sign * outcome, node)
+        return None if best is None else best[1]
+
+    deferred: list[tuple[float, str]] = []
+    chosen = walk(order, deferred)
+    if chosen is None and deferred:
+        chosen = walk(deferred, None)
+    if ranking is not None:
+        for node, key in visited:  # their outcomes are cached now: rank them by them next time
+            ranking.set(node, key)
+    unregistered = {n: r for n, r in failed.items() if r == NODE_UNREGISTERED}
+    if chosen is None:
+        for node in candidates:
+            if node in failed:
+                continue
+            outcome = outcomes(node)
+            if isinstance(outcome, str):
+                failed[node] = outcome
+                continue
+            log.error("node %s was ruled out but fits pod %s; ranking it", node, pod_key(pod)[2])
+            scores[node] = outcome
+        if scores:
+            chosen = min(scores, key=lambda n: (
+                int(deprioritized is not None and deprioritized(n)), sign * scores[n], n))
+        else:
+            # Every candidate's reason, in candidate order as `_decide_all` lists them.
+            return NoFit({**unregistered, **{node: failed[node] for node in candidates}})
+    fit = outcomes.fit_of(chosen)
+    if fit is None:
+        state.verdicts.clear()
+        state.fits.clear()
+        return _decide_bounded(
+            requests, n_init, pod, ctx, state=state, candidates=candidates, policy=policy,
+            failed=unregistered, now=now, eligible=eligible, needs=needs, deprioritized=deprioritized,
+            cached=False,
+        )
+    return _chosen(chosen, fit, scores[chosen], scores, failed=failed, now=now, vendors=ctx.vendors,
                    pod=pod, ledger=ledger)
+
+
+def _ranking(
+    outcomes: _Outcomes,
+    ledger: DeviceLedger,
+    candidates: list[str],
+    *,
+    eligible: frozenset[str],
+    key_of: Callable[[str], float | None],
+    bound_of: Callable[[NodeView], float],
+    sign: float,
+    unknown: bool,
+) -> Ranking:
+    """The pod shape's visit order, kept from its previous decision and re-keyed where the ledger
+    changed since, or made afresh (the shape's first decision: from the bounds alone)."""
+    ranking = outcomes.group.ranking if outcomes.cached else None
+    changed = None
+    if ranking is not None and ranking.candidates == candidates:
+        changed = ledger.changed_since(ranking.tick)
+    if ranking is None or changed is None or len(changed) > len(candidates):
+        # Every registered node a candidate (the usual call): only the eligible ones need a key.
+        pool = eligible if len(candidates) == len(ledger) else [n for n in candidates if n in eligible]
+        if unknown:  # no cache lookups
+            order = [(sign * (s + bound_of(view)), node) for node, s, view in ledger.scored_views(pool)]
+        else:
+            order = []
+            for node in pool:
+                key = key_of(node)
+                if key is not None:
+                    order.append((key, node))
+        ranking = Ranking(candidates, ledger.tick, order)
+    else:
+        members = ranking.members
+        for node in set(changed):
+            if node in members:
+                ranking.set(node, key_of(node))
+        ranking.tick = ledger.tick
+    if outcomes.cached:
+        outcomes.group.ranking = ranking
+    return ranking
 
 
 def _best(scores: Mapping[str, float], descending: bool) -> str:

@@ -1,8 +1,9 @@
 """Cache of the node scores of fits, for decisions that evaluate every node (`decide._decide_all`).
 
-A pod asking a vendor whose ScoreNode is not always 0 (or a call with `evaluate_all`) is fitted on
-every candidate node, and the best total score wins. Between two decisions for pods of the same
-shape most nodes did not change, so their outcome did not either. The outcome on one node — the
+A pod asking a vendor whose ScoreNode is not always 0 (or a call with `evaluate_all`) is placed by
+the best total score over the candidate nodes it fits (visited best bound first, or all of them).
+Between two decisions for pods of the same shape most nodes did not change, so their outcome did
+not either. The outcome on one node — the
 pod fits with total score S, or fails with reason R — is a pure function of
 
 * the pod's fit fingerprint (`verdicts.pod_fingerprint`) and the namespace's quota token

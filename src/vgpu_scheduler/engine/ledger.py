@@ -17,7 +17,7 @@ from bisect import bisect_left, insort
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
-from vgpu_scheduler.engine.nodeview import DeviceUsage, NodeView
+from vgpu_scheduler.engine.nodeview import DeviceUsage, NodeView, has_vendor
 from vgpu_scheduler.engine.podinfo import PodAllocation
 from vgpu_scheduler.engine.scores import node_default_score
 from vgpu_scheduler.model import MIG_MODE, DeviceInfo
@@ -59,6 +59,7 @@ class _Node:
         "score",
         "summary",
         "total",
+        "types",
         "view",
     )
 
@@ -78,6 +79,7 @@ class _Node:
             devmem=sum(d.devmem for d in view.devices),
         )
         self.total = DeviceUsage()
+        self.types = frozenset(d.type for d in view.devices)
         self.score = 0.0
         self.summary: NodeSummary | None = None
         self.gen = 0
@@ -125,6 +127,10 @@ class DeviceLedger:
         # reader can ask which nodes changed since a tick it saw (`changed_since`).
         self._changes: list[str] = []
         self._changes_start = 0
+        # Registered nodes grouped by their set of device types (few groups: one per node model),
+        # and the answers of `nodes_with` since the groups last changed.
+        self._by_types: dict[frozenset[str], set[str]] = {}
+        self._with: dict[tuple[str, ...], frozenset[str]] = {}
 
     # -- inventory -------------------------------------------------------------------------------
 
@@ -162,11 +168,17 @@ class DeviceLedger:
             del self._nodes[name]
             if new is None:
                 self._log_change(name)  # readers of changed_since learn it is gone
+            group = self._by_types[old.types]
+            group.discard(name)
+            if not group:
+                del self._by_types[old.types]
         if new is not None:
             new.score = new.compute_score()
             self._bump(new)
             self._nodes[name] = new
             insort(self._order, (new.score, name))
+            self._by_types.setdefault(new.types, set()).add(name)
+        self._with.clear()
 
     def _unorder(self, score: float, name: str) -> None:
         i = bisect_left(self._order, (score, name))
@@ -312,8 +324,27 @@ class DeviceLedger:
             return list(unique), []
         return [n for n in unique if n in nodes], [n for n in unique if n not in nodes]
 
+    def nodes_with(self, vendors: tuple[str, ...]) -> frozenset[str]:
+        """The registered nodes having, for each of `vendors`, some device `NodeView.positions`
+        lists: a pod asking a vendor fits no other node (it needs at least one of its devices)."""
+        found = self._with.get(vendors)
+        if found is None:
+            found = self._with[vendors] = frozenset().union(*(
+                names for types, names in self._by_types.items()
+                if all(has_vendor(types, v) for v in vendors)
+            ))
+        return found
+
     def node_names(self) -> Iterable[str]:
         return self._nodes.keys()
+
+    def scored_views(self, names: Iterable[str]) -> Iterator[tuple[str, float, NodeView]]:
+        """(name, score, view) of each registered node of `names` (one lookup per node)."""
+        nodes = self._nodes
+        for name in names:
+            node = nodes.get(name)
+            if node is not None:
+                yield name, node.score, node.view
 
     def score(self, node_name: str) -> float:
         """Node default score (§5.5) of a registered node; 0 for unknown nodes."""

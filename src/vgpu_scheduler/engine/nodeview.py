@@ -6,7 +6,7 @@ The ledger owns the live NodeViews; a filter works on copies (usage is the only 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from vgpu_scheduler.model import DeviceInfo
@@ -45,3 +45,9 @@ def vendor_positions(devices: list[DeviceInfo], vendor: str) -> list[int]:
     needle = vendor.lower()
     # Registered types usually start with the key ("NVIDIA A100"), so the case-sensitive test decides.
     return [i for i, d in enumerate(devices) if vendor in d.type or needle in d.type.lower()]
+
+
+def has_vendor(types: Iterable[str], vendor: str) -> bool:
+    """Some device of these types is one `positions(vendor)` lists."""
+    needle = vendor.lower()
+    return any(vendor in t or needle in t.lower() for t in types)

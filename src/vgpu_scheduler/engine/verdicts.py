@@ -33,6 +33,7 @@ from typing import Generic, TypeVar, cast
 
 from vgpu_scheduler.engine.fit import PodFitContext
 from vgpu_scheduler.engine.quota import QuotaManager
+from vgpu_scheduler.engine.ranking import Ranking
 from vgpu_scheduler.model import ContainerRequests
 
 DEFAULT_MAX_ENTRIES = 500_000
@@ -121,7 +122,7 @@ class Snapshot:
 class VerdictGroup(Generic[V]):
     """The cached not-fit reasons (or other per-node values) of one pod fingerprint, per node."""
 
-    __slots__ = ("_cache", "entries", "last_used", "quota_token", "snapshot")
+    __slots__ = ("_cache", "entries", "last_used", "quota_token", "ranking", "snapshot")
 
     def __init__(self, cache: VerdictCache[V], token: int | None) -> None:
         # None once evicted or cleared: later puts are dropped so the cache's size stays exact.
@@ -130,6 +131,8 @@ class VerdictGroup(Generic[V]):
         self.entries: dict[str, tuple[int, V]] = {}
         self.last_used = 0
         self.snapshot: Snapshot | None = None
+        self.ranking: Ranking | None = None
+        """Fit-score groups: the visit order of the pod's decisions (`engine/ranking.py`)."""
 
     def get(self, node: str, generation: int) -> V | None:
         """The value cached for `node` at `generation`, else None."""
@@ -174,6 +177,7 @@ class VerdictCache(Generic[V]):
             self._size -= len(group.entries)
             group.entries.clear()
             group.snapshot = None
+            group.ranking = None
             group.quota_token = token
         return group
 
@@ -181,6 +185,7 @@ class VerdictCache(Generic[V]):
         """Forget every verdict about `node` (it was removed from the cluster)."""
         for group in self._groups.values():
             group.snapshot = None
+            group.ranking = None
             if group.entries.pop(node, None) is not None:
                 self._size -= 1
 
@@ -188,6 +193,7 @@ class VerdictCache(Generic[V]):
         for group in self._groups.values():
             group._cache = None
             group.snapshot = None
+            group.ranking = None
         self._groups.clear()
         self._size = 0
 

@@ -10,7 +10,7 @@ registration pass (`AscendVendor.check_health`), which wins for nodes a registra
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import msgspec
 
@@ -40,6 +40,8 @@ def network_id(custom_info: dict[str, Any] | None) -> float | None:
     if custom_info is None:
         return None
     value = custom_info.get(NETWORK_ID)
+    if type(value) in (int, float):  # the usual JSON number first (bool is not one of them)
+        return float(cast(float, value))
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
     return float(value)

@@ -19,6 +19,7 @@ uuid selection `hami.io/use-<cw>-uuid` / `hami.io/no-use-<cw>-uuid`, node lock
 
 from __future__ import annotations
 
+import functools
 import math
 import struct
 from collections.abc import Hashable, Mapping, Sequence
@@ -31,6 +32,7 @@ from vgpu_scheduler.devices import resources as res
 from vgpu_scheduler.devices.ascend import topology
 from vgpu_scheduler.devices.ascend.config import VnpuConfig
 from vgpu_scheduler.devices.ascend.inventory import (
+    NETWORK_ID,
     AscendDevice,
     has_network_id,
     network_id,
@@ -64,6 +66,8 @@ ASCEND910C = "Ascend910C"
 VNPU_MODE = "huawei.com/vnpu-mode"
 HAMI_CORE = "hami-core"
 NETWORK_WEIGHT = 10
+NETWORKED_MEMO = 20_000
+"""Device lists `_networked` remembers (nodes), emptied when full."""
 PREDICATE_TIME = "predicate-time"
 VISIBLE_DEVICES_ENV = "ASCEND_VISIBLE_DEVICES"
 INT32_MAX = res.INT32_MAX
@@ -129,6 +133,7 @@ class AscendVendor(GenericVendor):
             config.memory_factor,
         ))
         self._node_modes: dict[str, bool | None] = {}
+        self._networked_memo: dict[int, tuple[Sequence[DeviceInfo], bool]] = {}
         """Node -> its `hami-vnpu-core` annotation at the last registration pass."""
 
     # -- requests (GenerateResourceRequests) ------------------------------------------------------
@@ -360,6 +365,54 @@ class AscendVendor(GenericVendor):
             score = f32(score + f32(f32(max(counts.values())) / f32(total)))
         return f32(score * NETWORK_WEIGHT)
 
+    def score_bound(
+        self,
+        requests: Sequence[ContainerDeviceRequest],
+        *,
+        pod_annotations: Mapping[str, str],
+        policy: str,
+        annotations: Mapping[str, str] | None = None,
+        devices: Sequence[DeviceInfo] = (),
+        previous: Sequence[DeviceUsage] = (),
+    ) -> float | None:
+        """Each container adds the share of its devices on their most common network: at most 1,
+        so binpack's bound is 10 × the containers asking, on any node. Under spread, per node: a
+        device without NetworkID zeroes the score, so the bound is 0 unless every device a fit
+        may take and every Ascend device (the ones ScoreNode looks up) has a numeric NetworkID;
+        then a container taking n devices adds at least 1/n."""
+        if not self.scores_nodes:
+            return 0.0
+        if policy != "spread":
+            return float(NETWORK_WEIGHT * len(requests))
+        if annotations is None:
+            return None  # depends on the node's devices
+        if not self._networked(devices):
+            return 0.0
+        return _least_network_score(tuple(r.nums for r in requests))
+
+    def _networked(self, devices: Sequence[DeviceInfo]) -> bool:
+        """Every Ascend device, and every device of this vendor's type, has a numeric NetworkID.
+        Memoised per device list: the engine asks it of every node a spread decision ranks, and a
+        node's list is replaced, never changed in place, when its inventory changes (the memo
+        holds the list it keyed, so its id cannot be reused meanwhile)."""
+        memo = self._networked_memo.get(id(devices))
+        if memo is not None and memo[0] is devices:
+            return memo[1]
+        needle = self.key.lower()
+        networked = True
+        for dev in devices:
+            if isinstance(dev, AscendDevice):
+                custom = dev.custom_info  # network_id(custom) is not None, without the call
+                networked = custom is not None and type(custom.get(NETWORK_ID)) in (int, float)
+            else:
+                networked = self.key not in dev.type and needle not in dev.type.lower()
+            if not networked:
+                break
+        if len(self._networked_memo) >= NETWORKED_MEMO:
+            self._networked_memo.clear()
+        self._networked_memo[id(devices)] = (devices, networked)
+        return networked
+
     # -- admission (MutateAdmission) --------------------------------------------------------------
 
     def mutate(self, container: dict[str, Any], pod: dict[str, Any]) -> bool:
@@ -404,6 +457,16 @@ class AscendVendor(GenericVendor):
         if isinstance(spec, dict) and spec.get("runtimeClassName") is None and cfg.runtime_class_name:
             spec["runtimeClassName"] = cfg.runtime_class_name
         return True
+
+
+@functools.lru_cache(maxsize=256)
+def _least_network_score(nums: tuple[int, ...]) -> float:
+    """ScoreNode's least value when every device has a numeric NetworkID: each container taking
+    n devices adds at least 1/n, summed as score_node sums (so the rounding keeps the bound)."""
+    score = 0.0
+    for n in nums:
+        score = f32(score + f32(f32(1) / f32(n)))
+    return f32(score * NETWORK_WEIGHT)
 
 
 def runtime_info(uuid: str, template: str, memory: int, core: int) -> dict[str, Any]:

@@ -10,6 +10,7 @@ container asking for Metax GPUs finds none). Node score from the device plugin's
 
 from __future__ import annotations
 
+import functools
 import struct
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from datetime import datetime, tzinfo
@@ -57,6 +58,7 @@ def capacity_count(node: Obj, name: str) -> int | None:
     return res.as_int(capacity[name])
 
 
+@functools.lru_cache(maxsize=1024)  # a model's nodes share one text: decoded once, not per node
 def topology_value(annotation: str, wanted: int) -> int:
     """HAMi `parseMetaxAnnos`: entry `wanted` of a JSON object {"<n>": <int>}; 0 when the text is
     not such an object (any key or value Go cannot read as int) or has no such entry."""
@@ -81,6 +83,20 @@ def topology_value(annotation: str, wanted: int) -> int:
         else:
             return 0
     return table.get(wanted, 0)
+
+
+def topology_score(annotations: Mapping[str, str], n: int, policy: str) -> float:
+    """ScoreNode for a pod taking `n` devices on a node with `annotations` (see `score_node`)."""
+    key = LOSSES if policy == "binpack" else SCORES if policy == "spread" else None
+    value = annotations.get(key) if key else None
+    if value is None:
+        return 0.0
+    return _score_of(value, n)
+
+
+@functools.lru_cache(maxsize=1024)
+def _score_of(annotation: str, n: int) -> float:
+    return f32(2000 - f32(topology_value(annotation, n)))
 
 
 class MetaxGpuVendor(GenericVendor):
@@ -194,12 +210,24 @@ class MetaxGpuVendor(GenericVendor):
     ) -> float:
         """Binpack: 2000 − loss[n] (lower loss preferred); spread: 2000 − score[n]; n = the number
         of devices the pod takes; no annotation: 0."""
-        n = sum(len(ctr) for ctr in per_container)
-        key = LOSSES if policy == "binpack" else SCORES if policy == "spread" else None
-        value = annotations.get(key) if key else None
-        if value is None:
-            return 0.0
-        return f32(2000 - f32(topology_value(value, n)))
+        return topology_score(annotations, sum(len(ctr) for ctr in per_container), policy)
+
+    def score_bound(
+        self,
+        requests: Sequence[ContainerDeviceRequest],
+        *,
+        pod_annotations: Mapping[str, str],
+        policy: str,
+        annotations: Mapping[str, str] | None = None,
+        devices: Sequence[DeviceInfo] = (),
+        previous: Sequence[DeviceUsage] = (),
+    ) -> float | None:
+        """The score itself on a given node: a fit takes exactly the devices asked. On any node
+        none (the annotations' values are any integers)."""
+        if annotations is None:
+            return None
+        n = requests[0].nums if len(requests) == 1 else sum(r.nums for r in requests)
+        return topology_score(annotations, n, policy)
 
     def mutate(self, container: dict[str, Any], pod: dict[str, Any]) -> bool:
         return res.present(container, "limits", self.names.count)

@@ -374,6 +374,32 @@ class MetaxSgpuVendor(GenericVendor):
         raw = self.raw_score(per_container, devices, previous)
         return raw * (-SCORE_WEIGHT if policy == "spread" else SCORE_WEIGHT)
 
+    def score_bound(
+        self,
+        requests: Sequence[ContainerDeviceRequest],
+        *,
+        pod_annotations: Mapping[str, str],
+        policy: str,
+        annotations: Mapping[str, str] | None = None,
+        devices: Sequence[DeviceInfo] = (),
+        previous: Sequence[DeviceUsage] = (),
+    ) -> float | None:
+        """From the pod alone: `raw_score` is at most `raw_bound`, so the score is at most
+        10000 × it (binpack) or at least −10000 × it (spread)."""
+        raw = self.raw_bound(requests, pod_annotations)
+        return raw * (-SCORE_WEIGHT if policy == "spread" else SCORE_WEIGHT)
+
+    @staticmethod
+    def raw_bound(requests: Sequence[ContainerDeviceRequest], pod_annotations: Mapping[str, str]) -> int:
+        """An upper bound of `raw_score` for any fit of `requests`: an online pod only gets
+        penalties (≤ 0); the others score only by topology over their whole devices (entries of
+        100 cores): 11 × the links among the N devices taken (10 per same-zone pair) minus the
+        idle links they break, so at most 11 × 10 × N(N−1)/2; without whole devices 0."""
+        if pod_annotations.get(APP_CLASS) == ONLINE:
+            return 0
+        whole = sum(r.nums for r in requests if r.coresreq == 100)
+        return 11 * rules.DIRECT_LINK_SCORE * whole * (whole - 1) // 2
+
     def raw_score(
         self, per_container: PodSingleDevice, devices: Sequence[DeviceInfo], previous: Sequence[DeviceUsage]
     ) -> int:

@@ -1,0 +1,84 @@
+"""Bounds of the vendors' node scores for one pod, for the early exit of `decide._decide_bounded`.
+
+A pod asking a vendor whose ScoreNode is not always 0 is placed by the best total score (node
+default score + Σ ScoreNode) over every node it fits. Each such vendor bounds its ScoreNode
+(`Vendor.score_bound`) — on any node from the pod alone, or on one node from its annotations,
+devices and usage — in the direction the node policy prefers: from above under binpack, from
+below under spread. The sum of the bounds, taken in the order the decision sums the scores, bounds
+the sum of the scores the same way (float addition is monotonic), so a node's default score plus
+it bounds the node's total.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from vgpu_scheduler.devices.protocol import Vendor, Vendors
+from vgpu_scheduler.engine.nodeview import NodeView
+from vgpu_scheduler.model import ContainerDeviceRequest, ContainerRequests
+
+
+@dataclass(slots=True, frozen=True)
+class _Scoring:
+    vendor: Vendor
+    requests: tuple[ContainerDeviceRequest, ...]
+    """The pod's requests of this vendor, one per container asking it."""
+    anywhere: float | None
+    """The vendor's bound on every node, when it has one."""
+
+
+@dataclass(slots=True, frozen=True)
+class ScoreBounds:
+    """The pod's bound of Σ ScoreNode: `constant` on every node when each scoring vendor has one
+    from the pod alone, else per node (`of`)."""
+
+    policy: str
+    pod_annotations: Mapping[str, str]
+    scoring: tuple[_Scoring, ...]
+    constant: float | None
+
+    def of(self, view: NodeView) -> float:
+        """The bound on the node of `view`; infinitely favourable when a vendor knows none."""
+        total = 0.0
+        for s in self.scoring:
+            bound = s.anywhere
+            if bound is None:
+                bound = s.vendor.score_bound(
+                    s.requests, pod_annotations=self.pod_annotations, policy=self.policy,
+                    annotations=view.annotations, devices=view.devices, previous=view.usage,
+                )
+                if bound is None:
+                    return -math.inf if self.policy == "spread" else math.inf
+            total += bound
+        return total
+
+
+def score_bounds(
+    requests: Sequence[ContainerRequests],
+    vendors: Vendors,
+    *,
+    pod_annotations: Mapping[str, str],
+    policy: str,
+) -> ScoreBounds:
+    """The bounds for a pod with `requests` under node policy `policy` ("binpack" or "spread"). The
+    scoring vendors come in the order the pod first asks them, the order their scores are summed."""
+    scoring: list[_Scoring] = []
+    seen: set[str] = set()
+    for creq in requests:
+        for key in creq:
+            vendor = vendors.get(key)
+            if vendor is None or not vendor.scores_nodes or key in seen:
+                continue
+            seen.add(key)
+            asks = tuple(c[key] for c in requests if key in c)
+            anywhere = vendor.score_bound(asks, pod_annotations=pod_annotations, policy=policy)
+            scoring.append(_Scoring(vendor, asks, anywhere))
+    constant: float | None = 0.0
+    for s in scoring:
+        if s.anywhere is None or constant is None:
+            constant = None
+        else:
+            constant += s.anywhere
+    return ScoreBounds(policy, pod_annotations, tuple(scoring), constant)

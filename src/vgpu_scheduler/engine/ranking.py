@@ -1,0 +1,54 @@
+"""The visit order of a decision whose vendors bound their node scores per node
+(`decide._decide_bounded`), kept between decisions.
+
+For one fit-score group (`fitcache.fit_key` and the quota token) and one candidate list: the
+candidates that may fit, each with its rank key — the policy-signed total score (negated under
+binpack, so that smaller is better) when the fit-score cache knows it, else the policy-signed bound
+of it (`engine/bounds.py`) — sorted by (key, name). A key never ranks a node better than its true
+total does. Like the cached outcomes, a key is a function of the node's generation, so a later
+decision of the same group re-keys only the nodes the ledger lists as changed since
+(`DeviceLedger.changed_since`) and the nodes it visited itself, instead of every candidate.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left, insort
+
+
+class Ranking:
+    """Candidates in visit order, as of ledger tick `tick`."""
+
+    __slots__ = ("_keys", "_members", "candidates", "order", "tick")
+
+    def __init__(self, candidates: list[str], tick: int, order: list[tuple[float, str]]) -> None:
+        """`order`: (key, node) of every candidate that may fit, in any order."""
+        self.candidates = candidates
+        self._members: frozenset[str] | None = None
+        self._keys: dict[str, float] | None = None
+        self.tick = tick
+        order.sort()
+        self.order = order
+        """(key, node) ascending: the visit order."""
+
+    @property
+    def keys(self) -> dict[str, float]:
+        """Node -> key (made when a later decision first re-keys some)."""
+        if self._keys is None:
+            self._keys = {node: key for key, node in self.order}
+        return self._keys
+
+    @property
+    def members(self) -> frozenset[str]:
+        """The candidates as a set (made when a later decision first re-keys some)."""
+        if self._members is None:
+            self._members = frozenset(self.candidates)
+        return self._members
+
+    def set(self, node: str, key: float | None) -> None:
+        """Re-key a candidate (None: it cannot fit, leave it out)."""
+        old = self.keys.pop(node, None)
+        if old is not None:
+            del self.order[bisect_left(self.order, (old, node))]
+        if key is not None:
+            self.keys[node] = key
+            insort(self.order, (key, node))

@@ -1,0 +1,210 @@
+"""Visiting nodes best bound first (`decide._decide_bounded`) chooses what evaluating every node does.
+
+Random fleets of NVIDIA, Ascend 910B3, Metax sGPU and Metax GPU nodes (NetworkIDs present, missing
+or not numbers; topology annotations with any integers, missing or unreadable; link zones; some
+nodes with NVIDIA GPUs next to their NPUs) go through random decisions, reservations, deletions
+and re-registrations. Two schedulers receive the same events; one decides with the early exit
+(its caches and rankings kept between decisions), the other with `evaluate_all`. Their choices
+(node, devices, annotations, score), their reasons when nothing fits, and their ledgers must stay
+identical; the scores and reasons the early exit does list must be the evaluated ones.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+from typing import Any
+
+from hypothesis import event, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+
+import vgpu_scheduler.engine.decide as decide_module
+from tests.engine.test_fitcache import _counting_fits, _essence, _pod, _vendors, pod_spec
+from vgpu_scheduler.engine.decide import Chosen, NoFit, NoRequest, decide
+from vgpu_scheduler.engine.state import SchedulerState
+from vgpu_scheduler.model import DeviceInfo
+
+NODES = [f"n{i}" for i in range(6)]
+DEVICES = 4
+
+network = st.one_of(st.integers(0, 2), st.just("x"), st.none())
+"""A device's NetworkID: a number, not a number, or (None) no key at all."""
+topology_table = st.one_of(
+    st.none(),
+    st.just("not json"),
+    st.dictionaries(st.sampled_from(["1", "2", "4"]), st.integers(-3000, 3000), max_size=3).map(json.dumps),
+)
+node_spec = st.one_of(
+    st.fixed_dictionaries({"kind": st.just("ascend"), "networks": st.lists(network, min_size=DEVICES,
+                           max_size=DEVICES), "gpus": st.booleans()}),
+    st.fixed_dictionaries({"kind": st.just("sgpu"), "zones": st.lists(st.integers(0, 2), min_size=DEVICES,
+                           max_size=DEVICES), "qos": st.sampled_from(["", "best-effort", "fixed-share"])}),
+    st.fixed_dictionaries({"kind": st.just("metax"), "losses": topology_table, "scores": topology_table}),
+    st.fixed_dictionaries({"kind": st.just("nvidia")}),
+)
+
+
+def _node_object(name: str, spec: dict[str, Any]) -> tuple[dict[str, str], dict[str, str]]:
+    kind = spec["kind"]
+    if kind == "ascend":
+        npus = []
+        for i, net in enumerate(spec["networks"]):
+            custom = {} if net is None else {"NetworkID": net}
+            npus.append({"id": f"{name}-npu{i}", "index": i, "count": 2, "devmem": 32768, "devcore": 20,
+                         "type": "Ascend910B3", "health": True, "custominfo": custom})
+        capacity = {"huawei.com/Ascend910B3": str(DEVICES)}
+        return {"hami.io/node-register-Ascend910B3": json.dumps(npus)}, capacity
+    if kind == "sgpu":
+        sgpus = [{"uuid": f"{name}-sgpu{i}", "model": "C500", "totalDevCount": 3, "totalCompute": 100,
+                  "totalVRam": 16384, "numa": i // 2, "healthy": True, "qosPolicy": spec["qos"],
+                  "linkZone": zone} for i, zone in enumerate(spec["zones"])]
+        capacity = {"metax-tech.com/sgpu": str(3 * DEVICES)}
+        return {"metax-tech.com/node-gpu-devices": json.dumps(sgpus)}, capacity
+    if kind == "metax":
+        annotations = {key: value for key, value in (("metax-tech.com/gpu.topology.losses", spec["losses"]),
+                       ("metax-tech.com/gpu.topology.scores", spec["scores"])) if value is not None}
+        return annotations, {"metax-tech.com/gpu": str(DEVICES)}
+    return {}, {}
+
+
+def _register(state: SchedulerState, name: str, spec: dict[str, Any]) -> None:
+    annotations, capacity = _node_object(name, spec)
+    node = {"metadata": {"name": name, "annotations": annotations},
+            "status": {"capacity": capacity, "allocatable": capacity}}
+    devices: list[DeviceInfo] = []
+    for vendor in state.vendors:
+        with contextlib.suppress(ValueError):  # InventoryError: not this vendor's node
+            devices.extend(vendor.node_devices(node))
+    if spec["kind"] == "nvidia" or spec.get("gpus"):
+        devices += [DeviceInfo(id=f"{name}-gpu{i}", index=i, count=3, devmem=16000, devcore=100,
+                               type="NVIDIA-A100", numa=i // 2, health=True) for i in range(2)]
+    state.set_node_devices(name, devices, annotations=annotations)
+
+
+PODS = [f"p{i}" for i in range(5)]
+
+
+class BoundedEqualsAll(RuleBasedStateMachine):
+    def __init__(self) -> None:
+        super().__init__()
+        self.early = SchedulerState(_vendors())
+        self.full = SchedulerState(_vendors())
+        self.placed: dict[str, tuple[dict[str, Any], Chosen]] = {}
+        self.specs: list[dict[str, Any]] = []
+        self.now = 1000
+        # The decision's guards ("ruled out but fits", "no longer fits") must never fire.
+        self.errors: list[logging.LogRecord] = []
+        handler = logging.Handler(logging.ERROR)
+        handler.emit = self.errors.append  # type: ignore[method-assign]
+        self.handler = handler
+        logging.getLogger(decide_module.__name__).addHandler(handler)
+
+    def teardown(self) -> None:
+        logging.getLogger(decide_module.__name__).removeHandler(self.handler)
+
+    @initialize(fleet=st.lists(node_spec, min_size=len(NODES), max_size=len(NODES)))
+    def register_all(self, fleet: list[dict[str, Any]]) -> None:
+        for name, spec in zip(NODES, fleet, strict=True):
+            for s in (self.early, self.full):
+                _register(s, name, spec)
+
+    @rule(name=st.sampled_from(NODES), spec=node_spec)
+    def reregister(self, name: str, spec: dict[str, Any]) -> None:
+        for s in (self.early, self.full):
+            _register(s, name, spec)
+
+    @rule(name=st.sampled_from(PODS), spec=pod_spec, reserve=st.booleans(),
+          busy=st.one_of(st.lists(st.sampled_from(NODES), max_size=3, unique=True), st.just(NODES)),
+          some=st.one_of(st.none(), st.lists(st.sampled_from(NODES), min_size=1, max_size=4, unique=True)))
+    def decide_pod(self, name: str, spec: dict[str, Any], reserve: bool, busy: list[str],
+                   some: list[str] | None) -> None:
+        self.specs.append(spec)
+        self._decide(name, spec, reserve, busy, some or NODES)
+
+    @precondition(lambda self: bool(self.specs))
+    @rule(name=st.sampled_from(PODS), data=st.data(), reserve=st.booleans(),
+          busy=st.one_of(st.lists(st.sampled_from(NODES), max_size=2, unique=True), st.just(NODES)))
+    def decide_known_shape(self, name: str, data: st.DataObject, reserve: bool, busy: list[str]) -> None:
+        """A replica: the early exit starts from its kept ranking."""
+        self._decide(name, data.draw(st.sampled_from(self.specs)), reserve, busy, NODES)
+
+    def _decide(self, name: str, spec: dict[str, Any], reserve: bool, busy: list[str],
+                candidates: list[str]) -> None:
+        self.now += 1
+        obj = _pod(name, spec)
+        default = ("binpack", "spread")[self.now % 2]
+        args: dict[str, Any] = {"default_node_policy": default, "default_gpu_policy": "spread",
+                                "now": self.now, "deprioritized": (lambda n: n in busy) if busy else None}
+        got = decide(obj, candidates, self.early, **args)
+        want = decide(_pod(name, spec), candidates, self.full, evaluate_all=True, **args)
+        assert _essence(got) == _essence(want)
+        if isinstance(got, Chosen):
+            assert isinstance(want, Chosen)
+            assert {n: want.scores[n] for n in got.scores} == got.scores
+            assert {n: want.failed[n] for n in got.failed} == got.failed
+            event(f"chosen, {len(got.scores)} of {len(want.scores)} nodes fitted")
+        elif isinstance(got, NoFit):
+            event("no fit")
+        self.placed.pop(name, None)
+        if isinstance(got, NoRequest):
+            return
+        if isinstance(got, Chosen) and reserve:
+            assert isinstance(want, Chosen)
+            self.early.reserve(obj, got)
+            self.full.reserve(_pod(name, spec), want)
+            self.placed[name] = (obj, got)
+
+    @precondition(lambda self: bool(self.placed))
+    @rule(data=st.data())
+    def pod_deleted(self, data: st.DataObject) -> None:
+        name = data.draw(st.sampled_from(sorted(self.placed)))
+        obj, _ = self.placed.pop(name)
+        for s in (self.early, self.full):
+            s.on_pod_deleted(obj)
+
+    @invariant()
+    def same_usage(self) -> None:
+        assert self.early.ledger.snapshot() == self.full.ledger.snapshot()
+
+    @invariant()
+    def no_guard_fired(self) -> None:
+        assert not self.errors, [r.getMessage() for r in self.errors]
+
+
+BoundedEqualsAll.TestCase.settings = settings(max_examples=150, stateful_step_count=30, deadline=None)
+TestBoundedEqualsAll = BoundedEqualsAll.TestCase
+
+
+# -- units --------------------------------------------------------------------------------------
+
+
+def _fleet(kind: dict[str, Any]) -> SchedulerState:
+    s = SchedulerState(_vendors())
+    for name in NODES:
+        _register(s, name, kind)
+    return s
+
+
+ONE_NPU = {"asks": [{"kind": "ascend", "nums": 1, "mem": 8192}], "node_policy": None, "gpu_policy": None,
+           "app_class": None, "qos": None, "topology": None, "label": None}
+NETWORKED = {"kind": "ascend", "networks": [0, 0, 1, 1], "gpus": False}
+
+
+def test_tight_bounds_fit_one_node_per_decision() -> None:
+    """Every NPU has a NetworkID, so a one-NPU pod scores exactly its bound everywhere: under either
+    policy the first node visited wins and no other is fitted, even as usage spreads."""
+    for policy in ("binpack", "spread"):
+        early, full = _fleet(NETWORKED), _fleet(NETWORKED)
+        for i in range(6):
+            obj = _pod(f"p{i}", {**ONE_NPU, "node_policy": policy})
+            args: dict[str, Any] = {"default_node_policy": policy, "default_gpu_policy": "spread", "now": i}
+            with _counting_fits() as fitted:
+                got = decide(obj, NODES, early, **args)
+            want = decide(obj, NODES, full, evaluate_all=True, **args)
+            assert isinstance(got, Chosen) and isinstance(want, Chosen)
+            assert _essence(got) == _essence(want)
+            assert fitted == [got.node]
+            early.reserve(obj, got)
+            full.reserve(obj, want)
