@@ -2,6 +2,7 @@
 
 from typing import Any
 
+import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
@@ -13,6 +14,7 @@ from vgpu_scheduler.devices.registry import build
 from vgpu_scheduler.engine.decide import Chosen, decide
 from vgpu_scheduler.engine.state import SchedulerState
 from vgpu_scheduler.server.app import make_app
+from vgpu_scheduler.simulate import loop as loop_module
 from vgpu_scheduler.simulate.loop import (
     ARRIVAL_ANNOTATION,
     HttpExtender,
@@ -166,6 +168,29 @@ async def test_same_inputs_give_byte_identical_reports() -> None:
     runs = [dumps_report((await simulate(demo_fleet(), demo_workload(40, 7))).report) for _ in range(2)]
     assert runs[0] == runs[1]
     assert '"node": "gpu-node-' in runs[0]
+
+
+async def test_informers_waited_for_in_wall_time_give_the_same_report(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    want = dumps_report((await simulate(demo_fleet(), demo_workload(40, 7))).report)
+    # No event-loop spins: every settle waits in wall time (a reflector between two watches).
+    monkeypatch.setattr(loop_module, "SETTLE_SPINS", 0)
+    assert dumps_report((await simulate(demo_fleet(), demo_workload(40, 7))).report) == want
+
+
+async def test_an_informer_that_never_catches_up_is_an_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    sim = Simulation(demo_fleet(), demo_workload(3, 1))
+    await sim.start()
+    try:
+        monkeypatch.setattr(loop_module, "SETTLE_SPINS", 0)
+        monkeypatch.setattr(loop_module, "SETTLE_WAIT_SECONDS", 0.05)
+        monkeypatch.setattr(loop_module, "_rv", lambda _value: 0)  # informers frozen behind every write
+        sim._settled_at = -1
+        with pytest.raises(RuntimeError, match="did not catch up"):
+            await sim.settle()
+    finally:
+        await sim.close()
 
 
 async def _noop_webhook(_request: web.Request) -> web.StreamResponse:

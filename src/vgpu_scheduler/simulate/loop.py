@@ -125,6 +125,12 @@ class _NoEvents:
         return None
 
 
+SETTLE_SPINS = 100_000
+"""Event-loop turns `settle` gives the informers before it waits in wall time."""
+SETTLE_WAIT_SECONDS = 60.0
+"""Wall time `settle` then waits before giving up on an informer that does not catch up."""
+
+
 @dataclass(slots=True)
 class SimulationOptions:
     provider: str = DEFAULT_PROVIDER
@@ -278,11 +284,21 @@ class Simulation:
         if target == self._settled_at:
             return  # nothing written since the informers last caught up (their versions only grow)
         self.cluster.trigger_bookmarks()
-        for _ in range(100_000):
-            if all(_rv(r.resource_version) >= target for r in self.process.reflectors):
+        reflectors = self.process.reflectors
+        for _ in range(SETTLE_SPINS):
+            if all(_rv(r.resource_version) >= target for r in reflectors):
                 self._settled_at = target
                 return
             await asyncio.sleep(0)
+        # Still behind: a reflector is between two watches (its server-side timeout ends one every
+        # few minutes of wall time) or the machine is slow. Wait in wall time, bounded.
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + SETTLE_WAIT_SECONDS
+        while loop.time() < deadline:
+            if all(_rv(r.resource_version) >= target for r in reflectors):
+                self._settled_at = target
+                return
+            await asyncio.sleep(0.01)
         raise RuntimeError("the scheduler's informers did not catch up with the embedded cluster")
 
     # -- events ------------------------------------------------------------------------------------
