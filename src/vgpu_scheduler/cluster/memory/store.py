@@ -24,12 +24,31 @@ if TYPE_CHECKING:  # watches register here; they import the store's types
     from vgpu_scheduler.cluster.memory.watch import MemoryWatch
 
 
-@dataclass(slots=True)
 class Stored:
-    """One version of an object. Shared by the store, the history and watch queues, so never mutated."""
+    """One version of an object. Shared by the store, the history and watch queues, so never mutated.
 
-    obj: Obj  # never mutated once stored, never handed out
-    raw: bytes  # encoded obj, without kind/apiVersion (list item shape)
+    `raw` is the encoded object (list item shape, no kind/apiVersion). The decoded `obj` is kept
+    while this is the object's current version; a replaced version lives on only in the history,
+    where it is rarely read, so it keeps its bytes alone and decodes them when asked (`forget_obj`).
+    """
+
+    __slots__ = ("_obj", "raw")
+
+    def __init__(self, obj: Obj, raw: bytes) -> None:
+        self._obj: Obj | None = obj  # never mutated once stored, never handed out
+        self.raw = raw
+
+    @property
+    def obj(self) -> Obj:
+        obj = self._obj
+        if obj is None:
+            decoded: Obj = decode(self.raw)
+            return decoded
+        return obj
+
+    def forget_obj(self) -> None:
+        """This version was replaced: keep the bytes only."""
+        self._obj = None
 
 
 @dataclass(slots=True)
@@ -126,6 +145,8 @@ class ObjectStore:
             del st.history[:cut]
         for w in list(st.watchers):
             w.offer(ev)
+        if old is not None:
+            old.forget_obj()  # only the history holds it now
         # The watchers queued their lines; the history keeps no copy (a watch replaying from an
         # older resourceVersion encodes again): 10,000 events of pod-sized lines otherwise.
         ev.lines.clear()
