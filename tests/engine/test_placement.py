@@ -18,7 +18,7 @@ from tests.builders import gpu_container as ctr
 from vgpu_scheduler.devices.registry import build
 from vgpu_scheduler.engine.decide import Chosen, Decision, NoFit, decide
 from vgpu_scheduler.engine.nodeview import NodeView
-from vgpu_scheduler.engine.placement import DemandTable, fleet_room, instances
+from vgpu_scheduler.engine.placement import DemandTable, FleetRoom, instances, node_room
 from vgpu_scheduler.engine.policy import asked_memory, leftover_after
 from vgpu_scheduler.engine.state import SchedulerState
 from vgpu_scheduler.model import ContainerDeviceRequest, DeviceInfo, DeviceUsage
@@ -101,14 +101,33 @@ def test_instances_counts_as_adding_them_one_by_one(
     assert instances(dev, use, shape) == _instances_one_by_one(dev, use, shape)
 
 
-def test_fleet_room_counts_every_device_of_the_shapes_vendor() -> None:
-    views = [NodeView("a", [device("a-0", devmem=BIG)], [DeviceUsage()]),
-             NodeView("b", [device("b-0", devmem=SMALL), device("b-1", index=1, devmem=BIG)],
-                      [DeviceUsage(), DeviceUsage(1, 50_000, 50)])]
+def test_node_room_counts_every_device_of_the_shapes_vendor() -> None:
+    view = NodeView("b", [device("b-0", devmem=SMALL), device("b-1", index=1, devmem=BIG)],
+                    [DeviceUsage(), DeviceUsage(1, 50_000, 50)])
     half, quarter = device_request(mem=40_000, cores=50), device_request(mem=20_000, cores=25)
-    other = device_request(mem=1000, type="Ascend910B")
-    # half: 2 on a-0, none on b-0, none on b-1 (30 GB left); quarter: 4 + 1 + 1; no Ascend device.
-    assert fleet_room(views, [half, quarter, other]) == [2, 6, 0]
+    # half: none on b-0, none on b-1 (30 GB left); quarter: 1 + 1; no Ascend device.
+    assert [node_room(view, shape) for shape in (half, quarter)] == [0, 2]
+    assert node_room(view, device_request(mem=1000, type="Ascend910B")) == 0
+
+
+def test_fleet_room_follows_the_ledger_as_nodes_and_shapes_change() -> None:
+    s = _state(a=[BIG], b=[SMALL, BIG])
+    half, quarter = device_request(mem=40_000, cores=50), device_request(mem=20_000, cores=25)
+    room = FleetRoom()
+
+    def fresh(*shapes: ContainerDeviceRequest) -> list[int]:
+        return FleetRoom().of(s.ledger, shapes)
+
+    assert room.of(s.ledger, [half, quarter]) == fresh(half, quarter) == [4, 9]
+    _place(s, _pod("half", 40_000, 50, policy="binpack"))
+    assert room.of(s.ledger, [half, quarter]) == fresh(half, quarter) == [3, 7]
+    notebook = device_request(mem=4000, cores=10)  # a new shape counts every node
+    assert room.of(s.ledger, [quarter, notebook]) == fresh(quarter, notebook) == [7, 23]
+    s.remove_node("a")
+    s.set_node_devices("c", [device("c-0", devmem=SMALL)])
+    assert room.of(s.ledger, [half, quarter, notebook]) == fresh(half, quarter, notebook)
+    s.release("uid-half")
+    assert room.of(s.ledger, [half, quarter, notebook]) == fresh(half, quarter, notebook)
 
 
 def test_a_small_slice_keeps_off_the_large_card_when_large_slices_usually_come() -> None:

@@ -595,9 +595,8 @@ def _decide_all(
         preferred = free or scores
     if placement:
         ledger = state.ledger
-        # Every candidate's view, fitting or not: the room left for other shapes is fleet-wide.
-        views = {node: view for node in candidates if (view := ledger.view(node)) is not None}
-        best = cheapest(preferred, outcomes.fits, views, state.demand, descending=policy == BINPACK)
+        views = {node: view for node in preferred if (view := ledger.view(node)) is not None}
+        best = cheapest(preferred, outcomes.fits, views, state.demand, ledger, descending=policy == BINPACK)
     else:
         best = _best(preferred, policy == BINPACK)
     fit = outcomes.fit_of(best)

@@ -25,12 +25,17 @@ from __future__ import annotations
 
 from collections import Counter, deque
 from collections.abc import Iterable, Mapping, Sequence
-from functools import lru_cache
 
 from vgpu_scheduler.engine.fit import NodeFit
+from vgpu_scheduler.engine.ledger import DeviceLedger
 from vgpu_scheduler.engine.nodeview import NodeView
-from vgpu_scheduler.engine.policy import asked_memory, leftover_after
-from vgpu_scheduler.model import ContainerDeviceRequest, ContainerRequests, DeviceInfo, DeviceUsage
+from vgpu_scheduler.model import (
+    PERCENTAGE_UNSET,
+    ContainerDeviceRequest,
+    ContainerRequests,
+    DeviceInfo,
+    DeviceUsage,
+)
 
 WINDOW = 256
 """Device requests remembered: enough for the mix of a busy fleet, short enough to follow it."""
@@ -45,6 +50,8 @@ class DemandTable:
         self._recent: deque[ContainerDeviceRequest] = deque()
         self._window = window
         self._counts: Counter[ContainerDeviceRequest] = Counter()
+        self.room = FleetRoom()
+        """The fleet's room for the shapes seen (kept here: it lives as long as the table)."""
 
     def observe(self, requests: Iterable[ContainerRequests]) -> None:
         for container in requests:
@@ -64,38 +71,93 @@ class DemandTable:
         return [(shape, n / total) for shape, n in self._counts.items()]
 
 
+Ask = tuple[int, int, int]
+"""A shape as `rooms_on` reads it: (memory MiB, memory percentage, cores); see `ask_of`."""
+
+
+def ask_of(shape: ContainerDeviceRequest) -> Ask:
+    return (shape.memreq, shape.mem_percentage_req, shape.coresreq)
+
+
+def rooms_on(dev: DeviceInfo, use: DeviceUsage, asks: Sequence[Ask]) -> list[int]:
+    """For each ask, how many more pods of it the device could hold (fit's per-device rules, as
+    `policy.leftover_after` applies them one instance at a time), at most 64. One loop for every
+    shape: this runs for each device a placement takes, on every candidate node."""
+    count, devmem, devcore = dev.count, dev.devmem, dev.devcore
+    if count <= 0 or devmem <= 0 or devcore <= 0:
+        return [0] * len(asks)
+    shares = min(count - use.used, _MAX_INSTANCES)
+    free_mem, free_cores = devmem - use.usedmem, devcore - use.usedcores
+    cores_used_up = use.usedcores == devcore
+    out = []
+    for memreq, pct, cores in asks:
+        mem = devmem * pct // 100 if memreq == 0 and pct not in (PERCENTAGE_UNSET, 0) else memreq
+        if shares < 1 or free_mem < mem or free_cores < cores or (cores_used_up and cores == 0):
+            out.append(0)
+        elif devcore == 100 and cores == 100:
+            out.append(0 if use.used > 0 else 1)  # a whole card: fit gives it no company
+        else:
+            n = shares
+            if mem > 0:
+                n = min(n, free_mem // mem)
+            if cores > 0:
+                n = min(n, free_cores // cores)
+            out.append(n)
+    return out
+
+
 def instances(dev: DeviceInfo, use: DeviceUsage, shape: ContainerDeviceRequest) -> int:
-    """How many more pods of `shape` the device could hold (fit's per-device rules), at most 64."""
-    return _instances(dev.count, dev.devmem, dev.devcore, use.used, use.usedmem, use.usedcores,
-                      asked_memory(dev, shape), shape.coresreq)
+    """How many more pods of `shape` the device could hold (`rooms_on` for one shape)."""
+    return rooms_on(dev, use, [ask_of(shape)])[0]
 
 
-@lru_cache(maxsize=65536)
-def _instances(count: int, devmem: int, devcore: int, used: int, usedmem: int, usedcores: int,
-               mem: int, cores: int) -> int:
-    # Plain ints so that equal device states (most cards of a fleet) share one entry.
-    dev = DeviceInfo(id="", index=0, count=count, devmem=devmem, devcore=devcore, type="", numa=0)
-    if leftover_after(dev, DeviceUsage(used, usedmem, usedcores), ContainerDeviceRequest(
-            1, "", mem, 0, cores)) is None:
-        return 0
-    if devcore == 100 and cores == 100:
-        return 1  # a whole card: fit gives it no company
-    n = min(count - used, _MAX_INSTANCES)
-    if mem > 0:
-        n = min(n, (devmem - usedmem) // mem)
-    if cores > 0:
-        n = min(n, (devcore - usedcores) // cores)
-    return n
+def node_room(view: NodeView, shape: ContainerDeviceRequest) -> int:
+    """How many more pods of `shape` the node's devices could hold, each device on its own."""
+    ask = [ask_of(shape)]
+    return sum(rooms_on(view.devices[p], view.usage[p], ask)[0] for p in view.positions(shape.type))
 
 
-def fleet_room(views: Iterable[NodeView], shapes: Sequence[ContainerDeviceRequest]) -> list[int]:
-    """Per shape, how many more pods of it the devices of `views` could hold (each device alone)."""
-    room = [0] * len(shapes)
-    for view in views:
-        for k, shape in enumerate(shapes):
-            for p in view.positions(shape.type):
-                room[k] += instances(view.devices[p], view.usage[p], shape)
-    return room
+class FleetRoom:
+    """Per shape, `node_room` summed over every registered node of a ledger, kept up to date from
+    the ledger's generations: only nodes that changed since the last call are counted again (one
+    per decision, usually), so a decision does not pay for the whole fleet."""
+
+    def __init__(self) -> None:
+        self._ledger: DeviceLedger | None = None
+        self._tick = 0
+        self._per_node: dict[str, dict[ContainerDeviceRequest, int]] = {}
+        self._total: dict[ContainerDeviceRequest, int] = {}
+
+    def of(self, ledger: DeviceLedger, shapes: Sequence[ContainerDeviceRequest]) -> list[int]:
+        """The fleet's room for each of `shapes`, in their order."""
+        changed = ledger.changed_since(self._tick) if ledger is self._ledger else None
+        if changed is None:  # another ledger, or the changes are no longer known: count all again
+            self._ledger, self._per_node, self._total = ledger, {}, {}
+            changed = list(ledger.node_names())
+        self._tick = ledger.tick
+        wanted = set(shapes)
+        for gone in self._total.keys() - wanted:  # shapes no longer requested: forget them
+            del self._total[gone]
+            for rooms in self._per_node.values():
+                rooms.pop(gone, None)
+        for name in set(changed):
+            old = self._per_node.pop(name, {})
+            for shape, n in old.items():
+                self._total[shape] -= n
+            view = ledger.view(name)
+            if view is None:
+                continue
+            rooms = self._per_node[name] = {shape: node_room(view, shape) for shape in self._total}
+            for shape, n in rooms.items():
+                self._total[shape] += n
+        for shape in wanted - self._total.keys():  # shapes new to the table: count every node
+            total = 0
+            for name, rooms in self._per_node.items():
+                view = ledger.view(name)
+                n = rooms[shape] = node_room(view, shape) if view is not None else 0
+                total += n
+            self._total[shape] = total
+        return [self._total[shape] for shape in shapes]
 
 
 def usage_after(fit: NodeFit, view: NodeView) -> dict[int, DeviceUsage]:
@@ -119,21 +181,36 @@ def usage_after(fit: NodeFit, view: NodeView) -> dict[int, DeviceUsage]:
     return out
 
 
-def headroom_after(
-    fit: NodeFit,
-    view: NodeView,
-    shares: Sequence[tuple[ContainerDeviceRequest, float]],
-    room: Sequence[int],
-) -> tuple[float, ...]:
-    """Each shape's headroom (room / share) once `fit` is placed, smallest first (module doc, 1)."""
-    lost = [0] * len(shares)
+ByVendor = dict[str, tuple[list[int], list[Ask]]]
+"""Vendor type -> the positions of its shapes in a shape list, and their asks."""
+
+
+def by_vendor(shares: Sequence[tuple[ContainerDeviceRequest, float]]) -> ByVendor:
+    out: ByVendor = {}
+    for k, (shape, _) in enumerate(shares):
+        ks, asks = out.setdefault(shape.type, ([], []))
+        ks.append(k)
+        asks.append(ask_of(shape))
+    return out
+
+
+def rooms_lost(fit: NodeFit, view: NodeView, groups: ByVendor, n_shapes: int) -> tuple[int, ...]:
+    """Per shape (the order of `groups`' positions), the room `fit` takes from the node."""
+    lost = [0] * n_shapes
     for p, after in usage_after(fit, view).items():
         dev, before = view.devices[p], view.usage[p]
-        for k, (shape, _) in enumerate(shares):
-            if p in view.positions(shape.type):
-                lost[k] += instances(dev, before, shape) - instances(dev, after, shape)
+        for key, (ks, asks) in groups.items():
+            if p in view.positions(key):
+                was, now = rooms_on(dev, before, asks), rooms_on(dev, after, asks)
+                for k, b, a in zip(ks, was, now, strict=True):
+                    lost[k] += b - a
+    return tuple(lost)
+
+
+def headroom(room: Sequence[int], lost: Sequence[int], shares: Sequence[float]) -> tuple[float, ...]:
+    """Each shape's headroom (room / share) once `lost` is taken, smallest first (module doc, 1)."""
     left = zip(room, lost, shares, strict=True)
-    return tuple(sorted(round((r - d) / share, 6) for r, d, (_, share) in left))
+    return tuple(sorted(round((r - d) / share, 6) for r, d, share in left))
 
 
 def leftover_cost(fit: NodeFit, view: NodeView) -> float:
@@ -153,19 +230,26 @@ def cheapest(
     fits: Mapping[str, NodeFit],
     views: Mapping[str, NodeView],
     demand: DemandTable,
+    ledger: DeviceLedger,
     *,
     descending: bool,
 ) -> str:
     """The node of `scores` (the fitting nodes with their HAMi node scores) whose placement leaves
     the most headroom, then the tightest leftover (module doc); ties in the node policy's order
-    (`descending` = binpack), then by name. `views` holds every candidate node, fitting or not: the
-    room for other shapes is counted over all of them."""
+    (`descending` = binpack), then by name. The room is that of every node of `ledger`, candidate
+    or not: a node this pod cannot use still holds room for the others."""
     shares = demand.shares()
-    room = fleet_room(views.values(), [shape for shape, _ in shares])
+    room = demand.room.of(ledger, [shape for shape, _ in shares])
+    groups, weights = by_vendor(shares), [share for _, share in shares]
+    # Most placements take the same room (often only the pod's own): each distinct loss is ranked once.
+    ranked: dict[tuple[int, ...], tuple[float, ...]] = {}
 
     def key(node: str) -> tuple[tuple[float, ...], float, float, str]:
         fit, view, score = fits[node], views[node], scores[node]
-        headroom = tuple(-h for h in headroom_after(fit, view, shares, room))
-        return (headroom, round(leftover_cost(fit, view), 9), -score if descending else score, node)
+        lost = rooms_lost(fit, view, groups, len(room))
+        left = ranked.get(lost)
+        if left is None:
+            left = ranked[lost] = tuple(-h for h in headroom(room, lost, weights))
+        return (left, round(leftover_cost(fit, view), 9), -score if descending else score, node)
 
     return min(scores, key=key)
