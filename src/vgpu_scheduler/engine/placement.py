@@ -230,8 +230,8 @@ def cheapest(
     fits: Mapping[str, NodeFit],
     views: Mapping[str, NodeView],
     demand: DemandTable,
-    ledger: DeviceLedger,
     *,
+    ledger: DeviceLedger,
     descending: bool,
 ) -> str:
     """The node of `scores` (the fitting nodes with their HAMi node scores) whose placement leaves
