@@ -105,13 +105,13 @@ def test_admission_bound_counts_large_pods_against_the_large_cards_only() -> Non
 def test_the_measure_on_a_small_trace_is_deterministic_and_within_its_bound() -> None:
     """300 pods of the training trace (its first 300 pods are those of any longer run)."""
     runs = {gpu: frag.run("training", 300, 1, "spread", gpu) for gpu in ("binpack", "spread", "best-fit")}
-    assert {gpu: r["admitted"] for gpu, r in runs.items()} == {"binpack": 254, "spread": 242, "best-fit": 251}
+    assert {gpu: r["admitted"] for gpu, r in runs.items()} == {"binpack": 254, "spread": 242, "best-fit": 257}
     assert {r["bound"] for r in runs.values()} == {276}
     for r in runs.values():
         assert r["admitted"] <= r["placed"] <= r["total"] == 300
     # GPU memory idle (mostly on the 32 GB cards, which no half slice fits) when the first pod waits.
     assert {gpu: r["idle_at_wait_mib"] // GIB for gpu, r in runs.items()} == {
-        "binpack": 640, "spread": 948, "best-fit": 684
+        "binpack": 640, "spread": 948, "best-fit": 576
     }
 
 

@@ -18,9 +18,10 @@ from tests.builders import gpu_container as ctr
 from vgpu_scheduler.devices.registry import build
 from vgpu_scheduler.engine.decide import Chosen, Decision, NoFit, decide
 from vgpu_scheduler.engine.nodeview import NodeView
-from vgpu_scheduler.engine.placement import DemandTable, instances, large_shapes, smallest_cards
+from vgpu_scheduler.engine.placement import DemandTable, FleetRoom, instances, node_room
+from vgpu_scheduler.engine.policy import asked_memory, leftover_after
 from vgpu_scheduler.engine.state import SchedulerState
-from vgpu_scheduler.model import DeviceInfo, DeviceUsage
+from vgpu_scheduler.model import ContainerDeviceRequest, DeviceInfo, DeviceUsage
 
 VENDORS = build()
 NOW = 1764400000
@@ -73,15 +74,60 @@ def test_instances_follow_fits_rules() -> None:
     assert instances(dev, DeviceUsage(), device_request(mem=1, cores=100)) == 1  # a whole card
 
 
-def test_large_shapes_are_those_no_small_card_holds() -> None:
-    views = [NodeView("a", [device("a-0", devmem=BIG)], [DeviceUsage()]),
-             NodeView("b", [device("b-0", devmem=SMALL), device("b-1", index=1, devmem=BIG)],
-                      [DeviceUsage(), DeviceUsage()])]
-    small = smallest_cards(views, ["NVIDIA"])
-    assert small["NVIDIA"].devmem == SMALL
-    half, quarter = device_request(mem=40_000, cores=50), device_request(mem=20_000)
-    pct = device_request(pct=60)
-    assert large_shapes([(half, 0.5), (quarter, 0.3), (pct, 0.2)], small) == [(half, 0.5)]
+def _instances_one_by_one(dev: DeviceInfo, use: DeviceUsage, shape: ContainerDeviceRequest) -> int:
+    """The reference: add instances while fit's per-device rules (`leftover_after`) accept one."""
+    n = 0
+    while n < 64 and leftover_after(dev, use, shape) is not None:
+        n += 1
+        mem = asked_memory(dev, shape)
+        use = DeviceUsage(use.used + 1, use.usedmem + mem, use.usedcores + shape.coresreq)
+    return n
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    count=st.integers(0, 12), devmem=st.sampled_from([0, SMALL, BIG]),
+    devcore=st.sampled_from([0, 50, 100]), used=st.integers(0, 12), usedmem=st.integers(0, BIG),
+    usedcores=st.integers(0, 100), mem=st.integers(0, 50_000), pct=st.sampled_from([-1, 0, 30, 100]),
+    cores=st.sampled_from([0, 10, 25, 100]),
+)
+def test_instances_counts_as_adding_them_one_by_one(
+    count: int, devmem: int, devcore: int, used: int, usedmem: int, usedcores: int, mem: int, pct: int,
+    cores: int,
+) -> None:
+    dev = device("g", devmem=devmem, count=count, devcore=devcore)
+    use = DeviceUsage(used, usedmem, usedcores)
+    shape = device_request(mem=mem, cores=cores) if pct < 0 else device_request(pct=pct, cores=cores)
+    assert instances(dev, use, shape) == _instances_one_by_one(dev, use, shape)
+
+
+def test_node_room_counts_every_device_of_the_shapes_vendor() -> None:
+    view = NodeView("b", [device("b-0", devmem=SMALL), device("b-1", index=1, devmem=BIG)],
+                    [DeviceUsage(), DeviceUsage(1, 50_000, 50)])
+    half, quarter = device_request(mem=40_000, cores=50), device_request(mem=20_000, cores=25)
+    # half: none on b-0, none on b-1 (30 GB left); quarter: 1 + 1; no Ascend device.
+    assert [node_room(view, shape) for shape in (half, quarter)] == [0, 2]
+    assert node_room(view, device_request(mem=1000, type="Ascend910B")) == 0
+
+
+def test_fleet_room_follows_the_ledger_as_nodes_and_shapes_change() -> None:
+    s = _state(a=[BIG], b=[SMALL, BIG])
+    half, quarter = device_request(mem=40_000, cores=50), device_request(mem=20_000, cores=25)
+    room = FleetRoom()
+
+    def fresh(*shapes: ContainerDeviceRequest) -> list[int]:
+        return FleetRoom().of(s.ledger, shapes)
+
+    assert room.of(s.ledger, [half, quarter]) == fresh(half, quarter) == [4, 9]
+    _place(s, _pod("half", 40_000, 50, policy="binpack"))
+    assert room.of(s.ledger, [half, quarter]) == fresh(half, quarter) == [3, 7]
+    notebook = device_request(mem=4000, cores=10)  # a new shape counts every node
+    assert room.of(s.ledger, [quarter, notebook]) == fresh(quarter, notebook) == [7, 23]
+    s.remove_node("a")
+    s.set_node_devices("c", [device("c-0", devmem=SMALL)])
+    assert room.of(s.ledger, [half, quarter, notebook]) == fresh(half, quarter, notebook)
+    s.release("uid-half")
+    assert room.of(s.ledger, [half, quarter, notebook]) == fresh(half, quarter, notebook)
 
 
 def test_a_small_slice_keeps_off_the_large_card_when_large_slices_usually_come() -> None:
@@ -90,6 +136,23 @@ def test_a_small_slice_keeps_off_the_large_card_when_large_slices_usually_come()
     # On "big" the quarter would leave 25 % (the tightest fit) but take the second half slice's room.
     assert _node(_place(s, _pod("quarter", 20_000, 25))) == "small"
     assert _node(_place(s, _pod("half-2", 40_000, 50))) == "big"
+
+
+def test_a_notebook_keeps_off_the_last_quarter_room_when_quarters_usually_come() -> None:
+    # "big" holds a half and a quarter, "small" a quarter: a notebook fits the 20 GB left on "big"
+    # more tightly (20 % left against 25 % of memory on "small") but would take the fleet's only
+    # room for another quarter; "small" has no quarter room to lose.
+    s = _state(big=[BIG], small=[SMALL])
+    for name, mem, cores in (("half", 40_000, 50), ("q1", 20_000, 25), ("q2", 20_000, 25)):
+        _place(s, _pod(name, mem, cores))
+    assert [_used_memory(s, n) for n in ("big", "small")] == [[60_000], [20_000]]
+    assert _node(_place(s, _pod("notebook", 4000, 10))) == "small"
+
+
+def _used_memory(s: SchedulerState, node: str) -> list[int]:
+    view = s.ledger.view(node)
+    assert view is not None
+    return [use.usedmem for use in view.usage]
 
 
 def test_without_large_demand_the_tightest_fit_wins() -> None:

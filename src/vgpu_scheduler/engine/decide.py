@@ -596,7 +596,9 @@ def _decide_all(
     if placement:
         ledger = state.ledger
         views = {node: view for node in preferred if (view := ledger.view(node)) is not None}
-        best = cheapest(preferred, outcomes.fits, views, state.demand, descending=policy == BINPACK)
+        best = cheapest(
+            preferred, outcomes.fits, views, state.demand, ledger=ledger, descending=policy == BINPACK
+        )
     else:
         best = _best(preferred, policy == BINPACK)
     fit = outcomes.fit_of(best)
