@@ -16,6 +16,7 @@ import json
 import logging
 from typing import Any
 
+import pytest
 from hypothesis import event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
@@ -130,6 +131,17 @@ class BoundedEqualsAll(RuleBasedStateMachine):
         """A replica: the early exit starts from its kept ranking."""
         self._decide(name, data.draw(st.sampled_from(self.specs)), reserve, busy, NODES)
 
+    @precondition(lambda self: bool(self.specs))
+    @rule(name=st.sampled_from(PODS), data=st.data(), mem=st.sampled_from([None, 8192, 16384, 32768]),
+          reserve=st.booleans())
+    def decide_sibling_shape(self, name: str, data: st.DataObject, mem: int | None, reserve: bool) -> None:
+        """Another NPU memory size of a seen shape: the same bounds on every node, so the early
+        exit starts from the ranking by bounds the seen shape keeps."""
+        spec = data.draw(st.sampled_from(self.specs))
+        asks = [{**ask, "mem": mem} if ask["kind"] == "ascend" else ask for ask in spec["asks"]]
+        self.specs.append({**spec, "asks": asks})
+        self._decide(name, self.specs[-1], reserve, [], NODES)
+
     def _decide(self, name: str, spec: dict[str, Any], reserve: bool, busy: list[str],
                 candidates: list[str]) -> None:
         self.now += 1
@@ -208,3 +220,81 @@ def test_tight_bounds_fit_one_node_per_decision() -> None:
             assert fitted == [got.node]
             early.reserve(obj, got)
             full.reserve(obj, want)
+
+
+def _spread_pod(name: str, nums: int, mem: int | None) -> dict[str, Any]:
+    asks = [{"kind": "ascend", "nums": nums, "mem": mem}]
+    return _pod(name, {**ONE_NPU, "asks": asks, "node_policy": "spread"})
+
+
+SPREAD: dict[str, Any] = {"default_node_policy": "spread", "default_gpu_policy": "spread"}
+
+
+def test_shapes_with_equal_bounds_share_their_ranking(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two memory sizes of one NPU have equal bounds on every node: the second size's first
+    decision starts from the first one's ranking, bounding only the node that changed since."""
+    # NPU 0 without NetworkID on odd nodes: ScoreNode is 0 when a fit takes it, so the bound is 0.
+    early, full = (_fleet({**NETWORKED, "networks": [None, 0, 1, 1]}) for _ in range(2))
+    for s in (early, full):
+        for name in NODES[::2]:
+            _register(s, name, NETWORKED)
+    vendor = early.vendors["Ascend910B3"]
+    bounded: list[int] = []
+    real = vendor.score_bound
+
+    def counting(*args: Any, **kwargs: Any) -> float | None:
+        if kwargs.get("annotations") is not None:
+            bounded.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(vendor, "score_bound", counting)
+    for i, mem in enumerate((8192, 16384, 16384, 32768)):
+        obj = _spread_pod(f"p{i}", 1, mem)
+        bounded.clear()
+        got = decide(obj, NODES, early, now=i, **SPREAD)
+        want = decide(obj, NODES, full, evaluate_all=True, now=i, **SPREAD)
+        assert isinstance(got, Chosen) and isinstance(want, Chosen)
+        assert _essence(got) == _essence(want)
+        # Later: only the nodes reserved on since the ranking was last brought up to date.
+        assert len(bounded) == len(NODES) if i == 0 else len(bounded) <= min(i, 2), (i, bounded)
+        early.reserve(obj, got)
+        full.reserve(obj, want)
+
+
+def test_shapes_with_other_bounds_do_not_share_a_ranking() -> None:
+    """One NPU scores 10 on a networked node, two NPUs on two networks 5: a two-NPU pod ranked by
+    the one-NPU bounds would stop at the first node it fits (total 10 = the next node's key), and
+    miss the node where it scores 5."""
+    early, full = SchedulerState(_vendors()), SchedulerState(_vendors())
+    for s in (early, full):
+        _register(s, "n0", {**NETWORKED, "networks": [0, 0, 0, 0]})
+        _register(s, "n1", {**NETWORKED, "networks": [0, 1, 2, 3]})
+    nodes = ["n0", "n1"]
+    for i, nums in enumerate((1, 2)):
+        obj = _spread_pod(f"p{i}", nums, None)
+        got = decide(obj, nodes, early, now=i, **SPREAD)
+        want = decide(obj, nodes, full, evaluate_all=True, now=i, **SPREAD)
+        assert isinstance(got, Chosen) and isinstance(want, Chosen)
+        assert _essence(got) == _essence(want)
+    assert want.node == "n1" and want.scores == {"n0": 10.0, "n1": 5.0}
+
+
+def test_a_shared_ranking_follows_the_ledger() -> None:
+    """The ranking kept by bounds is re-keyed where the ledger changed: a pod leaving n0 after it
+    was made puts n0 first again (spread, every node empty) for the next shape with those bounds."""
+    early, full = _fleet(NETWORKED), _fleet(NETWORKED)
+    two = _spread_pod("two", 2, None)
+    placed = decide(two, ["n0"], early, now=0, **SPREAD)
+    assert isinstance(placed, Chosen)
+    for s in (early, full):
+        s.reserve(two, placed)
+    for i, mem in enumerate((8192, 16384)):  # the first one ranks n0 last, and is not placed
+        obj = _spread_pod(f"p{i}", 1, mem)
+        got = decide(obj, NODES, early, now=i, **SPREAD)
+        want = decide(obj, NODES, full, evaluate_all=True, now=i, **SPREAD)
+        assert isinstance(got, Chosen) and isinstance(want, Chosen)
+        assert _essence(got) == _essence(want)
+        assert got.node == ("n1", "n0")[i]
+        if i == 0:
+            for s in (early, full):
+                s.on_pod_deleted(two)

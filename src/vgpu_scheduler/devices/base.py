@@ -562,6 +562,17 @@ class GenericVendor:
         say how much (a subclass overriding `score_node` only stays exact)."""
         return None if self.scores_nodes else 0.0
 
+    def score_bound_key(
+        self,
+        requests: Sequence[ContainerDeviceRequest],
+        *,
+        pod_annotations: Mapping[str, str],
+        policy: str,
+    ) -> Hashable | None:
+        """None: bounds from the pod alone need no key, and a vendor bounding per node says what
+        its bound reads of the pod (`Vendor.score_bound_key`)."""
+        return None
+
     def mutate(self, container: dict[str, Any], pod: dict[str, Any]) -> bool:
         """The common MutateAdmission: nothing changes; the count in `limits` makes it a device pod."""
         return res.present(container, "limits", self.names.count)

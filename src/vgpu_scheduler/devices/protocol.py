@@ -358,6 +358,18 @@ class Vendor(Protocol):
         The engine visits nodes best bound first and stops once no unvisited node can win."""
         ...
 
+    def score_bound_key(
+        self,
+        requests: Sequence[ContainerDeviceRequest],
+        *,
+        pod_annotations: Mapping[str, str],
+        policy: str,
+    ) -> Hashable | None:
+        """What the per-node `score_bound` of `requests` depends on besides the node: two pods
+        with equal keys under the same policy have equal bounds on every node, so the engine may
+        rank nodes by them once for both. None: no such key (the bounds are not shared)."""
+        ...
+
     def mutate(self, container: dict[str, Any], pod: dict[str, Any]) -> bool:
         """MutateAdmission on one container (mutated in place): True when it asks for this vendor.
         Raises MutationError to reject the pod."""

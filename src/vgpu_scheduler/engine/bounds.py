@@ -12,7 +12,7 @@ it bounds the node's total.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 
 from vgpu_scheduler.devices.protocol import Vendor, Vendors
@@ -38,6 +38,9 @@ class ScoreBounds:
     pod_annotations: Mapping[str, str]
     scoring: tuple[_Scoring, ...]
     constant: float | None
+    key: Hashable | None
+    """Equal for two pods whose bounds are equal on every node (`Vendor.score_bound_key`), None
+    when some vendor bounding per node gives no key."""
 
     def of(self, view: NodeView) -> float:
         """The bound on the node of `view`; infinitely favourable when a vendor knows none."""
@@ -76,9 +79,18 @@ def score_bounds(
             anywhere = vendor.score_bound(asks, pod_annotations=pod_annotations, policy=policy)
             scoring.append(_Scoring(vendor, asks, anywhere))
     constant: float | None = 0.0
+    parts: list[tuple[str, bool, Hashable]] | None = []
     for s in scoring:
         if s.anywhere is None or constant is None:
             constant = None
         else:
             constant += s.anywhere
-    return ScoreBounds(policy, pod_annotations, tuple(scoring), constant)
+        # The bounds in summing order: equal parts give equal sums on every node.
+        part = s.anywhere if s.anywhere is not None else s.vendor.score_bound_key(
+            s.requests, pod_annotations=pod_annotations, policy=policy)
+        if part is None or parts is None:
+            parts = None
+        else:
+            parts.append((s.vendor.key, s.anywhere is not None, part))
+    shared = None if parts is None else (policy, tuple(parts))
+    return ScoreBounds(policy, pod_annotations, tuple(scoring), constant, shared)

@@ -390,6 +390,16 @@ class AscendVendor(GenericVendor):
             return 0.0
         return _least_network_score(tuple(r.nums for r in requests))
 
+    def score_bound_key(
+        self,
+        requests: Sequence[ContainerDeviceRequest],
+        *,
+        pod_annotations: Mapping[str, str],
+        policy: str,
+    ) -> Hashable | None:
+        """The per-node bound (spread) reads only the device counts asked."""
+        return tuple(r.nums for r in requests)
+
     def _networked(self, devices: Sequence[DeviceInfo]) -> bool:
         """Every Ascend device, and every device of this vendor's type, has a numeric NetworkID.
         Memoised per device list: the engine asks it of every node a spread decision ranks, and a

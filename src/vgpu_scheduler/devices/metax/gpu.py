@@ -229,5 +229,15 @@ class MetaxGpuVendor(GenericVendor):
         n = requests[0].nums if len(requests) == 1 else sum(r.nums for r in requests)
         return topology_score(annotations, n, policy)
 
+    def score_bound_key(
+        self,
+        requests: Sequence[ContainerDeviceRequest],
+        *,
+        pod_annotations: Mapping[str, str],
+        policy: str,
+    ) -> Hashable | None:
+        """The per-node bound reads only the number of devices asked."""
+        return sum(r.nums for r in requests)
+
     def mutate(self, container: dict[str, Any], pod: dict[str, Any]) -> bool:
         return res.present(container, "limits", self.names.count)
