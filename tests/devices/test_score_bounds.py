@@ -112,7 +112,8 @@ def test_equal_bound_keys_bound_alike_on_every_node(
     other: tuple[int, int],
 ) -> None:
     """`score_bound_key` says when two pods' per-node bounds are equal (the engine then shares
-    their ranking): two asks with other counts, memory or cores; equal key, equal bounds."""
+    their ranking): two asks with other counts, memory or cores; equal key, equal bounds. And
+    `node_score_bound` (what the engine calls per node) is `score_bound` on the node."""
     state = SchedulerState(_vendors())
     for name, node in zip(NODES, fleet, strict=True):
         _register(state, name, node)
@@ -128,6 +129,14 @@ def test_equal_bound_keys_bound_alike_on_every_node(
         b = tuple(ContainerDeviceRequest(nums=n, type=key, memreq=mem, mem_percentage_req=101, coresreq=cores)
                   for n in nums[1])
         for policy in POLICIES:
+            for x in (a, b):  # the per-node form is the same bound
+                here = vendor.node_score_bound(x, pod_annotations={}, policy=policy)
+                for name in NODES:
+                    view = state.ledger.view(name)
+                    assert view is not None
+                    assert here(view.annotations, view.devices, view.usage) == vendor.score_bound(
+                        x, pod_annotations={}, policy=policy, annotations=view.annotations,
+                        devices=view.devices, previous=view.usage), (key, policy, name)
             keys = [vendor.score_bound_key(x, pod_annotations={}, policy=policy) for x in (a, b)]
             if keys[0] is None or keys[0] != keys[1]:
                 event(f"{key}: keys differ")

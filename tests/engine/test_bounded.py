@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -240,14 +241,18 @@ def test_shapes_with_equal_bounds_share_their_ranking(monkeypatch: pytest.Monkey
             _register(s, name, NETWORKED)
     vendor = early.vendors["Ascend910B3"]
     bounded: list[int] = []
-    real = vendor.score_bound
+    real = vendor.node_score_bound
 
-    def counting(*args: Any, **kwargs: Any) -> float | None:
-        if kwargs.get("annotations") is not None:
+    def counting(*args: Any, **kwargs: Any) -> Callable[..., float | None]:
+        here = real(*args, **kwargs)
+
+        def bound(*node: Any) -> float | None:
             bounded.append(1)
-        return real(*args, **kwargs)
+            return here(*node)
 
-    monkeypatch.setattr(vendor, "score_bound", counting)
+        return bound
+
+    monkeypatch.setattr(vendor, "node_score_bound", counting)
     for i, mem in enumerate((8192, 16384, 16384, 32768)):
         obj = _spread_pod(f"p{i}", 1, mem)
         bounded.clear()

@@ -15,7 +15,7 @@ import math
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 
-from vgpu_scheduler.devices.protocol import Vendor, Vendors
+from vgpu_scheduler.devices.protocol import NodeBound, Vendor, Vendors
 from vgpu_scheduler.engine.nodeview import NodeView
 from vgpu_scheduler.model import ContainerDeviceRequest, ContainerRequests
 
@@ -27,6 +27,8 @@ class _Scoring:
     """The pod's requests of this vendor, one per container asking it."""
     anywhere: float | None
     """The vendor's bound on every node, when it has one."""
+    here: NodeBound | None
+    """Else its bound on one node (`Vendor.node_score_bound`)."""
 
 
 @dataclass(slots=True, frozen=True)
@@ -48,10 +50,8 @@ class ScoreBounds:
         for s in self.scoring:
             bound = s.anywhere
             if bound is None:
-                bound = s.vendor.score_bound(
-                    s.requests, pod_annotations=self.pod_annotations, policy=self.policy,
-                    annotations=view.annotations, devices=view.devices, previous=view.usage,
-                )
+                assert s.here is not None
+                bound = s.here(view.annotations, view.devices, view.usage)
                 if bound is None:
                     return -math.inf if self.policy == "spread" else math.inf
             total += bound
@@ -77,7 +77,9 @@ def score_bounds(
             seen.add(key)
             asks = tuple(c[key] for c in requests if key in c)
             anywhere = vendor.score_bound(asks, pod_annotations=pod_annotations, policy=policy)
-            scoring.append(_Scoring(vendor, asks, anywhere))
+            here = None if anywhere is not None else vendor.node_score_bound(
+                asks, pod_annotations=pod_annotations, policy=policy)
+            scoring.append(_Scoring(vendor, asks, anywhere, here))
     constant: float | None = 0.0
     parts: list[tuple[str, bool, Hashable]] | None = []
     for s in scoring:

@@ -44,6 +44,7 @@ from vgpu_scheduler.devices.protocol import (
     FitResult,
     Health,
     MutationError,
+    NodeBound,
     Obj,
     PodFitContext,
     ResourceNames,
@@ -399,6 +400,22 @@ class AscendVendor(GenericVendor):
     ) -> Hashable | None:
         """The per-node bound (spread) reads only the device counts asked."""
         return tuple(r.nums for r in requests)
+
+    def node_score_bound(
+        self,
+        requests: Sequence[ContainerDeviceRequest],
+        *,
+        pod_annotations: Mapping[str, str],
+        policy: str,
+    ) -> NodeBound:
+        """`score_bound` per node with the pod's part (the least score on a networked node) worked
+        out once."""
+        if not self.scores_nodes or policy != "spread":
+            everywhere = self.score_bound(requests, pod_annotations=pod_annotations, policy=policy)
+            return lambda annotations, devices, previous: everywhere
+        least = _least_network_score(tuple(r.nums for r in requests))
+        networked = self._networked
+        return lambda annotations, devices, previous: least if networked(devices) else 0.0
 
     def _networked(self, devices: Sequence[DeviceInfo]) -> bool:
         """Every Ascend device, and every device of this vendor's type, has a numeric NetworkID.

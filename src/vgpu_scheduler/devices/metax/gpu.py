@@ -20,7 +20,7 @@ import msgspec
 
 from vgpu_scheduler.devices import resources as res
 from vgpu_scheduler.devices.base import GenericVendor, trunc_div
-from vgpu_scheduler.devices.protocol import FitResult, Health, Obj, PodFitContext, ResourceNames
+from vgpu_scheduler.devices.protocol import FitResult, Health, NodeBound, Obj, PodFitContext, ResourceNames
 from vgpu_scheduler.model import (
     PERCENTAGE_UNSET,
     ContainerDevice,
@@ -238,6 +238,17 @@ class MetaxGpuVendor(GenericVendor):
     ) -> Hashable | None:
         """The per-node bound reads only the number of devices asked."""
         return sum(r.nums for r in requests)
+
+    def node_score_bound(
+        self,
+        requests: Sequence[ContainerDeviceRequest],
+        *,
+        pod_annotations: Mapping[str, str],
+        policy: str,
+    ) -> NodeBound:
+        """`score_bound` per node: the node's topology score for the number of devices asked."""
+        n = sum(r.nums for r in requests)
+        return lambda annotations, devices, previous: topology_score(annotations, n, policy)
 
     def mutate(self, container: dict[str, Any], pod: dict[str, Any]) -> bool:
         return res.present(container, "limits", self.names.count)
