@@ -32,7 +32,6 @@ from vgpu_scheduler.devices import resources as res
 from vgpu_scheduler.devices.ascend import topology
 from vgpu_scheduler.devices.ascend.config import VnpuConfig
 from vgpu_scheduler.devices.ascend.inventory import (
-    NETWORK_ID,
     AscendDevice,
     has_network_id,
     network_id,
@@ -429,8 +428,7 @@ class AscendVendor(GenericVendor):
         networked = True
         for dev in devices:
             if isinstance(dev, AscendDevice):
-                custom = dev.custom_info  # network_id(custom) is not None, without the call
-                networked = custom is not None and type(custom.get(NETWORK_ID)) in (int, float)
+                networked = dev.numeric_network
             else:
                 networked = self.key not in dev.type and needle not in dev.type.lower()
             if not networked:

@@ -246,9 +246,19 @@ class MetaxGpuVendor(GenericVendor):
         pod_annotations: Mapping[str, str],
         policy: str,
     ) -> NodeBound:
-        """`score_bound` per node: the node's topology score for the number of devices asked."""
+        """`score_bound` per node: the node's topology score for the number of devices asked
+        (`topology_score` with the annotation key chosen once)."""
         n = sum(r.nums for r in requests)
-        return lambda annotations, devices, previous: topology_score(annotations, n, policy)
+        key = LOSSES if policy == "binpack" else SCORES if policy == "spread" else None
+        if key is None:
+            return lambda annotations, devices, previous: 0.0
+
+        def bound(annotations: Mapping[str, str], devices: Sequence[DeviceInfo],
+                  previous: Sequence[DeviceUsage]) -> float:
+            value = annotations.get(key)
+            return 0.0 if value is None else _score_of(value, n)
+
+        return bound
 
     def mutate(self, container: dict[str, Any], pod: dict[str, Any]) -> bool:
         return res.present(container, "limits", self.names.count)
