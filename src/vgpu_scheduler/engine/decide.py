@@ -47,7 +47,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vgpu_scheduler.devices.protocol import QuotaCheck, Vendors
-from vgpu_scheduler.engine.bounds import score_bounds
+from vgpu_scheduler.engine.bounds import ScoreBounds, score_bounds
 from vgpu_scheduler.engine.fit import NodeFit, PodFitContext, evaluate_node, pod_fit_context
 from vgpu_scheduler.engine.fitcache import fit_key
 from vgpu_scheduler.engine.ledger import DeviceLedger, NodeSummary
@@ -691,7 +691,7 @@ def _decide_bounded(
             return state.fits.group(("score bounds", _asked(requests), bounds.key), None)
 
         ranking = _ranking(outcomes, ledger, candidates, eligible=eligible, key_of=key_of,
-                           bound_of=bounds.of, bound_key_of=bound_key_of, sign=sign, unknown=unknown,
+                           bounds=bounds, bound_key_of=bound_key_of, sign=sign, unknown=unknown,
                            shared=shared)
         order = ranking.order
 
@@ -767,7 +767,7 @@ def _ranking(
     *,
     eligible: frozenset[str],
     key_of: Callable[[str], float | None],
-    bound_of: Callable[[NodeView], float],
+    bounds: ScoreBounds,
     bound_key_of: Callable[[str], float | None],
     sign: float,
     unknown: bool,
@@ -782,7 +782,7 @@ def _ranking(
         changed = ledger.changed_since(ranking.tick)
     if ranking is None or changed is None or len(changed) > len(candidates):
         def build() -> list[tuple[float, str]]:
-            return _bound_order(ledger, candidates, eligible, bound_of, sign)
+            return _bound_order(ledger, candidates, eligible, bounds, sign)
 
         known = set() if unknown else outcomes.known_nodes()
         group = shared() if outcomes.cached and len(known) * 4 <= len(candidates) else None
@@ -817,10 +817,9 @@ def _pool(ledger: DeviceLedger, candidates: list[str], eligible: frozenset[str])
 
 
 def _bound_order(ledger: DeviceLedger, candidates: list[str], eligible: frozenset[str],
-                 bound_of: Callable[[NodeView], float], sign: float) -> list[tuple[float, str]]:
+                 bounds: ScoreBounds, sign: float) -> list[tuple[float, str]]:
     """(bound key, node) of every candidate that may fit, unsorted."""
-    pool = _pool(ledger, candidates, eligible)
-    return [(sign * (s + bound_of(view)), node) for node, s, view in ledger.scored_views(pool)]
+    return bounds.keyed(ledger.scored_views(_pool(ledger, candidates, eligible)), sign)
 
 
 def _rekey(ranking: Ranking, ledger: DeviceLedger, changed: list[str],
