@@ -782,7 +782,7 @@ def _ranking(
         changed = ledger.changed_since(ranking.tick)
     if ranking is None or changed is None or len(changed) > len(candidates):
         def build() -> list[tuple[float, str]]:
-            return _bound_order(ledger, candidates, eligible, bounds, sign)
+            return _bound_order(ledger, candidates, eligible, bounds=bounds, sign=sign)
 
         known = set() if unknown else outcomes.known_nodes()
         group = shared() if outcomes.cached and len(known) * 4 <= len(candidates) else None
@@ -816,7 +816,7 @@ def _pool(ledger: DeviceLedger, candidates: list[str], eligible: frozenset[str])
     return eligible if len(candidates) == len(ledger) else [n for n in candidates if n in eligible]
 
 
-def _bound_order(ledger: DeviceLedger, candidates: list[str], eligible: frozenset[str],
+def _bound_order(ledger: DeviceLedger, candidates: list[str], eligible: frozenset[str], *,
                  bounds: ScoreBounds, sign: float) -> list[tuple[float, str]]:
     """(bound key, node) of every candidate that may fit, unsorted."""
     return bounds.keyed(ledger.scored_views(_pool(ledger, candidates, eligible)), sign)
