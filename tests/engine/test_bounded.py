@@ -117,6 +117,12 @@ class BoundedEqualsAll(RuleBasedStateMachine):
         for s in (self.early, self.full):
             _register(s, name, spec)
 
+    @rule(name=st.sampled_from(NODES))
+    def remove(self, name: str) -> None:
+        """A node leaves: decisions over the same names list it as unregistered."""
+        for s in (self.early, self.full):
+            s.remove_node(name)
+
     @rule(name=st.sampled_from(PODS), spec=pod_spec, reserve=st.booleans(),
           busy=st.one_of(st.lists(st.sampled_from(NODES), max_size=3, unique=True), st.just(NODES)),
           some=st.one_of(st.none(), st.lists(st.sampled_from(NODES), min_size=1, max_size=4, unique=True)))
@@ -303,3 +309,20 @@ def test_a_shared_ranking_follows_the_ledger() -> None:
         if i == 0:
             for s in (early, full):
                 s.on_pod_deleted(two)
+
+
+def test_the_same_names_after_a_node_left() -> None:
+    """The last bounded decision's candidates are reused for the same names only while none of
+    them left: a removed node is reported unregistered, as evaluating every node does."""
+    early, full = _fleet(NETWORKED), _fleet(NETWORKED)
+    names = list(NODES)
+    for i in range(3):
+        obj = _spread_pod(f"p{i}", 1, 8192)
+        got = decide(obj, names, early, now=i, **SPREAD)
+        want = decide(obj, names, full, evaluate_all=True, now=i, **SPREAD)
+        assert isinstance(got, Chosen) and isinstance(want, Chosen)
+        assert _essence(got) == _essence(want)
+        assert got.failed == {"n5": "node unregistered"} if i == 2 else not got.failed
+        if i == 1:
+            for s in (early, full):
+                s.remove_node("n5")

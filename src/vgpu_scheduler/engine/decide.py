@@ -312,7 +312,7 @@ def decide(
             placement=best_fit,
         )
     if _scoring_vendors(requests, vendors):
-        candidates, unregistered = ledger.partition(node_names)
+        candidates, unregistered = _registered(state, node_names)
         return _decide_bounded(
             requests,
             n_init,
@@ -615,6 +615,27 @@ def _decide_all(
         )
     return _chosen(best, fit, scores[best], scores, failed=failed, now=now, vendors=ctx.vendors,
                    pod=pod, ledger=state.ledger)
+
+
+_LAST_CANDIDATES = ("bounded decisions' candidates",)
+"""The fit-score cache group whose ranking (of no node) keeps the last bounded decision's candidates."""
+
+
+def _registered(state: SchedulerState, node_names: Sequence[str]) -> tuple[list[str], list[str]]:
+    """`ledger.partition(node_names)`, without the pass over every name (~20 us for 500) when they
+    are the last bounded decision's candidates (registered and distinct then) and no node was
+    removed since: kube-scheduler sends the same node list call after call."""
+    ledger = state.ledger
+    group = state.fits.group(_LAST_CANDIDATES, None)
+    last = group.ranking
+    if last is not None and last.candidates == node_names:
+        changed = ledger.changed_since(last.tick)
+        if changed is not None and all(node in ledger for node in changed):
+            last.tick = ledger.tick
+            return last.candidates, []
+    candidates, unregistered = ledger.partition(node_names)
+    group.ranking = Ranking(candidates, ledger.tick, []) if not unregistered else None
+    return candidates, unregistered
 
 
 def _decide_bounded(
