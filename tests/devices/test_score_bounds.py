@@ -98,3 +98,54 @@ def test_the_bounds_from_the_pod_alone() -> None:
     assert gpu.score_bound((_ask(1, key="Metax-GPU"), _ask(1, key="Metax-GPU")), pod_annotations={},
                            policy="binpack", annotations=losses) == 1960.0
     assert vendors["NVIDIA"].score_bound((_ask(1, key="NVIDIA"),), pod_annotations={}, policy="spread") == 0.0
+
+
+counts = st.lists(st.sampled_from([1, 2, 4]), min_size=1, max_size=2)
+
+
+@settings(max_examples=200, deadline=None)
+@given(fleet=st.lists(node_spec, min_size=len(NODES), max_size=len(NODES)),
+       usage=st.lists(pod_spec, max_size=3), nums=st.tuples(counts, counts),
+       other=st.tuples(st.integers(0, 65536), st.integers(0, 100)))
+def test_equal_bound_keys_bound_alike_on_every_node(
+    fleet: list[dict[str, Any]], usage: list[dict[str, Any]], nums: tuple[list[int], list[int]],
+    other: tuple[int, int],
+) -> None:
+    """`score_bound_key` says when two pods' per-node bounds are equal (the engine then shares
+    their ranking): two asks with other counts, memory or cores; equal key, equal bounds. And
+    `node_score_bound` (what the engine calls per node) is `score_bound` on the node."""
+    state = SchedulerState(_vendors())
+    for name, node in zip(NODES, fleet, strict=True):
+        _register(state, name, node)
+    for i, earlier in enumerate(usage):
+        obj = _pod(f"u{i}", earlier)
+        placed = decide(obj, NODES, state, default_node_policy="binpack", default_gpu_policy="spread", now=1)
+        if isinstance(placed, Chosen):
+            state.reserve(obj, placed)
+    mem, cores = other
+    for key in ("Ascend910B3", "Metax-GPU"):
+        vendor = state.vendors[key]
+        a = tuple(_ask(n, key=key) for n in nums[0])
+        b = tuple(ContainerDeviceRequest(nums=n, type=key, memreq=mem, mem_percentage_req=101, coresreq=cores)
+                  for n in nums[1])
+        for policy in POLICIES:
+            for x in (a, b):  # the per-node form is the same bound
+                here = vendor.node_score_bound(x, pod_annotations={}, policy=policy)
+                for name in NODES:
+                    view = state.ledger.view(name)
+                    assert view is not None
+                    assert here(view.annotations, view.devices, view.usage) == vendor.score_bound(
+                        x, pod_annotations={}, policy=policy, annotations=view.annotations,
+                        devices=view.devices, previous=view.usage), (key, policy, name)
+            keys = [vendor.score_bound_key(x, pod_annotations={}, policy=policy) for x in (a, b)]
+            if keys[0] is None or keys[0] != keys[1]:
+                event(f"{key}: keys differ")
+                continue
+            event(f"{key}: equal keys")
+            for name in NODES:
+                view = state.ledger.view(name)
+                assert view is not None
+                bounds = [vendor.score_bound(x, pod_annotations={}, policy=policy,
+                                             annotations=view.annotations, devices=view.devices,
+                                             previous=view.usage) for x in (a, b)]
+                assert bounds[0] == bounds[1], (key, policy, name, bounds)

@@ -14,8 +14,10 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+from collections.abc import Callable
 from typing import Any
 
+import pytest
 from hypothesis import event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
@@ -115,6 +117,12 @@ class BoundedEqualsAll(RuleBasedStateMachine):
         for s in (self.early, self.full):
             _register(s, name, spec)
 
+    @rule(name=st.sampled_from(NODES))
+    def remove(self, name: str) -> None:
+        """A node leaves: decisions over the same names list it as unregistered."""
+        for s in (self.early, self.full):
+            s.remove_node(name)
+
     @rule(name=st.sampled_from(PODS), spec=pod_spec, reserve=st.booleans(),
           busy=st.one_of(st.lists(st.sampled_from(NODES), max_size=3, unique=True), st.just(NODES)),
           some=st.one_of(st.none(), st.lists(st.sampled_from(NODES), min_size=1, max_size=4, unique=True)))
@@ -129,6 +137,17 @@ class BoundedEqualsAll(RuleBasedStateMachine):
     def decide_known_shape(self, name: str, data: st.DataObject, reserve: bool, busy: list[str]) -> None:
         """A replica: the early exit starts from its kept ranking."""
         self._decide(name, data.draw(st.sampled_from(self.specs)), reserve, busy, NODES)
+
+    @precondition(lambda self: bool(self.specs))
+    @rule(name=st.sampled_from(PODS), data=st.data(), mem=st.sampled_from([None, 8192, 16384, 32768]),
+          reserve=st.booleans())
+    def decide_sibling_shape(self, name: str, data: st.DataObject, mem: int | None, reserve: bool) -> None:
+        """Another NPU memory size of a seen shape: the same bounds on every node, so the early
+        exit starts from the ranking by bounds the seen shape keeps."""
+        spec = data.draw(st.sampled_from(self.specs))
+        asks = [{**ask, "mem": mem} if ask["kind"] == "ascend" else ask for ask in spec["asks"]]
+        self.specs.append({**spec, "asks": asks})
+        self._decide(name, self.specs[-1], reserve, [], NODES)
 
     def _decide(self, name: str, spec: dict[str, Any], reserve: bool, busy: list[str],
                 candidates: list[str]) -> None:
@@ -208,3 +227,102 @@ def test_tight_bounds_fit_one_node_per_decision() -> None:
             assert fitted == [got.node]
             early.reserve(obj, got)
             full.reserve(obj, want)
+
+
+def _spread_pod(name: str, nums: int, mem: int | None) -> dict[str, Any]:
+    asks = [{"kind": "ascend", "nums": nums, "mem": mem}]
+    return _pod(name, {**ONE_NPU, "asks": asks, "node_policy": "spread"})
+
+
+SPREAD: dict[str, Any] = {"default_node_policy": "spread", "default_gpu_policy": "spread"}
+
+
+def test_shapes_with_equal_bounds_share_their_ranking(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two memory sizes of one NPU have equal bounds on every node: the second size's first
+    decision starts from the first one's ranking, bounding only the node that changed since."""
+    # NPU 0 without NetworkID on odd nodes: ScoreNode is 0 when a fit takes it, so the bound is 0.
+    early, full = (_fleet({**NETWORKED, "networks": [None, 0, 1, 1]}) for _ in range(2))
+    for s in (early, full):
+        for name in NODES[::2]:
+            _register(s, name, NETWORKED)
+    vendor = early.vendors["Ascend910B3"]
+    bounded: list[int] = []
+    real = vendor.node_score_bound
+
+    def counting(*args: Any, **kwargs: Any) -> Callable[..., float | None]:
+        here = real(*args, **kwargs)
+
+        def bound(*node: Any) -> float | None:
+            bounded.append(1)
+            return here(*node)
+
+        return bound
+
+    monkeypatch.setattr(vendor, "node_score_bound", counting)
+    for i, mem in enumerate((8192, 16384, 16384, 32768)):
+        obj = _spread_pod(f"p{i}", 1, mem)
+        bounded.clear()
+        got = decide(obj, NODES, early, now=i, **SPREAD)
+        want = decide(obj, NODES, full, evaluate_all=True, now=i, **SPREAD)
+        assert isinstance(got, Chosen) and isinstance(want, Chosen)
+        assert _essence(got) == _essence(want)
+        # Later: only the nodes reserved on since the ranking was last brought up to date.
+        assert len(bounded) == len(NODES) if i == 0 else len(bounded) <= min(i, 2), (i, bounded)
+        early.reserve(obj, got)
+        full.reserve(obj, want)
+
+
+def test_shapes_with_other_bounds_do_not_share_a_ranking() -> None:
+    """One NPU scores 10 on a networked node, two NPUs on two networks 5: a two-NPU pod ranked by
+    the one-NPU bounds would stop at the first node it fits (total 10 = the next node's key), and
+    miss the node where it scores 5."""
+    early, full = SchedulerState(_vendors()), SchedulerState(_vendors())
+    for s in (early, full):
+        _register(s, "n0", {**NETWORKED, "networks": [0, 0, 0, 0]})
+        _register(s, "n1", {**NETWORKED, "networks": [0, 1, 2, 3]})
+    nodes = ["n0", "n1"]
+    for i, nums in enumerate((1, 2)):
+        obj = _spread_pod(f"p{i}", nums, None)
+        got = decide(obj, nodes, early, now=i, **SPREAD)
+        want = decide(obj, nodes, full, evaluate_all=True, now=i, **SPREAD)
+        assert isinstance(got, Chosen) and isinstance(want, Chosen)
+        assert _essence(got) == _essence(want)
+    assert want.node == "n1" and want.scores == {"n0": 10.0, "n1": 5.0}
+
+
+def test_a_shared_ranking_follows_the_ledger() -> None:
+    """The ranking kept by bounds is re-keyed where the ledger changed: a pod leaving n0 after it
+    was made puts n0 first again (spread, every node empty) for the next shape with those bounds."""
+    early, full = _fleet(NETWORKED), _fleet(NETWORKED)
+    two = _spread_pod("two", 2, None)
+    placed = decide(two, ["n0"], early, now=0, **SPREAD)
+    assert isinstance(placed, Chosen)
+    for s in (early, full):
+        s.reserve(two, placed)
+    for i, mem in enumerate((8192, 16384)):  # the first one ranks n0 last, and is not placed
+        obj = _spread_pod(f"p{i}", 1, mem)
+        got = decide(obj, NODES, early, now=i, **SPREAD)
+        want = decide(obj, NODES, full, evaluate_all=True, now=i, **SPREAD)
+        assert isinstance(got, Chosen) and isinstance(want, Chosen)
+        assert _essence(got) == _essence(want)
+        assert got.node == ("n1", "n0")[i]
+        if i == 0:
+            for s in (early, full):
+                s.on_pod_deleted(two)
+
+
+def test_the_same_names_after_a_node_left() -> None:
+    """The last bounded decision's candidates are reused for the same names only while none of
+    them left: a removed node is reported unregistered, as evaluating every node does."""
+    early, full = _fleet(NETWORKED), _fleet(NETWORKED)
+    names = list(NODES)
+    for i in range(3):
+        obj = _spread_pod(f"p{i}", 1, 8192)
+        got = decide(obj, names, early, now=i, **SPREAD)
+        want = decide(obj, names, full, evaluate_all=True, now=i, **SPREAD)
+        assert isinstance(got, Chosen) and isinstance(want, Chosen)
+        assert _essence(got) == _essence(want)
+        assert got.failed == {"n5": "node unregistered"} if i == 2 else not got.failed
+        if i == 1:
+            for s in (early, full):
+                s.remove_node("n5")

@@ -24,6 +24,7 @@ from vgpu_scheduler.devices import resources as res
 from vgpu_scheduler.devices.protocol import (
     FitResult,
     Health,
+    NodeBound,
     NodeLockSpec,
     Obj,
     PodFitContext,
@@ -561,6 +562,33 @@ class GenericVendor:
         """0 for a vendor whose ScoreNode is always 0; unknown for one that scores and does not
         say how much (a subclass overriding `score_node` only stays exact)."""
         return None if self.scores_nodes else 0.0
+
+    def score_bound_key(
+        self,
+        requests: Sequence[ContainerDeviceRequest],
+        *,
+        pod_annotations: Mapping[str, str],
+        policy: str,
+    ) -> Hashable | None:
+        """None: bounds from the pod alone need no key, and a vendor bounding per node says what
+        its bound reads of the pod (`Vendor.score_bound_key`)."""
+        return None
+
+    def node_score_bound(
+        self,
+        requests: Sequence[ContainerDeviceRequest],
+        *,
+        pod_annotations: Mapping[str, str],
+        policy: str,
+    ) -> NodeBound:
+        """`score_bound` on the node at hand, called as it is."""
+
+        def bound(annotations: Mapping[str, str], devices: Sequence[DeviceInfo],
+                  previous: Sequence[DeviceUsage]) -> float | None:
+            return self.score_bound(requests, pod_annotations=pod_annotations, policy=policy,
+                                    annotations=annotations, devices=devices, previous=previous)
+
+        return bound
 
     def mutate(self, container: dict[str, Any], pod: dict[str, Any]) -> bool:
         """The common MutateAdmission: nothing changes; the count in `limits` makes it a device pod."""

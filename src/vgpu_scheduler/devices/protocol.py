@@ -12,7 +12,7 @@ context, a fit result, a health verdict, the resource names and the errors a ven
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, tzinfo
 from typing import Any, Protocol
@@ -28,6 +28,9 @@ from vgpu_scheduler.model import (
 )
 
 Obj = Mapping[str, Any]
+
+NodeBound = Callable[[Mapping[str, str], Sequence[DeviceInfo], Sequence[DeviceUsage]], float | None]
+"""A vendor's score bound on one node, from its annotations, devices and usage (`node_score_bound`)."""
 
 
 @dataclass(slots=True, frozen=True)
@@ -356,6 +359,30 @@ class Vendor(Protocol):
         `annotations` None the bound holds on every node; else on the node with these annotations,
         devices and usage before the pod. None: no bound known (the engine then fits every node).
         The engine visits nodes best bound first and stops once no unvisited node can win."""
+        ...
+
+    def score_bound_key(
+        self,
+        requests: Sequence[ContainerDeviceRequest],
+        *,
+        pod_annotations: Mapping[str, str],
+        policy: str,
+    ) -> Hashable | None:
+        """What the per-node `score_bound` of `requests` depends on besides the node: two pods
+        with equal keys under the same policy have equal bounds on every node, so the engine may
+        rank nodes by them once for both. None: no such key (the bounds are not shared)."""
+        ...
+
+    def node_score_bound(
+        self,
+        requests: Sequence[ContainerDeviceRequest],
+        *,
+        pod_annotations: Mapping[str, str],
+        policy: str,
+    ) -> NodeBound:
+        """`score_bound` of these requests on one node, as a function of the node's (annotations,
+        devices, usage): equal to `score_bound(requests, ..., annotations=, devices=, previous=)`,
+        with the work that depends on the pod alone done once (the engine calls it per node)."""
         ...
 
     def mutate(self, container: dict[str, Any], pod: dict[str, Any]) -> bool:

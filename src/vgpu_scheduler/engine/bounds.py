@@ -12,10 +12,10 @@ it bounds the node's total.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from vgpu_scheduler.devices.protocol import Vendor, Vendors
+from vgpu_scheduler.devices.protocol import NodeBound, Vendor, Vendors
 from vgpu_scheduler.engine.nodeview import NodeView
 from vgpu_scheduler.model import ContainerDeviceRequest, ContainerRequests
 
@@ -27,6 +27,8 @@ class _Scoring:
     """The pod's requests of this vendor, one per container asking it."""
     anywhere: float | None
     """The vendor's bound on every node, when it has one."""
+    here: NodeBound | None
+    """Else its bound on one node (`Vendor.node_score_bound`)."""
 
 
 @dataclass(slots=True, frozen=True)
@@ -38,6 +40,9 @@ class ScoreBounds:
     pod_annotations: Mapping[str, str]
     scoring: tuple[_Scoring, ...]
     constant: float | None
+    key: Hashable | None
+    """Equal for two pods whose bounds are equal on every node (`Vendor.score_bound_key`), None
+    when some vendor bounding per node gives no key."""
 
     def of(self, view: NodeView) -> float:
         """The bound on the node of `view`; infinitely favourable when a vendor knows none."""
@@ -45,14 +50,27 @@ class ScoreBounds:
         for s in self.scoring:
             bound = s.anywhere
             if bound is None:
-                bound = s.vendor.score_bound(
-                    s.requests, pod_annotations=self.pod_annotations, policy=self.policy,
-                    annotations=view.annotations, devices=view.devices, previous=view.usage,
-                )
+                assert s.here is not None
+                bound = s.here(view.annotations, view.devices, view.usage)
                 if bound is None:
                     return -math.inf if self.policy == "spread" else math.inf
             total += bound
         return total
+
+    def keyed(self, nodes: Iterable[tuple[str, float, NodeView]], sign: float) -> list[tuple[float, str]]:
+        """(sign × (node score + `of(view)`), node) for each (node, node score, view): the rank
+        keys of a pod shape's first ranking, without a call of `of` per node when one vendor
+        bounds per node and no other scores."""
+        if len(self.scoring) != 1 or self.scoring[0].here is None:
+            of = self.of
+            return [(sign * (score + of(view)), node) for node, score, view in nodes]
+        here = self.scoring[0].here
+        unknown = -math.inf if self.policy == "spread" else math.inf
+        out = []
+        for node, score, view in nodes:
+            bound = here(view.annotations, view.devices, view.usage)
+            out.append((sign * (score + (unknown if bound is None else 0.0 + bound)), node))
+        return out
 
 
 def score_bounds(
@@ -74,11 +92,22 @@ def score_bounds(
             seen.add(key)
             asks = tuple(c[key] for c in requests if key in c)
             anywhere = vendor.score_bound(asks, pod_annotations=pod_annotations, policy=policy)
-            scoring.append(_Scoring(vendor, asks, anywhere))
+            here = None if anywhere is not None else vendor.node_score_bound(
+                asks, pod_annotations=pod_annotations, policy=policy)
+            scoring.append(_Scoring(vendor, asks, anywhere, here))
     constant: float | None = 0.0
+    parts: list[tuple[str, bool, Hashable]] | None = []
     for s in scoring:
         if s.anywhere is None or constant is None:
             constant = None
         else:
             constant += s.anywhere
-    return ScoreBounds(policy, pod_annotations, tuple(scoring), constant)
+        # The bounds in summing order: equal parts give equal sums on every node.
+        part = s.anywhere if s.anywhere is not None else s.vendor.score_bound_key(
+            s.requests, pod_annotations=pod_annotations, policy=policy)
+        if part is None or parts is None:
+            parts = None
+        else:
+            parts.append((s.vendor.key, s.anywhere is not None, part))
+    shared = None if parts is None else (policy, tuple(parts))
+    return ScoreBounds(policy, pod_annotations, tuple(scoring), constant, shared)

@@ -8,6 +8,11 @@ of it (`engine/bounds.py`) — sorted by (key, name). A key never ranks a node b
 total does. Like the cached outcomes, a key is a function of the node's generation, so a later
 decision of the same group re-keys only the nodes the ledger lists as changed since
 (`DeviceLedger.changed_since`) and the nodes it visited itself, instead of every candidate.
+
+A group's first decision starts from the ranking by bounds alone that pods with equal bounds on
+every node share (`ScoreBounds.key`, e.g. replicas of two memory sizes asking one NPU each): it is
+kept the same way, re-keyed where the ledger changed, so only the first pod of such a key ranks
+every candidate.
 """
 
 from __future__ import annotations
@@ -29,6 +34,10 @@ class Ranking:
         order.sort()
         self.order = order
         """(key, node) ascending: the visit order."""
+
+    def copy(self) -> Ranking:
+        """An independent ranking with the same candidates, tick and order."""
+        return Ranking(self.candidates, self.tick, list(self.order))  # sorting a sorted list: one pass
 
     @property
     def keys(self) -> dict[str, float]:

@@ -9,7 +9,7 @@ registration pass (`AscendVendor.check_health`), which wins for nodes a registra
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, cast
 
 import msgspec
@@ -33,6 +33,13 @@ class AscendDevice(DeviceInfo):
     node_hami_core: bool | None = None
     """The node's `hami-vnpu-core` annotation when the inventory was read (None: absent)."""
     node_name: str = ""
+    numeric_network: bool = field(init=False, repr=False, compare=False)
+    """`network_id(custom_info)` is not None: read once, as the score bound asks it of every node
+    a spread decision ranks (`custom_info` is never changed once decoded)."""
+
+    def __post_init__(self) -> None:
+        custom = self.custom_info
+        self.numeric_network = custom is not None and network_id(custom) is not None
 
 
 def network_id(custom_info: dict[str, Any] | None) -> float | None:

@@ -32,7 +32,6 @@ from vgpu_scheduler.devices import resources as res
 from vgpu_scheduler.devices.ascend import topology
 from vgpu_scheduler.devices.ascend.config import VnpuConfig
 from vgpu_scheduler.devices.ascend.inventory import (
-    NETWORK_ID,
     AscendDevice,
     has_network_id,
     network_id,
@@ -44,6 +43,7 @@ from vgpu_scheduler.devices.protocol import (
     FitResult,
     Health,
     MutationError,
+    NodeBound,
     Obj,
     PodFitContext,
     ResourceNames,
@@ -390,6 +390,32 @@ class AscendVendor(GenericVendor):
             return 0.0
         return _least_network_score(tuple(r.nums for r in requests))
 
+    def score_bound_key(
+        self,
+        requests: Sequence[ContainerDeviceRequest],
+        *,
+        pod_annotations: Mapping[str, str],
+        policy: str,
+    ) -> Hashable | None:
+        """The per-node bound (spread) reads only the device counts asked."""
+        return tuple(r.nums for r in requests)
+
+    def node_score_bound(
+        self,
+        requests: Sequence[ContainerDeviceRequest],
+        *,
+        pod_annotations: Mapping[str, str],
+        policy: str,
+    ) -> NodeBound:
+        """`score_bound` per node with the pod's part (the least score on a networked node) worked
+        out once."""
+        if not self.scores_nodes or policy != "spread":
+            everywhere = self.score_bound(requests, pod_annotations=pod_annotations, policy=policy)
+            return lambda annotations, devices, previous: everywhere
+        least = _least_network_score(tuple(r.nums for r in requests))
+        networked = self._networked
+        return lambda annotations, devices, previous: least if networked(devices) else 0.0
+
     def _networked(self, devices: Sequence[DeviceInfo]) -> bool:
         """Every Ascend device, and every device of this vendor's type, has a numeric NetworkID.
         Memoised per device list: the engine asks it of every node a spread decision ranks, and a
@@ -402,8 +428,7 @@ class AscendVendor(GenericVendor):
         networked = True
         for dev in devices:
             if isinstance(dev, AscendDevice):
-                custom = dev.custom_info  # network_id(custom) is not None, without the call
-                networked = custom is not None and type(custom.get(NETWORK_ID)) in (int, float)
+                networked = dev.numeric_network
             else:
                 networked = self.key not in dev.type and needle not in dev.type.lower()
             if not networked:

@@ -20,7 +20,7 @@ import msgspec
 
 from vgpu_scheduler.devices import resources as res
 from vgpu_scheduler.devices.base import GenericVendor, trunc_div
-from vgpu_scheduler.devices.protocol import FitResult, Health, Obj, PodFitContext, ResourceNames
+from vgpu_scheduler.devices.protocol import FitResult, Health, NodeBound, Obj, PodFitContext, ResourceNames
 from vgpu_scheduler.model import (
     PERCENTAGE_UNSET,
     ContainerDevice,
@@ -228,6 +228,37 @@ class MetaxGpuVendor(GenericVendor):
             return None
         n = requests[0].nums if len(requests) == 1 else sum(r.nums for r in requests)
         return topology_score(annotations, n, policy)
+
+    def score_bound_key(
+        self,
+        requests: Sequence[ContainerDeviceRequest],
+        *,
+        pod_annotations: Mapping[str, str],
+        policy: str,
+    ) -> Hashable | None:
+        """The per-node bound reads only the number of devices asked."""
+        return sum(r.nums for r in requests)
+
+    def node_score_bound(
+        self,
+        requests: Sequence[ContainerDeviceRequest],
+        *,
+        pod_annotations: Mapping[str, str],
+        policy: str,
+    ) -> NodeBound:
+        """`score_bound` per node: the node's topology score for the number of devices asked
+        (`topology_score` with the annotation key chosen once)."""
+        n = sum(r.nums for r in requests)
+        key = LOSSES if policy == "binpack" else SCORES if policy == "spread" else None
+        if key is None:
+            return lambda annotations, devices, previous: 0.0
+
+        def bound(annotations: Mapping[str, str], devices: Sequence[DeviceInfo],
+                  previous: Sequence[DeviceUsage]) -> float:
+            value = annotations.get(key)
+            return 0.0 if value is None else _score_of(value, n)
+
+        return bound
 
     def mutate(self, container: dict[str, Any], pod: dict[str, Any]) -> bool:
         return res.present(container, "limits", self.names.count)
