@@ -7,12 +7,18 @@ devices and usage — in the direction the node policy prefers: from above under
 below under spread. The sum of the bounds, taken in the order the decision sums the scores, bounds
 the sum of the scores the same way (float addition is monotonic), so a node's default score plus
 it bounds the node's total.
+
+A vendor whose per-node bound reads only node annotations classes the nodes by them
+(`Vendor.node_bound_class`, grouped by the ledger at registration): when the classes holding the
+pod's eligible nodes all give one bound, it is that pod's bound on every such node (`common`), and a
+first ranking by bounds is the ledger's score index, with no node's bound worked out.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Hashable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 
 from vgpu_scheduler.devices.protocol import NodeBound, Vendor, Vendors
@@ -56,6 +62,30 @@ class ScoreBounds:
                     return -math.inf if self.policy == "spread" else math.inf
             total += bound
         return total
+
+    def common(self, classes: Mapping[Hashable, AbstractSet[str]], eligible: AbstractSet[str],
+               view: Callable[[str], NodeView | None]) -> float | None:
+        """The bound on every node of `eligible` when it is one value there, from one node of each
+        bound class holding some (`DeviceLedger.bound_classes`); None when a vendor bounding per
+        node does not class them or two classes differ."""
+        per_node = [s.vendor.key for s in self.scoring if s.here is not None]
+        found: float | None = None
+        for klass, members in classes.items():
+            if members.isdisjoint(eligible):
+                continue
+            # A class is `Vendors.bound_class`: (vendor key, class) of each vendor classing the node.
+            classed = {entry[0] for entry in klass} if isinstance(klass, tuple) else set()
+            if not all(key in classed for key in per_node):
+                return None
+            some = view(next(iter(members)))
+            if some is None:
+                return None
+            bound = self.of(some)
+            if found is None:
+                found = bound
+            elif bound != found:
+                return None
+        return found
 
     def keyed(self, nodes: Iterable[tuple[str, float, NodeView]], sign: float) -> list[tuple[float, str]]:
         """(sign × (node score + `of(view)`), node) for each (node, node score, view): the rank

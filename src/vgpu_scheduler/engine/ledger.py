@@ -9,12 +9,15 @@ score-ordered index of the nodes, a lazily refreshed `NodeSummary` that lets the
 nodes that cannot possibly fit, and a per-node *generation*: a number that changes whenever
 anything a fit reads on that node may have changed (inventory, cordon/annotations, usage, MIG
 placements, conflict flags), so a verdict computed at one generation is still valid at the same one.
+It also groups the nodes by *bound class* (`bound_classes`): what the vendors' score bounds read of
+a node's annotations, worked out once per registration, so a decision bounds each class once
+instead of each node (`decide._decide_bounded`).
 """
 
 from __future__ import annotations
 
 from bisect import bisect_left, insort
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
 from vgpu_scheduler.engine.nodeview import DeviceUsage, NodeView, has_vendor
@@ -52,6 +55,7 @@ DeviceSnapshot = tuple[str, int, int, int, tuple[str, ...], bool]
 
 class _Node:
     __slots__ = (
+        "bound_class",
         "capacity",
         "conflicts",
         "gen",
@@ -83,6 +87,7 @@ class _Node:
         self.score = 0.0
         self.summary: NodeSummary | None = None
         self.gen = 0
+        self.bound_class: Hashable = ()
 
     def compute_score(self) -> float:
         return node_default_score((self.capacity,), (self.total,))
@@ -112,7 +117,9 @@ class DeviceLedger:
     Views handed out by `view()` are live: callers must not mutate them (a fit works on `copy()`).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, bound_class: Callable[[Mapping[str, str]], Hashable] | None = None) -> None:
+        """`bound_class`: a node's bound class from its annotations (`Vendors.bound_class`); without
+        it every node is of class ()."""
         self._nodes: dict[str, _Node] = {}
         self._pods: dict[str, PodAllocation] = {}
         # Node name -> uids of pods placed there, kept even while the node has no inventory so a late
@@ -131,6 +138,8 @@ class DeviceLedger:
         # and the answers of `nodes_with` since the groups last changed.
         self._by_types: dict[frozenset[str], set[str]] = {}
         self._with: dict[tuple[str, ...], frozenset[str]] = {}
+        self._classify = bound_class
+        self._by_class: dict[Hashable, set[str]] = {}
 
     # -- inventory -------------------------------------------------------------------------------
 
@@ -149,6 +158,7 @@ class DeviceLedger:
             old.view.annotations = annotations
             old.summary = None
             self._bump(old)
+            self._reclass(node_name, old)
             return
         view = NodeView(node_name, list(devices), [DeviceUsage() for _ in devices], cordoned, annotations)
         node = _Node(view)
@@ -172,13 +182,33 @@ class DeviceLedger:
             group.discard(name)
             if not group:
                 del self._by_types[old.types]
+            self._unclass(name, old)
         if new is not None:
             new.score = new.compute_score()
             self._bump(new)
             self._nodes[name] = new
             insort(self._order, (new.score, name))
             self._by_types.setdefault(new.types, set()).add(name)
+            self._reclass(name, new)
         self._with.clear()
+
+    def _reclass(self, name: str, node: _Node) -> None:
+        """Put a registered node in the group of its bound class (after its annotations were set)."""
+        klass = self._classify(node.view.annotations) if self._classify is not None else ()
+        group = self._by_class.get(node.bound_class)
+        if group is not None and name in group:
+            if klass == node.bound_class:
+                return
+            self._unclass(name, node)
+        node.bound_class = klass
+        self._by_class.setdefault(klass, set()).add(name)
+
+    def _unclass(self, name: str, node: _Node) -> None:
+        group = self._by_class.get(node.bound_class)
+        if group is not None:
+            group.discard(name)
+            if not group:
+                del self._by_class[node.bound_class]
 
     def _unorder(self, score: float, name: str) -> None:
         i = bisect_left(self._order, (score, name))
@@ -334,6 +364,10 @@ class DeviceLedger:
                 if all(has_vendor(types, v) for v in vendors)
             ))
         return found
+
+    def bound_classes(self) -> Mapping[Hashable, set[str]]:
+        """Bound class -> the registered nodes of that class (live: do not mutate)."""
+        return self._by_class
 
     def node_names(self) -> Iterable[str]:
         return self._nodes.keys()
