@@ -851,16 +851,16 @@ def _pool(ledger: DeviceLedger, candidates: list[str], eligible: frozenset[str])
 
 def _bound_order(ledger: DeviceLedger, candidates: list[str], eligible: frozenset[str], *,
                  bounds: ScoreBounds, sign: float) -> list[tuple[float, str]]:
-    """(bound key, node) of every candidate that may fit, unsorted (by score when the bound is
-    one value on every eligible node, as their bound classes may tell without a node's view)."""
+    """(bound key, node) of every candidate that may fit, unsorted (by name when the bound is one
+    value on every eligible node, as their bound classes may tell without a bound per node)."""
     pool = _pool(ledger, candidates, eligible)
     common = bounds.common(ledger.bound_classes(), eligible, ledger.view)
     if common is None:
         return bounds.keyed(ledger.scored_views(pool), sign)
-    if pool is eligible:  # every registered node a candidate: the score index, nearly sorted
-        return [(sign * (s + common), node) for s, node in ledger.by_score(False) if node in eligible]
-    score = ledger.score
-    return [(sign * (score(node) + common), node) for node in pool]
+    bound, registered = common
+    # By name: the usual equal keys (nodes of one model, equally used) are then sorted already.
+    names = sorted(registered if pool is eligible else registered & set(pool))
+    return [(sign * (score + bound), node) for node, score, _ in ledger.scored_views(names)]
 
 
 def _rekey(ranking: Ranking, ledger: DeviceLedger, changed: list[str],
