@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 import vgpu_scheduler.engine.decide as decide_module
+from tests.engine.ledger_invariants import assert_group_index
 from tests.engine.test_fitcache import _counting_fits, _essence, _pod, _vendors, pod_spec
 from vgpu_scheduler.engine.decide import Chosen, NoFit, NoRequest, decide
 from vgpu_scheduler.engine.state import SchedulerState
@@ -207,6 +208,7 @@ class BoundedEqualsAll(RuleBasedStateMachine):
             assert view is not None
             want.setdefault(vendors.bound_class(view.annotations), set()).add(name)
         assert ledger.bound_classes() == want
+        assert_group_index(ledger)
 
     @invariant()
     def no_guard_fired(self) -> None:

@@ -64,18 +64,15 @@ class ScoreBounds:
         return total
 
     def common(self, classes: Mapping[Hashable, AbstractSet[str]], eligible: AbstractSet[str],
-               view: Callable[[str], NodeView | None]) -> tuple[float, AbstractSet[str]] | None:
+               view: Callable[[str], NodeView | None]) -> float | None:
         """The bound on every node of `eligible` when it is one value there, from one node of each
-        bound class holding some (`DeviceLedger.bound_classes`), and the registered nodes of
-        `eligible`; None when a vendor bounding per node does not class them or two classes differ."""
+        bound class holding some (`DeviceLedger.bound_classes`); None when a vendor bounding per
+        node does not class them or two classes differ."""
         per_node = [s.vendor.key for s in self.scoring if s.here is not None]
         found: float | None = None
-        nodes: AbstractSet[str] | None = None
         for klass, members in classes.items():
-            some_eligible = members & eligible
-            if not some_eligible:
+            if members.isdisjoint(eligible):
                 continue
-            nodes = some_eligible if nodes is None else nodes | some_eligible  # usually one class
             # A class is `Vendors.bound_class`: (vendor key, class) of each vendor classing the node.
             classed = {entry[0] for entry in klass} if isinstance(klass, tuple) else set()
             if not all(key in classed for key in per_node):
@@ -88,7 +85,7 @@ class ScoreBounds:
                 found = bound
             elif bound != found:
                 return None
-        return None if found is None or nodes is None else (found, nodes)
+        return found
 
     def keyed(self, nodes: Iterable[tuple[str, float, NodeView]], sign: float) -> list[tuple[float, str]]:
         """(sign × (node score + `of(view)`), node) for each (node, node score, view): the rank

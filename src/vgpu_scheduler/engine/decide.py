@@ -701,8 +701,8 @@ def _decide_bounded(
         # One bound for every node: the key follows the node default score, so the ledger's score
         # index is the visit order, in runs of one score (equal keys not always by name, see walk).
         scored: Iterable[tuple[float, str]]
-        if len(candidates) == len(ledger):  # every registered node
-            scored = ledger.by_score(policy == BINPACK)
+        if len(candidates) == len(ledger):  # every registered node: those with the devices asked
+            scored = ledger.by_score_with(_asked(requests), policy == BINPACK)
         else:
             scored = ((score(node), node) for node in _ordered(ledger, candidates, policy == BINPACK))
         runs = score_runs(scored, eligible, sign, constant)
@@ -720,7 +720,7 @@ def _decide_bounded(
 
         ranking = _ranking(outcomes, ledger, candidates, eligible=eligible, key_of=key_of,
                            bounds=bounds, bound_key_of=bound_key_of, sign=sign, unknown=unknown,
-                           shared=shared)
+                           shared=shared, asked=_asked(requests))
         runs = (ranking.order,)
 
     scores: dict[str, float] = {}
@@ -805,6 +805,7 @@ def _ranking(
     sign: float,
     unknown: bool,
     shared: Callable[[], VerdictGroup[float] | None],
+    asked: tuple[str, ...],
 ) -> Ranking:
     """The pod shape's visit order, kept from its previous decision and re-keyed where the ledger
     changed since, or made afresh: from the bounds alone (a copy of the ranking kept in `shared()`
@@ -815,7 +816,7 @@ def _ranking(
         changed = ledger.changed_since(ranking.tick)
     if ranking is None or changed is None or len(changed) > len(candidates):
         def build() -> list[tuple[float, str]]:
-            return _bound_order(ledger, candidates, eligible, bounds=bounds, sign=sign)
+            return _bound_order(ledger, candidates, eligible, bounds=bounds, sign=sign, asked=asked)
 
         known = set() if unknown else outcomes.known_nodes()
         group = shared() if outcomes.cached and len(known) * 4 <= len(candidates) else None
@@ -850,17 +851,18 @@ def _pool(ledger: DeviceLedger, candidates: list[str], eligible: frozenset[str])
 
 
 def _bound_order(ledger: DeviceLedger, candidates: list[str], eligible: frozenset[str], *,
-                 bounds: ScoreBounds, sign: float) -> list[tuple[float, str]]:
-    """(bound key, node) of every candidate that may fit, unsorted (by name when the bound is one
-    value on every eligible node, as their bound classes may tell without a bound per node)."""
+                 bounds: ScoreBounds, sign: float, asked: tuple[str, ...]) -> list[tuple[float, str]]:
+    """(bound key, node) of every candidate that may fit (`asked`: the vendors the pod asks), in
+    any order: sorted already when the bound is one value on every eligible node, as their bound
+    classes may tell without a bound per node (the ledger's score index of those nodes)."""
     pool = _pool(ledger, candidates, eligible)
-    common = bounds.common(ledger.bound_classes(), eligible, ledger.view)
-    if common is None:
+    bound = bounds.common(ledger.bound_classes(), eligible, ledger.view)
+    if bound is None:
         return bounds.keyed(ledger.scored_views(pool), sign)
-    bound, registered = common
-    # By name: the usual equal keys (nodes of one model, equally used) are then sorted already.
-    names = sorted(registered if pool is eligible else registered & set(pool))
-    return [(sign * (score + bound), node) for node, score, _ in ledger.scored_views(names)]
+    if pool is eligible:
+        return [(sign * (score + bound), node) for score, node in ledger.by_score_with(asked, sign < 0)]
+    score = ledger.score
+    return [(sign * (score(node) + bound), node) for node in pool]
 
 
 def _rekey(ranking: Ranking, ledger: DeviceLedger, changed: list[str],

@@ -19,6 +19,7 @@ from __future__ import annotations
 from bisect import bisect_left, insort
 from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
+from heapq import merge
 
 from vgpu_scheduler.engine.nodeview import DeviceUsage, NodeView, has_vendor
 from vgpu_scheduler.engine.podinfo import PodAllocation
@@ -138,6 +139,10 @@ class DeviceLedger:
         # and the answers of `nodes_with` since the groups last changed.
         self._by_types: dict[frozenset[str], set[str]] = {}
         self._with: dict[tuple[str, ...], frozenset[str]] = {}
+        # Each group's (score, name) ascending, and the groups of `nodes_with` since they last
+        # changed: the score index of the nodes a pod may fit (`by_score_with`).
+        self._group_order: dict[frozenset[str], list[tuple[float, str]]] = {}
+        self._groups_with: dict[tuple[str, ...], list[list[tuple[float, str]]]] = {}
         self._classify = bound_class
         self._by_class: dict[Hashable, set[str]] = {}
 
@@ -180,8 +185,10 @@ class DeviceLedger:
                 self._log_change(name)  # readers of changed_since learn it is gone
             group = self._by_types[old.types]
             group.discard(name)
+            _unorder(self._group_order[old.types], old.score, name)
             if not group:
                 del self._by_types[old.types]
+                del self._group_order[old.types]
             self._unclass(name, old)
         if new is not None:
             new.score = new.compute_score()
@@ -189,8 +196,10 @@ class DeviceLedger:
             self._nodes[name] = new
             insort(self._order, (new.score, name))
             self._by_types.setdefault(new.types, set()).add(name)
+            insort(self._group_order.setdefault(new.types, []), (new.score, name))
             self._reclass(name, new)
         self._with.clear()
+        self._groups_with.clear()
 
     def _reclass(self, name: str, node: _Node) -> None:
         """Put a registered node in the group of its bound class (after its annotations were set)."""
@@ -211,9 +220,7 @@ class DeviceLedger:
                 del self._by_class[node.bound_class]
 
     def _unorder(self, score: float, name: str) -> None:
-        i = bisect_left(self._order, (score, name))
-        if i < len(self._order) and self._order[i] == (score, name):
-            del self._order[i]
+        _unorder(self._order, score, name)
 
     # -- pods ------------------------------------------------------------------------------------
 
@@ -285,8 +292,11 @@ class DeviceLedger:
         score = node.compute_score()
         if score != node.score:
             self._unorder(node.score, name)
+            group = self._group_order[node.types]
+            _unorder(group, node.score, name)
             node.score = score
             insort(self._order, (score, name))
+            insort(group, (score, name))
 
     @staticmethod
     def _apply(node: _Node, alloc: PodAllocation, sign: int) -> None:
@@ -421,16 +431,20 @@ class DeviceLedger:
 
     def by_score(self, descending: bool) -> Iterator[tuple[float, str]]:
         """Registered nodes by score (ascending or descending); equal scores always by name ascending."""
-        order = self._order
-        if not descending:
-            yield from order
-            return
-        end = len(order)
-        while end > 0:
-            score = order[end - 1][0]
-            start = bisect_left(order, (score,), 0, end)  # (score,) sorts before (score, any name)
-            yield from order[start:end]
-            end = start
+        return _by_score(self._order, descending)
+
+    def by_score_with(self, vendors: tuple[str, ...], descending: bool) -> Iterator[tuple[float, str]]:
+        """`by_score` of the nodes of `nodes_with(vendors)` alone."""
+        groups = self._groups_with.get(vendors)
+        if groups is None:
+            groups = self._groups_with[vendors] = [
+                self._group_order[types] for types in self._by_types
+                if all(has_vendor(types, v) for v in vendors)
+            ]
+        if len(groups) == 1:
+            return _by_score(groups[0], descending)
+        return merge(*(_by_score(g, descending) for g in groups),
+                     key=(lambda pair: (-pair[0], pair[1])) if descending else None)
 
     def snapshot(self) -> dict[str, tuple[float, tuple[DeviceSnapshot, ...]]]:
         """Comparable picture of all usage: node -> (score, per device snapshot), for tests."""
@@ -449,6 +463,25 @@ class DeviceLedger:
             )
             out[name] = (node.score, devs)
         return out
+
+
+def _unorder(order: list[tuple[float, str]], score: float, name: str) -> None:
+    i = bisect_left(order, (score, name))
+    if i < len(order) and order[i] == (score, name):
+        del order[i]
+
+
+def _by_score(order: list[tuple[float, str]], descending: bool) -> Iterator[tuple[float, str]]:
+    """`order` ascending or descending by score; equal scores always by name ascending."""
+    if not descending:
+        yield from order
+        return
+    end = len(order)
+    while end > 0:
+        score = order[end - 1][0]
+        start = bisect_left(order, (score,), 0, end)  # (score,) sorts before (score, any name)
+        yield from order[start:end]
+        end = start
 
 
 def _conflict(node: _Node, i: int, sign: int) -> None:
