@@ -56,8 +56,14 @@ class Ranking:
         """(key, node) ascending: the visit order."""
 
     def copy(self) -> Ranking:
-        """An independent ranking with the same candidates, tick and order."""
-        return Ranking(self.candidates, self.tick, list(self.order))  # sorting a sorted list: one pass
+        """An independent ranking with the same candidates, tick and order (the candidates' set
+        shared, the keys copied when made: neither is made again for the copy)."""
+        twin = Ranking(self.candidates, self.tick, [])
+        twin.order = list(self.order)  # sorted already
+        twin._members = self._members
+        if self._keys is not None:
+            twin._keys = dict(self._keys)
+        return twin
 
     @property
     def keys(self) -> dict[str, float]:
