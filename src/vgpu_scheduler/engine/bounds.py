@@ -10,8 +10,8 @@ it bounds the node's total.
 
 A vendor whose per-node bound reads only node annotations classes the nodes by them
 (`Vendor.node_bound_class`, grouped by the ledger at registration): when the classes holding the
-pod's eligible nodes all give one bound, it is that pod's bound on every such node (`common`), and a
-first ranking by bounds is the ledger's score index, with no node's bound worked out.
+pod's eligible nodes all give one bound, it is that pod's bound on every such node (`common`), as
+if the vendor bounded from the pod alone: no node's bound is worked out, and no ranking kept.
 """
 
 from __future__ import annotations

@@ -662,9 +662,10 @@ def _decide_bounded(
     score, name). A node's bound key puts the vendors' `score_bound` in place of their ScoreNode
     (or is its cached total), so it never ranks the node better than its total does. Nodes are
     visited in key order, deprioritized ones after the others: with one bound for every node
-    (`ScoreBounds.constant`) the key follows the default score, so the ledger's score index is that
-    order, in runs of one score (`ranking.score_runs`); with bounds per node, the pod shape's
-    ranking (`engine/ranking.py`), one run. Each pass stops at the first key above the best total
+    (`ScoreBounds.constant`, or `ScoreBounds.common` from the eligible nodes' bound classes) the
+    key follows the default score, so the ledger's score index of the nodes with the devices asked
+    is that order, in runs of one score (`ranking.score_runs`); with bounds per node, the pod
+    shape's ranking (`engine/ranking.py`), one run. Each pass stops at the first key above the best total
     found (every later node's is too); an equal key with a later name ends its run, sorted by (key,
     name), but not the pass (two scores may give one key, so a later run may hold an earlier name).
     Nodes that cannot fit (`nodes_with`: no device of a vendor the pod asks; `_may_fit`: a summary
@@ -676,6 +677,8 @@ def _decide_bounded(
     outcomes = _Outcomes(requests, n_init, pod, ctx, state=state, policy=policy, cached=cached)
     bounds = score_bounds(requests, ctx.vendors, pod_annotations=ctx.annotations, policy=policy)
     constant = bounds.constant
+    if constant is None:  # one bound on every eligible node when their bound classes say so
+        constant = bounds.common(ledger.bound_classes(), eligible, ledger.view)
     score, generation = ledger.score, ledger.generation
 
     unknown = not outcomes.any_known()  # a pod shape's first decision: skip the cache lookups
@@ -720,7 +723,7 @@ def _decide_bounded(
 
         ranking = _ranking(outcomes, ledger, candidates, eligible=eligible, key_of=key_of,
                            bounds=bounds, bound_key_of=bound_key_of, sign=sign, unknown=unknown,
-                           shared=shared, asked=_asked(requests))
+                           shared=shared)
         runs = (ranking.order,)
 
     scores: dict[str, float] = {}
@@ -805,7 +808,6 @@ def _ranking(
     sign: float,
     unknown: bool,
     shared: Callable[[], VerdictGroup[float] | None],
-    asked: tuple[str, ...],
 ) -> Ranking:
     """The pod shape's visit order, kept from its previous decision and re-keyed where the ledger
     changed since, or made afresh: from the bounds alone (a copy of the ranking kept in `shared()`
@@ -816,7 +818,7 @@ def _ranking(
         changed = ledger.changed_since(ranking.tick)
     if ranking is None or changed is None or len(changed) > len(candidates):
         def build() -> list[tuple[float, str]]:
-            return _bound_order(ledger, candidates, eligible, bounds=bounds, sign=sign, asked=asked)
+            return _bound_order(ledger, candidates, eligible, bounds=bounds, sign=sign)
 
         known = set() if unknown else outcomes.known_nodes()
         group = shared() if outcomes.cached and len(known) * 4 <= len(candidates) else None
@@ -851,18 +853,9 @@ def _pool(ledger: DeviceLedger, candidates: list[str], eligible: frozenset[str])
 
 
 def _bound_order(ledger: DeviceLedger, candidates: list[str], eligible: frozenset[str], *,
-                 bounds: ScoreBounds, sign: float, asked: tuple[str, ...]) -> list[tuple[float, str]]:
-    """(bound key, node) of every candidate that may fit (`asked`: the vendors the pod asks), in
-    any order: sorted already when the bound is one value on every eligible node, as their bound
-    classes may tell without a bound per node (the ledger's score index of those nodes)."""
-    pool = _pool(ledger, candidates, eligible)
-    bound = bounds.common(ledger.bound_classes(), eligible, ledger.view)
-    if bound is None:
-        return bounds.keyed(ledger.scored_views(pool), sign)
-    if pool is eligible:
-        return [(sign * (score + bound), node) for score, node in ledger.by_score_with(asked, sign < 0)]
-    score = ledger.score
-    return [(sign * (score(node) + bound), node) for node in pool]
+                 bounds: ScoreBounds, sign: float) -> list[tuple[float, str]]:
+    """(bound key, node) of every candidate that may fit, unsorted."""
+    return bounds.keyed(ledger.scored_views(_pool(ledger, candidates, eligible)), sign)
 
 
 def _rekey(ranking: Ranking, ledger: DeviceLedger, changed: list[str],
