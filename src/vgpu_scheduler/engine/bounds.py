@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
-from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 
 from vgpu_scheduler.devices.protocol import NodeBound, Vendor, Vendors
@@ -63,21 +62,19 @@ class ScoreBounds:
             total += bound
         return total
 
-    def common(self, classes: Mapping[Hashable, AbstractSet[str]], eligible: AbstractSet[str],
+    def common(self, classes: Iterable[tuple[Hashable, str]],
                view: Callable[[str], NodeView | None]) -> float | None:
-        """The bound on every node of `eligible` when it is one value there, from one node of each
-        bound class holding some (`DeviceLedger.bound_classes`); None when a vendor bounding per
-        node does not class them or two classes differ."""
+        """The bound on every node of the pod's eligible nodes when it is one value there, from
+        their bound classes, each with one of its nodes (`DeviceLedger.classes_with`); None when a
+        vendor bounding per node does not class them or two classes differ."""
         per_node = [s.vendor.key for s in self.scoring if s.here is not None]
         found: float | None = None
-        for klass, members in classes.items():
-            if members.isdisjoint(eligible):
-                continue
+        for klass, node in classes:
             # A class is `Vendors.bound_class`: (vendor key, class) of each vendor classing the node.
             classed = {entry[0] for entry in klass} if isinstance(klass, tuple) else set()
             if not all(key in classed for key in per_node):
                 return None
-            some = view(next(iter(members)))
+            some = view(node)
             if some is None:
                 return None
             bound = self.of(some)

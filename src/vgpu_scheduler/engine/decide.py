@@ -677,8 +677,9 @@ def _decide_bounded(
     outcomes = _Outcomes(requests, n_init, pod, ctx, state=state, policy=policy, cached=cached)
     bounds = score_bounds(requests, ctx.vendors, pod_annotations=ctx.annotations, policy=policy)
     constant = bounds.constant
+    asked = _asked(requests)
     if constant is None:  # one bound on every eligible node when their bound classes say so
-        constant = bounds.common(ledger.bound_classes(), eligible, ledger.view)
+        constant = bounds.common(ledger.classes_with(asked), ledger.view)
     score, generation = ledger.score, ledger.generation
 
     unknown = not outcomes.any_known()  # a pod shape's first decision: skip the cache lookups
@@ -705,7 +706,7 @@ def _decide_bounded(
         # index is the visit order, in runs of one score (equal keys not always by name, see walk).
         scored: Iterable[tuple[float, str]]
         if len(candidates) == len(ledger):  # every registered node: those with the devices asked
-            scored = ledger.by_score_with(_asked(requests), policy == BINPACK)
+            scored = ledger.by_score_with(asked, policy == BINPACK)
         else:
             scored = ((score(node), node) for node in _ordered(ledger, candidates, policy == BINPACK))
         runs = score_runs(scored, eligible, sign, constant)

@@ -145,6 +145,7 @@ class DeviceLedger:
         self._groups_with: dict[tuple[str, ...], list[list[tuple[float, str]]]] = {}
         self._classify = bound_class
         self._by_class: dict[Hashable, set[str]] = {}
+        self._classes_with: dict[tuple[str, ...], list[tuple[Hashable, str]]] = {}
 
     # -- inventory -------------------------------------------------------------------------------
 
@@ -200,6 +201,7 @@ class DeviceLedger:
             self._reclass(name, new)
         self._with.clear()
         self._groups_with.clear()
+        self._classes_with.clear()
 
     def _reclass(self, name: str, node: _Node) -> None:
         """Put a registered node in the group of its bound class (after its annotations were set)."""
@@ -211,6 +213,7 @@ class DeviceLedger:
             self._unclass(name, node)
         node.bound_class = klass
         self._by_class.setdefault(klass, set()).add(name)
+        self._classes_with.clear()
 
     def _unclass(self, name: str, node: _Node) -> None:
         group = self._by_class.get(node.bound_class)
@@ -378,6 +381,18 @@ class DeviceLedger:
     def bound_classes(self) -> Mapping[Hashable, set[str]]:
         """Bound class -> the registered nodes of that class (live: do not mutate)."""
         return self._by_class
+
+    def classes_with(self, vendors: tuple[str, ...]) -> list[tuple[Hashable, str]]:
+        """The bound classes of the nodes of `nodes_with(vendors)`, each with one of those nodes
+        (kept until a node is registered, removed or changes class)."""
+        found = self._classes_with.get(vendors)
+        if found is None:
+            among = self.nodes_with(vendors)
+            found = self._classes_with[vendors] = [
+                (klass, min(members & among)) for klass, members in self._by_class.items()
+                if not members.isdisjoint(among)
+            ]
+        return found
 
     def node_names(self) -> Iterable[str]:
         return self._nodes.keys()
