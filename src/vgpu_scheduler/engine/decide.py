@@ -665,13 +665,13 @@ def _decide_bounded(
     (`ScoreBounds.constant`, or `ScoreBounds.common` from the eligible nodes' bound classes) the
     key follows the default score, so the ledger's score index of the nodes with the devices asked
     is that order, in runs of one score (`ranking.score_runs`); with bounds per node, the pod
-    shape's ranking (`engine/ranking.py`), one run. Each pass stops at the first key above the best total
-    found (every later node's is too); an equal key with a later name ends its run, sorted by (key,
-    name), but not the pass (two scores may give one key, so a later run may hold an earlier name).
-    Nodes that cannot fit (`nodes_with`: no device of a vendor the pod asks; `_may_fit`: a summary
-    that rules the fit out; a cached reason, in a ranking) are not visited; when no node fits, every
-    candidate's reason is listed (and, as a guard, a candidate that does fit is ranked with the rest).
-    `Chosen.scores` and `failed` hold the nodes visited."""
+    shape's ranking (`engine/ranking.py`), one run. Each pass stops at the first key above the best
+    total found (every later node's is too); an equal key with a later name ends its run, sorted by
+    (key, name), but not the pass (two scores may give one key, so a later run may hold an earlier
+    name). Nodes that cannot fit (`nodes_with`: no device of a vendor the pod asks; `_may_fit`: a
+    summary that rules the fit out; a cached reason, in a ranking) are not visited; when no node
+    fits, every candidate's reason is listed (and, as a guard, a candidate that does fit is ranked
+    with the rest). `Chosen.scores` and `failed` hold the nodes visited."""
     ledger = state.ledger
     sign = -1.0 if policy == BINPACK else 1.0
     outcomes = _Outcomes(requests, n_init, pod, ctx, state=state, policy=policy, cached=cached)

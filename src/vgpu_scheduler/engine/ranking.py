@@ -33,8 +33,8 @@ def score_runs(scored: Iterable[tuple[float, str]], eligible: AbstractSet[str], 
     (score, node) in policy order with equal scores by name (the ledger's score index): a run per
     score, of its eligible nodes by name. Keys never decrease from a run to the next (float addition
     is monotonic), but two scores may add up to one key, so a later run may hold an equal key with
-    an earlier name. Each run is lazy (read it before the next): a pass ending at a run's first
-    key reads none of its nodes."""
+    an earlier name. Each run is lazy (read it before the next): a pass that ends at a run's first
+    key reads no more of the index."""
     for score, group in groupby((pair for pair in scored if pair[1] in eligible), key=itemgetter(0)):
         key = sign * (score + bound)
         yield ((key, name) for _, name in group)
