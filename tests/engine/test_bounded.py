@@ -356,11 +356,11 @@ METAX_1 = {"asks": [{"kind": "metax", "nums": 1}], "node_policy": None, "gpu_pol
 TOPOLOGY = {"kind": "metax", "losses": json.dumps({"1": 0, "2": 5}), "scores": json.dumps({"1": 7})}
 
 
-def test_one_bound_class_ranks_without_a_bound_per_node(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Metax GPU nodes of one topology are one bound class: a new bound key's first ranking bounds
-    that class once, not each node. A node whose annotations change moves to a class of its own:
-    keys bounded alike by both classes still rank without a bound per node, and the key seen first
-    prefers it (its loss for one device is now lower)."""
+def test_one_bound_class_needs_no_bound_per_node(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Metax GPU nodes of one topology are one bound class: a decision bounds that class once, not
+    each node. A node whose annotations change moves to a class of its own: a pod both classes
+    bound alike is bounded once per class, and the pod whose bound now differs there (one device:
+    the node's loss is lower) chooses it, as evaluating every node does."""
     early, full = _fleet(TOPOLOGY), _fleet(TOPOLOGY)
     vendor = early.vendors["Metax-GPU"]
     bounded: list[int] = []
