@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 import vgpu_scheduler.engine.decide as decide_module
+from tests.engine.ledger_invariants import assert_group_index
 from tests.engine.test_fitcache import _counting_fits, _essence, _pod, _vendors, pod_spec
 from vgpu_scheduler.engine.decide import Chosen, NoFit, NoRequest, decide
 from vgpu_scheduler.engine.state import SchedulerState
@@ -117,6 +118,16 @@ class BoundedEqualsAll(RuleBasedStateMachine):
         for s in (self.early, self.full):
             _register(s, name, spec)
 
+    @rule(losses=topology_table, scores=topology_table)
+    def one_topology(self, losses: str | None, scores: str | None) -> None:
+        """Every Metax GPU node gets the same topology annotations (same devices: the ledger keeps
+        the usage and moves the node's bound class): one bound class, the usual fleet."""
+        for name in NODES:
+            view = self.early.ledger.view(name)
+            if view is not None and any(d.type == "Metax-GPU" for d in view.devices):
+                for s in (self.early, self.full):
+                    _register(s, name, {"kind": "metax", "losses": losses, "scores": scores})
+
     @rule(name=st.sampled_from(NODES))
     def remove(self, name: str) -> None:
         """A node leaves: decisions over the same names list it as unregistered."""
@@ -186,6 +197,18 @@ class BoundedEqualsAll(RuleBasedStateMachine):
     @invariant()
     def same_usage(self) -> None:
         assert self.early.ledger.snapshot() == self.full.ledger.snapshot()
+
+    @invariant()
+    def classes_follow_annotations(self) -> None:
+        """The ledger's bound classes are those of the nodes' current annotations."""
+        ledger, vendors = self.early.ledger, self.early.vendors
+        want: dict[Any, set[str]] = {}
+        for name in ledger.node_names():
+            view = ledger.view(name)
+            assert view is not None
+            want.setdefault(vendors.bound_class(view.annotations), set()).add(name)
+        assert ledger.bound_classes() == want
+        assert_group_index(ledger)
 
     @invariant()
     def no_guard_fired(self) -> None:
@@ -326,3 +349,47 @@ def test_the_same_names_after_a_node_left() -> None:
         if i == 1:
             for s in (early, full):
                 s.remove_node("n5")
+
+
+METAX_1 = {"asks": [{"kind": "metax", "nums": 1}], "node_policy": None, "gpu_policy": None, "app_class": None,
+           "qos": None, "topology": None, "label": None}
+TOPOLOGY = {"kind": "metax", "losses": json.dumps({"1": 0, "2": 5}), "scores": json.dumps({"1": 7})}
+
+
+def test_one_bound_class_needs_no_bound_per_node(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Metax GPU nodes of one topology are one bound class: a decision bounds that class once, not
+    each node. A node whose annotations change moves to a class of its own: a pod both classes
+    bound alike is bounded once per class, and the pod whose bound now differs there (one device:
+    the node's loss is lower) chooses it, as evaluating every node does."""
+    early, full = _fleet(TOPOLOGY), _fleet(TOPOLOGY)
+    vendor = early.vendors["Metax-GPU"]
+    bounded: list[int] = []
+    real = vendor.node_score_bound
+
+    def counting(*args: Any, **kwargs: Any) -> Callable[..., float | None]:
+        here = real(*args, **kwargs)
+
+        def bound(*node: Any) -> float | None:
+            bounded.append(1)
+            return here(*node)
+
+        return bound
+
+    monkeypatch.setattr(vendor, "node_score_bound", counting)
+    better = {**TOPOLOGY, "losses": json.dumps({"1": -500, "2": 5})}
+    steps = (("binpack", 1, 1), ("binpack", 2, 2), ("spread", 1, 2), ("binpack", 1, None))
+    for i, (policy, nums, most) in enumerate(steps):
+        if i == 1:
+            for s in (early, full):
+                _register(s, "n3", better)
+        obj = _pod(f"p{i}", {**METAX_1, "asks": [{"kind": "metax", "nums": nums}], "node_policy": policy})
+        args: dict[str, Any] = {"default_node_policy": policy, "default_gpu_policy": "spread", "now": i}
+        bounded.clear()
+        got = decide(obj, NODES, early, **args)
+        want = decide(obj, NODES, full, evaluate_all=True, **args)
+        assert isinstance(got, Chosen) and isinstance(want, Chosen)
+        assert _essence(got) == _essence(want)
+        assert most is None or len(bounded) == most, (i, bounded)
+        early.reserve(obj, got)
+        full.reserve(obj, want)
+    assert got.node == "n3"

@@ -366,3 +366,22 @@ def test_rebuild_from_matches_incremental() -> None:
     ledger.rebuild_from(ledger.pods())
     assert ledger.snapshot() == incremental
     assert {p.uid for p in ledger.pods_on("n3")} == {"d"}
+
+
+def test_bound_classes_follow_registrations() -> None:
+    """Nodes are grouped by the class of their annotations: a new node joins its class, an
+    annotation change (same devices, usage kept) moves it, a removal or re-registration with
+    other devices takes it out of its old class."""
+    ledger = DeviceLedger(lambda annotations: annotations.get("model"))
+    devices = [DeviceInfo(id="d0", count=1, devmem=100, devcore=100, type="T", health=True)]
+    ledger.set_node_devices("a", devices, annotations={"model": "x"})
+    ledger.set_node_devices("b", devices, annotations={"model": "x"})
+    ledger.set_node_devices("c", devices)
+    assert ledger.bound_classes() == {"x": {"a", "b"}, None: {"c"}}
+    ledger.set_node_devices("a", devices, annotations={"model": "y"})
+    assert ledger.bound_classes() == {"x": {"b"}, "y": {"a"}, None: {"c"}}
+    other = [DeviceInfo(id="d1", count=2, devmem=100, devcore=100, type="T", health=True)]
+    ledger.set_node_devices("b", other, annotations={"model": "y"})
+    ledger.remove_node("c")
+    assert ledger.bound_classes() == {"y": {"a", "b"}}
+    assert DeviceLedger().bound_classes() == {}

@@ -590,6 +590,10 @@ class GenericVendor:
 
         return bound
 
+    def node_bound_class(self, annotations: Mapping[str, str]) -> Hashable | None:
+        """None: a bound per node may read the node's devices and usage."""
+        return None
+
     def mutate(self, container: dict[str, Any], pod: dict[str, Any]) -> bool:
         """The common MutateAdmission: nothing changes; the count in `limits` makes it a device pod."""
         return res.present(container, "limits", self.names.count)

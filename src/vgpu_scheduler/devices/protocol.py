@@ -385,6 +385,13 @@ class Vendor(Protocol):
         with the work that depends on the pod alone done once (the engine calls it per node)."""
         ...
 
+    def node_bound_class(self, annotations: Mapping[str, str]) -> Hashable | None:
+        """What the functions of `node_score_bound` read of a node when that is only its
+        annotations: on two nodes of equal classes they are equal for every pod, so the engine
+        works them out once per class (the ledger groups nodes by class at registration). None:
+        they read more (devices, usage)."""
+        ...
+
     def mutate(self, container: dict[str, Any], pod: dict[str, Any]) -> bool:
         """MutateAdmission on one container (mutated in place): True when it asks for this vendor.
         Raises MutationError to reject the pod."""
@@ -394,7 +401,7 @@ class Vendor(Protocol):
 class Vendors:
     """The registered vendors, in registration order (HAMi's `DevicesToHandle`), by key."""
 
-    __slots__ = ("_all", "_by_key", "allocation_keys", "counted_pod_keys")
+    __slots__ = ("_all", "_by_key", "_classing", "allocation_keys", "counted_pod_keys")
 
     def __init__(self, vendors: Sequence[Vendor]) -> None:
         self._all: tuple[Vendor, ...] = tuple(vendors)
@@ -407,6 +414,7 @@ class Vendors:
         """Vendor key -> (to-allocate, allocated) annotation keys."""
         self.counted_pod_keys: frozenset[str] = frozenset().union(*(v.counted_pod_keys for v in self._all))
         """Every vendor's `counted_pod_keys`."""
+        self._classing = tuple(v for v in self._all if v.scores_nodes)
 
     def __iter__(self) -> Iterator[Vendor]:
         return iter(self._all)
@@ -430,3 +438,8 @@ class Vendors:
     def managed_resources(self) -> frozenset[str]:
         """Every resource name of every vendor (the chart's extender `managedResources`)."""
         return frozenset(name for v in self._all for name in v.managed_resources if name)
+
+    def bound_class(self, annotations: Mapping[str, str]) -> tuple[tuple[str, Hashable], ...]:
+        """A node's bound class: (vendor key, `node_bound_class`) of each scoring vendor that
+        has one for these annotations (a vendor missing from it bounds per node)."""
+        return tuple((v.key, c) for v in self._classing if (c := v.node_bound_class(annotations)) is not None)

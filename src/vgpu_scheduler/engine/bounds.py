@@ -7,12 +7,17 @@ devices and usage — in the direction the node policy prefers: from above under
 below under spread. The sum of the bounds, taken in the order the decision sums the scores, bounds
 the sum of the scores the same way (float addition is monotonic), so a node's default score plus
 it bounds the node's total.
+
+A vendor whose per-node bound reads only node annotations classes the nodes by them
+(`Vendor.node_bound_class`, grouped by the ledger at registration): when the classes holding the
+pod's eligible nodes all give one bound, it is that pod's bound on every such node (`common`), as
+if the vendor bounded from the pod alone: no node's bound is worked out, and no ranking kept.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Hashable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from vgpu_scheduler.devices.protocol import NodeBound, Vendor, Vendors
@@ -56,6 +61,28 @@ class ScoreBounds:
                     return -math.inf if self.policy == "spread" else math.inf
             total += bound
         return total
+
+    def common(self, classes: Iterable[tuple[Hashable, str]],
+               view: Callable[[str], NodeView | None]) -> float | None:
+        """The bound on every node of the pod's eligible nodes when it is one value there, from
+        their bound classes, each with one of its nodes (`DeviceLedger.classes_with`); None when a
+        vendor bounding per node does not class them or two classes differ."""
+        per_node = [s.vendor.key for s in self.scoring if s.here is not None]
+        found: float | None = None
+        for klass, node in classes:
+            # A class is `Vendors.bound_class`: (vendor key, class) of each vendor classing the node.
+            classed = {entry[0] for entry in klass} if isinstance(klass, tuple) else set()
+            if not all(key in classed for key in per_node):
+                return None
+            some = view(node)
+            if some is None:
+                return None
+            bound = self.of(some)
+            if found is None:
+                found = bound
+            elif bound != found:
+                return None
+        return found
 
     def keyed(self, nodes: Iterable[tuple[str, float, NodeView]], sign: float) -> list[tuple[float, str]]:
         """(sign × (node score + `of(view)`), node) for each (node, node score, view): the rank

@@ -55,7 +55,7 @@ from vgpu_scheduler.engine.nodeview import DeviceUsage, NodeView
 from vgpu_scheduler.engine.placement import cheapest
 from vgpu_scheduler.engine.podinfo import init_container_count, pod_annotations, pod_key
 from vgpu_scheduler.engine.policy import BEST_FIT
-from vgpu_scheduler.engine.ranking import Ranking
+from vgpu_scheduler.engine.ranking import Ranking, Run, score_runs
 from vgpu_scheduler.engine.requests import pod_has_device_requests, pod_requests
 from vgpu_scheduler.engine.scores import ScoringWeightsError
 from vgpu_scheduler.engine.state import SchedulerState
@@ -662,19 +662,24 @@ def _decide_bounded(
     score, name). A node's bound key puts the vendors' `score_bound` in place of their ScoreNode
     (or is its cached total), so it never ranks the node better than its total does. Nodes are
     visited in key order, deprioritized ones after the others: with one bound for every node
-    (`ScoreBounds.constant`) the key follows the default score, so the ledger's score index is that
-    order; with bounds per node, the pod shape's ranking (`engine/ranking.py`). Each pass stops at
-    the first key above the best total found (every later node's is too); an equal key with a later
-    name is passed over (the index orders equal keys by score, not always by name). Nodes that
-    cannot fit (`nodes_with`: no device of a vendor the pod asks; `_may_fit`: a summary that rules
-    the fit out; a cached reason, in a ranking) are not visited; when no node fits, every
-    candidate's reason is listed (and, as a guard, a candidate that does fit is ranked with the rest).
-    `Chosen.scores` and `failed` hold the nodes visited."""
+    (`ScoreBounds.constant`, or `ScoreBounds.common` from the eligible nodes' bound classes) the
+    key follows the default score, so the ledger's score index of the nodes with the devices asked
+    is that order, in runs of one score (`ranking.score_runs`); with bounds per node, the pod
+    shape's ranking (`engine/ranking.py`), one run. Each pass stops at the first key above the best
+    total found (every later node's is too); an equal key with a later name ends its run, sorted by
+    (key, name), but not the pass (two scores may give one key, so a later run may hold an earlier
+    name). Nodes that cannot fit (`nodes_with`: no device of a vendor the pod asks; `_may_fit`: a
+    summary that rules the fit out; a cached reason, in a ranking) are not visited; when no node
+    fits, every candidate's reason is listed (and, as a guard, a candidate that does fit is ranked
+    with the rest). `Chosen.scores` and `failed` hold the nodes visited."""
     ledger = state.ledger
     sign = -1.0 if policy == BINPACK else 1.0
     outcomes = _Outcomes(requests, n_init, pod, ctx, state=state, policy=policy, cached=cached)
     bounds = score_bounds(requests, ctx.vendors, pod_annotations=ctx.annotations, policy=policy)
     constant = bounds.constant
+    asked = _asked(requests)
+    if constant is None:  # one bound on every eligible node when their bound classes say so
+        constant = bounds.common(ledger.classes_with(asked), ledger.view)
     score, generation = ledger.score, ledger.generation
 
     unknown = not outcomes.any_known()  # a pod shape's first decision: skip the cache lookups
@@ -695,12 +700,16 @@ def _decide_bounded(
         return sign * (score(node) + bounds.of(view))
 
     ranking: Ranking | None = None
-    order: Iterable[tuple[float, str]]
+    runs: Iterable[Run]
     if constant is not None:
         # One bound for every node: the key follows the node default score, so the ledger's score
-        # index is the visit order (keys non-decreasing; equal keys not always by name, see walk).
-        order = ((sign * (score(node) + constant), node)
-                 for node in _ordered(ledger, candidates, policy == BINPACK) if node in eligible)
+        # index is the visit order, in runs of one score (equal keys not always by name, see walk).
+        scored: Iterable[tuple[float, str]]
+        if len(candidates) == len(ledger):  # every registered node: those with the devices asked
+            scored = ledger.by_score_with(asked, policy == BINPACK)
+        else:
+            scored = ((score(node), node) for node in _ordered(ledger, candidates, policy == BINPACK))
+        runs = score_runs(scored, eligible, sign, constant)
     else:
         def bound_key_of(node: str) -> float | None:
             view = ledger.view(node) if node in eligible else None
@@ -716,38 +725,43 @@ def _decide_bounded(
         ranking = _ranking(outcomes, ledger, candidates, eligible=eligible, key_of=key_of,
                            bounds=bounds, bound_key_of=bound_key_of, sign=sign, unknown=unknown,
                            shared=shared)
-        order = ranking.order
+        runs = (ranking.order,)
 
     scores: dict[str, float] = {}
     visited: list[tuple[str, float | None]] = []
 
-    def walk(order: Iterable[tuple[float, str]], deferred: list[tuple[float, str]] | None) -> str | None:
-        """The least-ranked fitting node of `order` (deprioritized ones set aside in `deferred`)."""
+    def walk(runs: Iterable[Run], deferred: list[list[tuple[float, str]]] | None) -> str | None:
+        """The least-ranked fitting node of `runs` (deprioritized ones set aside in `deferred`)."""
         best: tuple[float, str] | None = None
-        for rank in order:
-            if best is not None and best < rank:
-                if best[0] < rank[0]:
-                    break
-                continue  # an equal key with a later name: a later node may still have an earlier one
-            node = rank[1]
-            if deferred is not None and deprioritized is not None and deprioritized(node):
-                deferred.append(rank)
-                continue
-            if needs and not _may_fit(needs, ledger.summary(node)):
-                continue
-            outcome = outcomes(node)
-            if isinstance(outcome, str):
-                failed[node] = outcome
-                visited.append((node, None))
-                continue
-            scores[node] = outcome
-            visited.append((node, sign * outcome))
-            if best is None or (sign * outcome, node) < best:
-                best = (sign * outcome, node)
+        for run in runs:
+            later: list[tuple[float, str]] | None = None
+            for rank in run:
+                if best is not None and best < rank:
+                    if best[0] < rank[0]:
+                        return best[1]  # every later key is greater
+                    break  # an equal key with a later name: so is the rest of the run, not a later run
+                node = rank[1]
+                if deferred is not None and deprioritized is not None and deprioritized(node):
+                    if later is None:
+                        later = []
+                        deferred.append(later)
+                    later.append(rank)
+                    continue
+                if needs and not _may_fit(needs, ledger.summary(node)):
+                    continue
+                outcome = outcomes(node)
+                if isinstance(outcome, str):
+                    failed[node] = outcome
+                    visited.append((node, None))
+                    continue
+                scores[node] = outcome
+                visited.append((node, sign * outcome))
+                if best is None or (sign * outcome, node) < best:
+                    best = (sign * outcome, node)
         return None if best is None else best[1]
 
-    deferred: list[tuple[float, str]] = []
-    chosen = walk(order, deferred)
+    deferred: list[list[tuple[float, str]]] = []
+    chosen = walk(runs, deferred)
     if chosen is None and deferred:
         chosen = walk(deferred, None)
     if ranking is not None:

@@ -9,13 +9,17 @@ score-ordered index of the nodes, a lazily refreshed `NodeSummary` that lets the
 nodes that cannot possibly fit, and a per-node *generation*: a number that changes whenever
 anything a fit reads on that node may have changed (inventory, cordon/annotations, usage, MIG
 placements, conflict flags), so a verdict computed at one generation is still valid at the same one.
+It also groups the nodes by *bound class* (`bound_classes`): what the vendors' score bounds read of
+a node's annotations, worked out once per registration, so a decision bounds each class once
+instead of each node (`decide._decide_bounded`).
 """
 
 from __future__ import annotations
 
 from bisect import bisect_left, insort
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
+from heapq import merge
 
 from vgpu_scheduler.engine.nodeview import DeviceUsage, NodeView, has_vendor
 from vgpu_scheduler.engine.podinfo import PodAllocation
@@ -52,6 +56,7 @@ DeviceSnapshot = tuple[str, int, int, int, tuple[str, ...], bool]
 
 class _Node:
     __slots__ = (
+        "bound_class",
         "capacity",
         "conflicts",
         "gen",
@@ -83,6 +88,7 @@ class _Node:
         self.score = 0.0
         self.summary: NodeSummary | None = None
         self.gen = 0
+        self.bound_class: Hashable = ()
 
     def compute_score(self) -> float:
         return node_default_score((self.capacity,), (self.total,))
@@ -112,7 +118,9 @@ class DeviceLedger:
     Views handed out by `view()` are live: callers must not mutate them (a fit works on `copy()`).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, bound_class: Callable[[Mapping[str, str]], Hashable] | None = None) -> None:
+        """`bound_class`: a node's bound class from its annotations (`Vendors.bound_class`); without
+        it every node is of class ()."""
         self._nodes: dict[str, _Node] = {}
         self._pods: dict[str, PodAllocation] = {}
         # Node name -> uids of pods placed there, kept even while the node has no inventory so a late
@@ -131,6 +139,13 @@ class DeviceLedger:
         # and the answers of `nodes_with` since the groups last changed.
         self._by_types: dict[frozenset[str], set[str]] = {}
         self._with: dict[tuple[str, ...], frozenset[str]] = {}
+        # Each group's (score, name) ascending, and the groups of `nodes_with` since they last
+        # changed: the score index of the nodes a pod may fit (`by_score_with`).
+        self._group_order: dict[frozenset[str], list[tuple[float, str]]] = {}
+        self._groups_with: dict[tuple[str, ...], list[list[tuple[float, str]]]] = {}
+        self._classify = bound_class
+        self._by_class: dict[Hashable, set[str]] = {}
+        self._classes_with: dict[tuple[str, ...], list[tuple[Hashable, str]]] = {}
 
     # -- inventory -------------------------------------------------------------------------------
 
@@ -149,6 +164,7 @@ class DeviceLedger:
             old.view.annotations = annotations
             old.summary = None
             self._bump(old)
+            self._reclass(node_name, old)
             return
         view = NodeView(node_name, list(devices), [DeviceUsage() for _ in devices], cordoned, annotations)
         node = _Node(view)
@@ -170,20 +186,44 @@ class DeviceLedger:
                 self._log_change(name)  # readers of changed_since learn it is gone
             group = self._by_types[old.types]
             group.discard(name)
+            _unorder(self._group_order[old.types], old.score, name)
             if not group:
                 del self._by_types[old.types]
+                del self._group_order[old.types]
+            self._unclass(name, old)
         if new is not None:
             new.score = new.compute_score()
             self._bump(new)
             self._nodes[name] = new
             insort(self._order, (new.score, name))
             self._by_types.setdefault(new.types, set()).add(name)
+            insort(self._group_order.setdefault(new.types, []), (new.score, name))
+            self._reclass(name, new)
         self._with.clear()
+        self._groups_with.clear()
+        self._classes_with.clear()
+
+    def _reclass(self, name: str, node: _Node) -> None:
+        """Put a registered node in the group of its bound class (after its annotations were set)."""
+        klass = self._classify(node.view.annotations) if self._classify is not None else ()
+        group = self._by_class.get(node.bound_class)
+        if group is not None and name in group:
+            if klass == node.bound_class:
+                return
+            self._unclass(name, node)
+        node.bound_class = klass
+        self._by_class.setdefault(klass, set()).add(name)
+        self._classes_with.clear()
+
+    def _unclass(self, name: str, node: _Node) -> None:
+        group = self._by_class.get(node.bound_class)
+        if group is not None:
+            group.discard(name)
+            if not group:
+                del self._by_class[node.bound_class]
 
     def _unorder(self, score: float, name: str) -> None:
-        i = bisect_left(self._order, (score, name))
-        if i < len(self._order) and self._order[i] == (score, name):
-            del self._order[i]
+        _unorder(self._order, score, name)
 
     # -- pods ------------------------------------------------------------------------------------
 
@@ -255,8 +295,11 @@ class DeviceLedger:
         score = node.compute_score()
         if score != node.score:
             self._unorder(node.score, name)
+            group = self._group_order[node.types]
+            _unorder(group, node.score, name)
             node.score = score
             insort(self._order, (score, name))
+            insort(group, (score, name))
 
     @staticmethod
     def _apply(node: _Node, alloc: PodAllocation, sign: int) -> None:
@@ -335,6 +378,22 @@ class DeviceLedger:
             ))
         return found
 
+    def bound_classes(self) -> Mapping[Hashable, set[str]]:
+        """Bound class -> the registered nodes of that class (live: do not mutate)."""
+        return self._by_class
+
+    def classes_with(self, vendors: tuple[str, ...]) -> list[tuple[Hashable, str]]:
+        """The bound classes of the nodes of `nodes_with(vendors)`, each with one of those nodes
+        (kept until a node is registered, removed or changes class)."""
+        found = self._classes_with.get(vendors)
+        if found is None:
+            among = self.nodes_with(vendors)
+            found = self._classes_with[vendors] = [
+                (klass, min(members & among)) for klass, members in self._by_class.items()
+                if not members.isdisjoint(among)
+            ]
+        return found
+
     def node_names(self) -> Iterable[str]:
         return self._nodes.keys()
 
@@ -387,16 +446,20 @@ class DeviceLedger:
 
     def by_score(self, descending: bool) -> Iterator[tuple[float, str]]:
         """Registered nodes by score (ascending or descending); equal scores always by name ascending."""
-        order = self._order
-        if not descending:
-            yield from order
-            return
-        end = len(order)
-        while end > 0:
-            score = order[end - 1][0]
-            start = bisect_left(order, (score,), 0, end)  # (score,) sorts before (score, any name)
-            yield from order[start:end]
-            end = start
+        return _by_score(self._order, descending)
+
+    def by_score_with(self, vendors: tuple[str, ...], descending: bool) -> Iterator[tuple[float, str]]:
+        """`by_score` of the nodes of `nodes_with(vendors)` alone."""
+        groups = self._groups_with.get(vendors)
+        if groups is None:
+            groups = self._groups_with[vendors] = [
+                self._group_order[types] for types in self._by_types
+                if all(has_vendor(types, v) for v in vendors)
+            ]
+        if len(groups) == 1:
+            return _by_score(groups[0], descending)
+        return merge(*(_by_score(g, descending) for g in groups),
+                     key=(lambda pair: (-pair[0], pair[1])) if descending else None)
 
     def snapshot(self) -> dict[str, tuple[float, tuple[DeviceSnapshot, ...]]]:
         """Comparable picture of all usage: node -> (score, per device snapshot), for tests."""
@@ -415,6 +478,25 @@ class DeviceLedger:
             )
             out[name] = (node.score, devs)
         return out
+
+
+def _unorder(order: list[tuple[float, str]], score: float, name: str) -> None:
+    i = bisect_left(order, (score, name))
+    if i < len(order) and order[i] == (score, name):
+        del order[i]
+
+
+def _by_score(order: list[tuple[float, str]], descending: bool) -> Iterator[tuple[float, str]]:
+    """`order` ascending or descending by score; equal scores always by name ascending."""
+    if not descending:
+        yield from order
+        return
+    end = len(order)
+    while end > 0:
+        score = order[end - 1][0]
+        start = bisect_left(order, (score,), 0, end)  # (score,) sorts before (score, any name)
+        yield from order[start:end]
+        end = start
 
 
 def _conflict(node: _Node, i: int, sign: int) -> None:

@@ -18,6 +18,26 @@ every candidate.
 from __future__ import annotations
 
 from bisect import bisect_left, insort
+from collections.abc import Iterable, Iterator
+from collections.abc import Set as AbstractSet
+from itertools import groupby
+from operator import itemgetter
+
+Run = Iterable[tuple[float, str]]
+"""(key, node) ascending: a stretch of a visit order (`score_runs`, `Ranking.order`)."""
+
+
+def score_runs(scored: Iterable[tuple[float, str]], eligible: AbstractSet[str], sign: float,
+               bound: float) -> Iterator[Run]:
+    """The visit order when every eligible node's key is sign × (node score + `bound`), from
+    (score, node) in policy order with equal scores by name (the ledger's score index): a run per
+    score, of its eligible nodes by name. Keys never decrease from a run to the next (float addition
+    is monotonic), but two scores may add up to one key, so a later run may hold an equal key with
+    an earlier name. Each run is lazy (read it before the next): a pass that ends at a run's first
+    key reads no more of the index."""
+    for score, group in groupby((pair for pair in scored if pair[1] in eligible), key=itemgetter(0)):
+        key = sign * (score + bound)
+        yield ((key, name) for _, name in group)
 
 
 class Ranking:
@@ -36,8 +56,14 @@ class Ranking:
         """(key, node) ascending: the visit order."""
 
     def copy(self) -> Ranking:
-        """An independent ranking with the same candidates, tick and order."""
-        return Ranking(self.candidates, self.tick, list(self.order))  # sorting a sorted list: one pass
+        """An independent ranking with the same candidates, tick and order (the candidates' set
+        shared, the keys copied when made: neither is made again for the copy)."""
+        twin = Ranking(self.candidates, self.tick, [])
+        twin.order = list(self.order)  # sorted already
+        twin._members = self._members
+        if self._keys is not None:
+            twin._keys = dict(self._keys)
+        return twin
 
     @property
     def keys(self) -> dict[str, float]:

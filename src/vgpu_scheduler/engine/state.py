@@ -45,7 +45,7 @@ class SchedulerState:
     def __init__(self, vendors: Vendors | None = None, quota: QuotaManager | None = None) -> None:
         self.vendors = vendors if vendors is not None else Vendors(())
         """The registered vendors (requests, fits, allocation keys); none by default."""
-        self.ledger = DeviceLedger()
+        self.ledger = DeviceLedger(self.vendors.bound_class)
         self.quota = quota if quota is not None else QuotaManager.for_vendors(self.vendors)
         # uid -> decisions whose annotations have not been seen yet.
         self._reserved: dict[str, Reservation] = {}

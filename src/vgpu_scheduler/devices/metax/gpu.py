@@ -260,5 +260,9 @@ class MetaxGpuVendor(GenericVendor):
 
         return bound
 
+    def node_bound_class(self, annotations: Mapping[str, str]) -> Hashable:
+        """The bound reads only the topology annotations: nodes of one model share a class."""
+        return annotations.get(LOSSES), annotations.get(SCORES)
+
     def mutate(self, container: dict[str, Any], pod: dict[str, Any]) -> bool:
         return res.present(container, "limits", self.names.count)
