@@ -129,6 +129,7 @@ async def _serve_child(
     from vgpu_scheduler.scheduler.process import SchedulerProcess
     from vgpu_scheduler.server.app import make_app
     from vgpu_scheduler.server.main import settle_heap
+    from vgpu_scheduler.server.warm import LedgerWarmer
     from vgpu_scheduler.server.webhook import webhook_handler
 
     rng = random.Random(1)
@@ -156,7 +157,12 @@ async def _serve_child(
     # The device-plugin stand-in lists every pod too: let it finish before any request is timed (it
     # runs in this process only because the cluster is embedded).
     await plugin.reflector.wait_synced()
-    settle_heap()  # as server.main.start() does after the first sync
+    # As server.main.start() does after the first sync: fill the ledger's caches, settle the heap,
+    # keep the caches filled.
+    warmer = LedgerWarmer(process.state.ledger, process.state.vendors.keys)
+    await warmer.warm_pending()
+    settle_heap()
+    warming = asyncio.create_task(warmer.run())
     app = make_app(process.extender, webhook_handler(opts, process.vendors))
 
     async def counts(_request: web.Request) -> web.Response:
@@ -174,6 +180,7 @@ async def _serve_child(
     await site.start()
     port_queue.put(site._server.sockets[0].getsockname()[1])  # type: ignore[union-attr]
     await asyncio.Event().wait()
+    warming.cancel()
     await plugin.stop()
 
 
