@@ -5,7 +5,8 @@ after every change of the node, and a node view its devices' positions per vendo
 A pod that fits nowhere reads both for every candidate: at 5,000 nodes, with every cache cold
 (after start, or after a round of device-plugin annotation updates, each of which resets the
 node's summary), that first answer spent about as long filling them as evaluating the nodes.
-Filling them here, in slices of well under a millisecond between requests, leaves the answer only the evaluation.
+Filling them here, in slices of well under a millisecond between requests, leaves the answer
+only the evaluation.
 Nothing a decision computes changes: the same values, computed earlier.
 """
 
