@@ -22,9 +22,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections import Counter
+from collections import Counter, OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import chain
 from typing import Any, Protocol
 
 from vgpu_scheduler.cluster.errors import ApiConnectionError, ApiError
@@ -67,6 +68,9 @@ log = logging.getLogger(__name__)
 NORMAL = "Normal"
 WARNING = "Warning"
 RECENTLY_DELETED = 10_000
+FAILURE_TEXTS_KEPT = 16
+"""How many no-fit answers keep their FilteringFailed texts for the pod's retries (see
+`Extender._failure_texts`)."""
 """How many deleted pod uids are remembered to refuse a late filter for them (see on_pod_deleted)."""
 EVALUATE_ALL_LIMIT = 64
 """Up to this many candidates every node is evaluated, so FilteringSucceed lists every fitting node
@@ -210,6 +214,8 @@ class Extender:
         self.stats = ExtenderStats()
         # Vendors' own locks without holder (NodeLockSpec.names_holder False), by annotation key.
         self._vendor_lockers: dict[str, StampLocker] = {}
+        # id(FailedNodes answer) -> (that answer, its FilteringFailed texts), most recent last.
+        self._failure_texts: OrderedDict[int, tuple[bytes, list[str]]] = OrderedDict()
 
     # -- pod lifecycle hooks (called by the pod informer handler) ---------------------------------
 
@@ -337,9 +343,10 @@ class Extender:
             self.requeue.refused(uid, namespace, name)
             counts = failed_type_counts(decision.failed, decision.reason_counts)
             outcome.set("nofit", _main_reason(counts, decision.failed))
+            answer = encode_no_fit(decision)
             if not self._discards_events:
-                self._record_failure(pod, failed_by_type(decision.failed), len(decision.failed))
-            return encode_no_fit(decision)
+                self._record_failure(pod, self._failure_texts_of(decision, answer))
+            return answer
         if busy is not None and busy(decision.node) and not is_pod_group_member(pod):
             # Busy nodes rank last, so every node that fits is about to be locked or is locked
             # by another live bind: a bind there would only fail on contention. Fail now, with
@@ -460,9 +467,28 @@ class Extender:
             message += f", {evaluated} of {candidates} nodes evaluated"
         self.events.record(pod, NORMAL, "FilteringSucceed", message)
 
-    def _record_failure(self, pod: Mapping[str, Any], by_type: Mapping[str, list[str]], failed: int) -> None:
-        for message in _failed_messages(by_type, failed):
+    def _record_failure(self, pod: Mapping[str, Any], messages: list[str]) -> None:
+        for message in messages:
             self.events.record(pod, WARNING, "FilteringFailed", message)
+
+    def _failure_texts_of(self, decision: NoFit, answer: bytes) -> list[str]:
+        """`filtering_failed_messages(decision.failed)`, reused while the answer is.
+
+        A retried pod's answer is its verdict snapshot's kept encoding (`encode_no_fit`): the same
+        bytes object exactly while no verdict changed, and the texts are a function of the same
+        verdicts. So the texts are kept by the answer object's identity (the entry holds the
+        answer, so its id is not reused while kept)."""
+        kept = self._failure_texts
+        entry = kept.get(id(answer))
+        if entry is not None and entry[0] is answer:
+            kept.move_to_end(id(answer))
+            return entry[1]
+        messages = filtering_failed_messages(decision.failed)
+        if decision.source is not None and decision.source.rendered is answer:
+            kept[id(answer)] = (answer, messages)
+            if len(kept) > FAILURE_TEXTS_KEPT:
+                kept.popitem(last=False)
+        return messages
 
     # -- bind -------------------------------------------------------------------------------------
 
@@ -777,7 +803,29 @@ def filtering_failed_messages(failed: Mapping[str, str]) -> list[str]:
     each), then the summary. Nodes without a reason type ("node unregistered") only count in the
     summary, as in HAMi, which groups the nodes it evaluated by `ParseReason`.
     """
-    return _failed_messages(failed_by_type(failed), len(failed))
+    # Grouped per distinct reason text first (a no-fit pod has a few texts for thousands of
+    # nodes), the names sorted once: per type, in type order, the sorted names `failed_by_type`
+    # lists.
+    ordered = sorted(failed)
+    texts = set(failed.values())
+    if len(texts) == 1:
+        by_text = {texts.pop(): ordered}
+    else:
+        by_text = {text: [] for text in texts}
+        for node in ordered:
+            by_text[failed[node]].append(node)
+    groups: dict[str, list[list[str]]] = {}
+    for text, nodes in by_text.items():
+        for name in reason_types(text):
+            groups.setdefault(name, []).append(nodes)
+    out = []
+    for name in sorted(groups):
+        lists = groups[name]
+        # A node has one text and a text names a type once: no duplicates to merge away.
+        nodes = lists[0] if len(lists) == 1 else sorted(chain.from_iterable(lists))
+        out.append(f"{len(nodes)} nodes {name}({','.join(nodes)})")
+    out.append(f"no available node, {len(failed)} nodes do not meet")
+    return out
 
 
 def failed_by_type(failed: Mapping[str, str]) -> dict[str, list[str]]:
@@ -816,12 +864,6 @@ def reason_types(reason: str) -> tuple[str, ...]:
             _REASON_TYPES.clear()
         types = _REASON_TYPES[reason] = tuple(parse_reason(reason))
     return types
-
-
-def _failed_messages(by_type: Mapping[str, list[str]], failed: int) -> list[str]:
-    out = [f"{len(nodes)} nodes {name}({','.join(sorted(nodes))})" for name, nodes in sorted(by_type.items())]
-    out.append(f"no available node, {failed} nodes do not meet")
-    return out
 
 
 NODE_UNREGISTERED_REASON = "NodeUnregistered"

@@ -30,6 +30,7 @@ from vgpu_scheduler.scheduler.options import SchedulerOptions
 from vgpu_scheduler.scheduler.process import SchedulerProcess
 from vgpu_scheduler.server.app import make_app
 from vgpu_scheduler.server.tls import ReloadingCertificate
+from vgpu_scheduler.server.warm import LedgerWarmer
 from vgpu_scheduler.server.webhook import webhook_handler
 
 log = logging.getLogger(__name__)
@@ -155,7 +156,11 @@ async def start(opts: SchedulerOptions) -> Running:
         if opts.embedded_api_bind:
             running.extras.append(await _serve_embedded_api(cluster, opts.embedded_api_bind))
     await process.start()
+    # The ledger's per-node caches filled before the first request, then kept filled (warm.py).
+    warmer = LedgerWarmer(process.state.ledger, process.state.vendors.keys)
+    await warmer.warm_pending()
     settle_heap()
+    running.tasks.append(asyncio.create_task(warmer.run(), name="ledger warmer"))
 
     from vgpu_scheduler.server.metrics import make_metrics_app, metrics_registry
     from vgpu_scheduler.server.opmetrics import OperatorCollector, OperatorSources
