@@ -28,8 +28,10 @@ from vgpu_scheduler.devices.protocol import (
     NodeLockSpec,
     Obj,
     PodFitContext,
+    QuickJudge,
     ResourceNames,
 )
+from vgpu_scheduler.devices.quick import plain_judge
 from vgpu_scheduler.model import (
     PERCENTAGE_UNSET,
     ContainerDevice,
@@ -333,6 +335,41 @@ class GenericVendor:
         result = self.ladder(request, devices, usage, positions, ctx=ctx, cordoned=cordoned, quick=True)
         assert not isinstance(result, FitResult)
         return result
+
+    def quick_judge(self, request: ContainerDeviceRequest, ctx: PodFitContext) -> QuickJudge | None:
+        """`quick_verdict` with the request's part worked out once: the ladder's own steps for a
+        plain request (`devices/quick.py`), else the ladder itself; None when the ladder's quick
+        answer is always None (an order-dependent step applies)."""
+        if (self.groups_by_numa and ctx.numa_bind) or (self.checks_quota and ctx.quota is not None) or (
+            self.topology_aware and ctx.topology
+        ):
+            return None
+
+        def full(
+            devices: Sequence[DeviceInfo], usage: Sequence[DeviceUsage], positions: Sequence[int],
+            cordoned: frozenset[str],
+        ) -> str | None:
+            return self.quick_verdict(request, devices, usage, positions, ctx=ctx, cordoned=cordoned)
+
+        cls = type(self)
+        if cls.ladder is not GenericVendor.ladder or cls.quick_verdict is not GenericVendor.quick_verdict:
+            return full  # a vendor's own ladder
+        filters = ctx.filters(self)
+        assert isinstance(filters, SelectionFilters)
+        if ctx.mutex or request.type != self.key:
+            return full
+        by_pct = request.mem_percentage_req != PERCENTAGE_UNSET and request.memreq == 0
+        return plain_judge(
+            nums=request.nums,
+            memreq=request.memreq,
+            percentage=request.mem_percentage_req if by_pct else None,
+            coresreq=request.coresreq,
+            instance_mode=self.instance_mode,
+            cordon_aware=self.honours_cordon,
+            type_ok=filters.type_ok if filters.types_active else None,
+            uuid_ok=filters.uuid_ok if filters.uuids_active else None,
+            fallback=full,
+        )
 
     def may_exceed_devices(
         self, request: ContainerDeviceRequest, devices: Sequence[DeviceInfo], positions: Sequence[int],

@@ -48,7 +48,7 @@ from typing import Any
 
 from vgpu_scheduler.devices.protocol import QuotaCheck, Vendors
 from vgpu_scheduler.engine.bounds import ScoreBounds, score_bounds
-from vgpu_scheduler.engine.fit import NodeFit, PodFitContext, evaluate_node, pod_fit_context
+from vgpu_scheduler.engine.fit import NodeFit, PodFitContext, evaluate_node, node_judge, pod_fit_context
 from vgpu_scheduler.engine.fitcache import fit_key
 from vgpu_scheduler.engine.ledger import DeviceLedger, NodeSummary
 from vgpu_scheduler.engine.nodeview import DeviceUsage, NodeView
@@ -337,6 +337,7 @@ def decide(
     deferred: list[str] = []
 
     fitted: dict[str, NodeFit] = {}  # fits found in this decision (the snapshot's, then the walk's)
+    judge = node_judge(ctx, requests, n_init)
 
     def fit_or_reason(node: str) -> NodeFit | str:
         gen = generation(node)
@@ -348,6 +349,11 @@ def decide(
             return fit
         view = ledger.view(node)
         assert view is not None
+        if judge is not None:  # most nodes do not fit: their reason without evaluate_node's setup
+            reason = judge(view)
+            if reason:
+                verdicts.put(node, gen, reason)
+                return reason
         result = evaluate_node(requests, n_init, view, pod, ctx=ctx)
         if isinstance(result, NodeFit):
             fitted[node] = result
