@@ -225,11 +225,11 @@ def _may_fit(needs: tuple[_Need, ...], s: NodeSummary) -> bool:
 def _ordered(ledger: DeviceLedger, candidates: list[str], descending: bool) -> Iterator[str]:
     """`candidates` (all registered) in policy order, without sorting when they are most nodes."""
     if len(candidates) == len(ledger):  # every registered node (the usual nodeCacheCapable call)
-        return (name for _, name in ledger.by_score(descending))
+        return ledger.names_by_score(descending)
     if len(candidates) * 4 >= len(ledger):
         # Walking the ledger's score index beats sorting when the candidates are most nodes.
         wanted = set(candidates)
-        return (name for _, name in ledger.by_score(descending) if name in wanted)
+        return filter(wanted.__contains__, ledger.names_by_score(descending))
     score = ledger.score
     if descending:
         return iter(sorted(candidates, key=lambda n: (-score(n), n)))
