@@ -44,6 +44,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import filterfalse
 from typing import Any
 
 from vgpu_scheduler.devices.protocol import QuotaCheck, Vendors
@@ -295,7 +296,8 @@ def decide(
     if best_fit and observe:
         state.demand.observe(requests)
     needs = _needs(requests, vendors)
-    eligible = ledger.nodes_with(_asked(requests))
+    asked = _asked(requests)
+    eligible = ledger.nodes_with(asked)
     if evaluate_all or best_fit:
         candidates, unregistered = ledger.partition(node_names)
         return _decide_all(
@@ -388,7 +390,12 @@ def decide(
     candidates, unregistered = ledger.partition(node_names)
     failed = dict.fromkeys(unregistered, NODE_UNREGISTERED)
 
-    for node in _ordered(ledger, candidates, descending):
+    # The nodes no request of the pod can fit are passed over at C speed (the ledger keeps them
+    # per requests between decisions); the walk's own test stays, as a guard.
+    hopeless = ledger.ruled_out(
+        (asked, needs), lambda node, summary: node not in eligible or not _may_fit(needs, summary)
+    )
+    for node in filterfalse(hopeless.__contains__, _ordered(ledger, candidates, descending)):
         if node not in eligible or not _may_fit(needs, ledger.summary(node)):
             skipped.append(node)
             continue
@@ -404,6 +411,9 @@ def decide(
         failed[node] = result
     # Nothing free fits: the deferred nodes in the same order, then the skipped ones, which still
     # need their exact reasons.
+    if hopeless:  # skipped in the walk's order
+        passed = set(skipped)
+        skipped = [n for n in _ordered(ledger, candidates, descending) if n in hopeless or n in passed]
     for node in deferred + skipped:
         result = fit_or_reason(node)
         if isinstance(result, NodeFit):
@@ -484,8 +494,8 @@ class _Outcomes:
     vendors' ScoreNode) when the pod fits, else the reason — from the caches when the node's
     generation is the one it was computed at (`engine/fitcache.py`), else by running the fit."""
 
-    __slots__ = ("_pod", "_verdicts", "cached", "ctx", "fits", "group", "ledger", "n_init", "policy",
-                 "refit", "requests", "scored")
+    __slots__ = ("_pod", "_verdicts", "cached", "ctx", "fits", "group", "judge", "ledger", "n_init",
+                 "policy", "refit", "requests", "scored")
 
     def __init__(
         self,
@@ -515,6 +525,7 @@ class _Outcomes:
         )
         self.fits: dict[str, NodeFit] = {}
         """The fits run in this decision."""
+        self.judge = node_judge(ctx, requests, n_init)
 
     def any_known(self) -> bool:
         """Some outcome of this pod shape is cached (at some generation)."""
@@ -542,6 +553,11 @@ class _Outcomes:
             return known
         view = self.ledger.view(node)
         assert view is not None
+        if self.judge is not None:  # most nodes do not fit: their reason without evaluate_node's setup
+            reason = self.judge(view)
+            if reason:
+                self._verdicts.put(node, gen, reason)
+                return reason
         result = evaluate_node(self.requests, self.n_init, view, self._pod, ctx=self.ctx)
         if isinstance(result, NodeFit):
             self.fits[node] = result

@@ -14,7 +14,8 @@ placements, conflict flags), so a verdict computed at one generation is still va
 from __future__ import annotations
 
 from bisect import bisect_left, insort
-from collections.abc import Iterable, Iterator, Mapping
+from collections import OrderedDict
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from operator import itemgetter
 
@@ -46,6 +47,9 @@ EMPTY_SUMMARY = NodeSummary(0, -1, -1, 0, False)
 
 MAX_CHANGES = 1 << 16
 """Generations remembered for `changed_since`."""
+
+MAX_RULED_OUT = 128
+"""`ruled_out` keys kept (one per pod shape's requests recently decided)."""
 
 DeviceSnapshot = tuple[str, int, int, int, tuple[str, ...], bool]
 """(id, used, usedmem, usedcores, sorted MIG placements, mig_conflict)."""
@@ -134,6 +138,8 @@ class DeviceLedger:
         # and the answers of `nodes_with` since the groups last changed.
         self._by_types: dict[frozenset[str], set[str]] = {}
         self._with: dict[tuple[str, ...], frozenset[str]] = {}
+        # `ruled_out` answers per key (least recently used first), as of the tick they were updated at.
+        self._ruled: OrderedDict[Hashable, tuple[int, set[str]]] = OrderedDict()
 
     # -- inventory -------------------------------------------------------------------------------
 
@@ -340,6 +346,33 @@ class DeviceLedger:
                 if all(has_vendor(types, v) for v in vendors)
             ))
         return found
+
+    def ruled_out(self, key: Hashable, rules_out: Callable[[str, NodeSummary], bool]) -> set[str]:
+        """The registered nodes `rules_out(name, summary)` holds for, kept per `key` between calls:
+        only the nodes whose generation moved since the previous call with `key` are tested again,
+        so `rules_out` must read nothing of a node that can change without a new generation (its
+        summary and device types qualify). The set is the ledger's: read it before the next call.
+
+        The walk of a decision skips these nodes without a Python step each: most nodes it meets
+        first are ones a request cannot fit (the fullest first, under binpack)."""
+        ruled = self._ruled
+        entry = ruled.get(key)
+        changed = None if entry is None else self.changed_since(entry[0])
+        if entry is not None and changed is not None and len(changed) <= len(self._nodes):
+            out = entry[1]
+            nodes = self._nodes
+            for name in set(changed):
+                if name in nodes and rules_out(name, self.summary(name)):
+                    out.add(name)
+                else:
+                    out.discard(name)
+            ruled.move_to_end(key)
+        else:
+            out = {name for name in self._nodes if rules_out(name, self.summary(name))}
+            if entry is None and len(ruled) >= MAX_RULED_OUT:
+                ruled.popitem(last=False)
+        ruled[key] = (self._tick, out)
+        return out
 
     def node_names(self) -> Iterable[str]:
         return self._nodes.keys()
