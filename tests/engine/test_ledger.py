@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from tests.builders import container, device, grant, init_statuses, pod, pod_allocation, pod_devices
-from vgpu_scheduler.engine.ledger import DeviceLedger
+from vgpu_scheduler.engine.ledger import DeviceLedger, NodeSummary
 from vgpu_scheduler.engine.podinfo import (
     PodAllocation,
     collapse_pod_devices,
@@ -366,3 +366,55 @@ def test_rebuild_from_matches_incremental() -> None:
     ledger.rebuild_from(ledger.pods())
     assert ledger.snapshot() == incremental
     assert {p.uid for p in ledger.pods_on("n3")} == {"d"}
+
+
+def test_names_by_score_follow_by_score() -> None:
+    ledger = DeviceLedger()
+    for name in ["c", "a", "b", "d", "e"]:
+        ledger.set_node_devices(name, [gpu(f"GPU-{name}")])
+    ledger.upsert_pod(alloc("p1", "b", ("GPU-b", 4000, 0, 1)))
+    ledger.upsert_pod(alloc("p2", "e", ("GPU-e", 4000, 0, 1)))
+    ledger.upsert_pod(alloc("p3", "c", ("GPU-c", 100, 0, 1)))
+    ledger.upsert_pod(alloc("p2", "e", ("GPU-e", 100, 0, 1)))  # rescored
+    for descending in (True, False):
+        assert list(ledger.names_by_score(descending)) == [n for _, n in ledger.by_score(descending)]
+    assert list(ledger.names_by_score(True)) == ["b", "c", "e", "a", "d"]
+    ledger.remove_node("c")
+    assert list(ledger.names_by_score(True)) == ["b", "e", "a", "d"]
+    assert list(ledger.names_by_score(False)) == ["a", "d", "e", "b"]
+
+
+def test_ruled_out_is_kept_exact_across_changes() -> None:
+    """The set kept between calls equals testing every node afresh, whatever changed in between."""
+    ledger = DeviceLedger()
+    for name in ["a", "b", "c"]:
+        ledger.set_node_devices(name, [gpu(f"GPU-{name}0"), gpu(f"GPU-{name}1", index=1)])
+    tested: list[str] = []
+
+    def short(node: str, summary: NodeSummary) -> bool:  # no device with 5000 free
+        tested.append(node)
+        return summary.max_free_mem < 5000
+
+    def check() -> None:
+        tested.clear()
+        got = set(ledger.ruled_out("key", short))
+        fresh = {n for n in ledger.node_names() if ledger.summary(n).max_free_mem < 5000}
+        assert got == fresh
+
+    check()
+    assert sorted(tested) == ["a", "b", "c"]
+    check()
+    assert tested == []  # nothing changed: nothing tested again
+    ledger.upsert_pod(alloc("p", "a", ("GPU-a0", 4000, 0, 1), ("GPU-a1", 4000, 0, 1)))
+    check()
+    assert tested == ["a"]
+    cordon = frozenset({"GPU-b0", "GPU-b1"})
+    ledger.set_node_devices("b", [gpu("GPU-b0"), gpu("GPU-b1", index=1)], cordoned=cordon)
+    ledger.remove_pod("p")
+    check()
+    assert sorted(tested) == ["a", "b"]
+    ledger.remove_node("c")
+    check()
+    ledger.set_node_devices("c", [gpu("GPU-c0", devmem=4000)])
+    check()
+    assert ledger.ruled_out("key", short) == {"b", "c"}
