@@ -367,7 +367,8 @@ class GenericVendor:
             instance_mode=self.instance_mode,
             cordon_aware=self.honours_cordon,
             type_ok=filters.type_ok if filters.types_active else None,
-            uuid_ok=filters.uuid_ok if filters.uuids_active else None,
+            use_uuids=filters.use_uuids,
+            nouse_uuids=filters.nouse_uuids,
             fallback=full,
         )
 

@@ -60,12 +60,14 @@ def plain_judge(
     instance_mode: str | None,
     cordon_aware: bool,
     type_ok: Callable[[DeviceInfo], bool] | None = None,
-    uuid_ok: Callable[[str], bool] | None = None,
+    use_uuids: frozenset[str] | None = None,
+    nouse_uuids: frozenset[str] | None = None,
     fallback: QuickJudge,
 ) -> QuickJudge:
     """The ladder's quick verdict of a plain request (see module doc): `memreq` when `percentage`
     is None, else that percentage of each device's memory; `coresreq` already clamped to 100.
-    `type_ok` / `uuid_ok`: the pod's type (and mode) / uuid filters, None when it has none. A node
+    `type_ok`: the pod's type (and mode) filters, None when it has none; `use_uuids` /
+    `nouse_uuids`: its uuid filters (HAMi CheckUUID), None when absent. A node
     with cordoned devices the vendor honours goes to `fallback` (the full ladder)."""
     coresreq = min(coresreq, 100)
     whole_card = coresreq == 100
@@ -90,7 +92,9 @@ def plain_judge(
             if type_ok is not None and not type_ok(dev):
                 types += 1
                 continue
-            if uuid_ok is not None and not uuid_ok(dev.id):
+            if (use_uuids is not None and dev.id not in use_uuids) or (
+                nouse_uuids is not None and dev.id in nouse_uuids
+            ):
                 uuids += 1
                 continue
             used = u.used
