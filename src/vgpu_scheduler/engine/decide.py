@@ -339,7 +339,7 @@ def decide(
     deferred: list[str] = []
 
     fitted: dict[str, NodeFit] = {}  # fits found in this decision (the snapshot's, then the walk's)
-    judge = node_judge(ctx, requests, n_init)
+    judge = verdicts.judge(lambda: node_judge(ctx, requests, n_init))
 
     def fit_or_reason(node: str) -> NodeFit | str:
         gen = generation(node)
@@ -525,7 +525,7 @@ class _Outcomes:
         )
         self.fits: dict[str, NodeFit] = {}
         """The fits run in this decision."""
-        self.judge = node_judge(ctx, requests, n_init)
+        self.judge = self._verdicts.judge(lambda: node_judge(ctx, requests, n_init))
 
     def any_known(self) -> bool:
         """Some outcome of this pod shape is cached (at some generation)."""

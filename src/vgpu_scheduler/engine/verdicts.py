@@ -28,10 +28,10 @@ from __future__ import annotations
 
 import sys
 from collections import Counter, OrderedDict
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from typing import Generic, TypeVar, cast
 
-from vgpu_scheduler.engine.fit import PodFitContext
+from vgpu_scheduler.engine.fit import NodeJudge, PodFitContext
 from vgpu_scheduler.engine.quota import QuotaManager
 from vgpu_scheduler.engine.ranking import Ranking
 from vgpu_scheduler.model import ContainerRequests
@@ -122,7 +122,7 @@ class Snapshot:
 class VerdictGroup(Generic[V]):
     """The cached not-fit reasons (or other per-node values) of one pod fingerprint, per node."""
 
-    __slots__ = ("_cache", "entries", "last_used", "quota_token", "ranking", "snapshot")
+    __slots__ = ("_cache", "_judge", "entries", "last_used", "quota_token", "ranking", "snapshot")
 
     def __init__(self, cache: VerdictCache[V], token: int | None) -> None:
         # None once evicted or cleared: later puts are dropped so the cache's size stays exact.
@@ -133,6 +133,14 @@ class VerdictGroup(Generic[V]):
         self.snapshot: Snapshot | None = None
         self.ranking: Ranking | None = None
         """Fit-score groups: the visit order of the pod's decisions (`engine/ranking.py`)."""
+        self._judge: tuple[NodeJudge | None] | None = None
+
+    def judge(self, make: Callable[[], NodeJudge | None]) -> NodeJudge | None:
+        """The pods' node judge (`engine.fit.node_judge`), made once per group: what it reads of a
+        pod is part of the fingerprint, so every pod of the group has the same one."""
+        if self._judge is None:
+            self._judge = (make(),)
+        return self._judge[0]
 
     def get(self, node: str, generation: int) -> V | None:
         """The value cached for `node` at `generation`, else None."""
