@@ -42,7 +42,7 @@ from vgpu_scheduler.engine.podinfo import PodAllocation
 from vgpu_scheduler.engine.quota import QuotaManager
 from vgpu_scheduler.engine.requests import pod_requests
 from vgpu_scheduler.engine.state import SchedulerState
-from vgpu_scheduler.engine.verdicts import VerdictCache, pod_fingerprint, quota_token
+from vgpu_scheduler.engine.verdicts import FITS, Snapshot, VerdictCache, pod_fingerprint, quota_token
 from vgpu_scheduler.model import DeviceInfo, MigPlacement, MigProfile
 from vgpu_scheduler.scheduler.extender import encode_no_fit
 from vgpu_scheduler.wire import keys
@@ -580,3 +580,18 @@ class CachedDecisionMachine(RuleBasedStateMachine):
 
 CachedDecisionMachine.TestCase.settings = settings(max_examples=150, stateful_step_count=40, deadline=None)
 TestCachedDecisions = CachedDecisionMachine.TestCase
+
+
+def test_a_lent_snapshot_answer_never_changes() -> None:
+    """A snapshot's answer is handed out without a copy; a later change of verdict must not show
+    through it (the snapshot copies before it changes)."""
+    snapshot = Snapshot(["a", "b"], {"a": "1/1 CardInsufficientMemory", "b": "1/1 CardNotHealth"}, 1)
+    failed, counts = snapshot.lend()
+    before = (dict(failed), dict(counts))
+    snapshot.set("a", "1/1 CardNotHealth")
+    snapshot.set("b", FITS)
+    assert (failed, counts) == before
+    assert snapshot.verdicts == {"a": "1/1 CardNotHealth", "b": FITS}
+    assert snapshot.counts == {"1/1 CardNotHealth": 1}
+    again, _ = snapshot.lend()
+    assert again is snapshot.verdicts  # nothing changed since: no copy

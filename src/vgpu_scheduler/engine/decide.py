@@ -378,7 +378,8 @@ def decide(
             walk_failed=walk_failed,
         )
         if isinstance(answer, NoFit):
-            return NoFit(dict(answer.failed), dict(snapshot.counts), snapshot)
+            failed, counts = snapshot.lend()
+            return NoFit(failed, counts, snapshot)
         if answer is not None:
             best, fit = answer
             return _chosen(
@@ -466,7 +467,7 @@ def _decide_from_snapshot(
             snapshot.set(node, result)
     snapshot.tick = ledger.tick
     if not snapshot.fitting:
-        return NoFit(verdicts)  # the snapshot's own map: the caller copies it
+        return NoFit(snapshot.verdicts)  # the caller answers with `snapshot.lend()`
     if walk_failed:
         return None
 

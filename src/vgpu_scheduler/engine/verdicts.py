@@ -84,7 +84,7 @@ class Snapshot:
     verdict (see module doc), so a later decision over the same candidates re-evaluates only the
     nodes the ledger lists as changed since then (`DeviceLedger.changed_since`)."""
 
-    __slots__ = ("candidates", "counts", "fitting", "rendered", "tick", "verdicts")
+    __slots__ = ("_lent", "candidates", "counts", "fitting", "rendered", "tick", "verdicts")
 
     def __init__(self, candidates: list[str], verdicts: dict[str, str], tick: int) -> None:
         self.candidates = candidates
@@ -98,12 +98,23 @@ class Snapshot:
         """A caller's encoding of `verdicts` (the filter's FailedNodes answer), kept until a
         verdict changes: a pod that fits nowhere is retried on every cluster event, and most
         retries find the same reasons."""
+        self._lent = False
+
+    def lend(self) -> tuple[dict[str, str], dict[str, int]]:
+        """`verdicts` and `counts` for an answer, without copying them: they are not changed
+        afterwards (the next change works on copies), so an answer keeps what it was given."""
+        self._lent = True
+        return self.verdicts, self.counts
 
     def set(self, node: str, verdict: str) -> None:
         counts = self.counts
         old = self.verdicts.get(node)
         if old == verdict:
             return
+        if self._lent:
+            self.verdicts, self.counts = dict(self.verdicts), dict(counts)
+            counts = self.counts
+            self._lent = False
         self.rendered = None
         self.verdicts[node] = verdict
         if old is not None and old != FITS:
