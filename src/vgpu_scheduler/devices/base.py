@@ -299,12 +299,11 @@ class GenericVendor:
         def get(key: str | None) -> str | None:
             return annotations.get(key) if key else None
 
-        filters = SelectionFilters(
-            type_list(get(self.use_type_key)),
-            type_list(get(self.nouse_type_key)),
-            uuid_set(get(self.use_uuid_key)),
-            uuid_set(get(self.nouse_uuid_key)),
-        )
+        raw = (get(self.use_type_key), get(self.nouse_type_key), get(self.use_uuid_key),
+               get(self.nouse_uuid_key))
+        if raw == (None, None, None, None):  # most pods: nothing to parse
+            return NO_FILTERS
+        filters = SelectionFilters(type_list(raw[0]), type_list(raw[1]), uuid_set(raw[2]), uuid_set(raw[3]))
         return NO_FILTERS if filters == NO_FILTERS else filters
 
     def fit(

@@ -333,24 +333,24 @@ def decide(
     verdicts = state.verdicts.group(
         pod_fingerprint(requests, n_init, ctx), quota_token(state.quota, ctx.namespace)
     )
-    cached = verdicts.get
-    generation = ledger.generation
     skipped: list[str] = []
     deferred: list[str] = []
 
     fitted: dict[str, NodeFit] = {}  # fits found in this decision (the snapshot's, then the walk's)
     judge = verdicts.judge(lambda: node_judge(ctx, requests, n_init))
 
+    current, entries = ledger.current, verdicts.entries
+
     def fit_or_reason(node: str) -> NodeFit | str:
-        gen = generation(node)
-        reason = cached(node, gen)
-        if reason is not None:
-            return reason
+        known = current(node)
+        assert known is not None
+        gen, view = known
+        entry = entries.get(node)  # `verdicts.get`, inline: this runs for every node changed
+        if entry is not None and entry[0] == gen:
+            return entry[1]
         fit = fitted.get(node)
         if fit is not None:
             return fit
-        view = ledger.view(node)
-        assert view is not None
         if judge is not None:  # most nodes do not fit: their reason without evaluate_node's setup
             reason = judge(view)
             if reason:

@@ -402,6 +402,11 @@ class DeviceLedger:
             return None
         return self._changes[tick - self._changes_start :]
 
+    def current(self, node_name: str) -> tuple[int, NodeView] | None:
+        """(generation, live view) of a registered node, in one lookup (see `generation`, `view`)."""
+        node = self._nodes.get(node_name)
+        return None if node is None else (node.gen, node.view)
+
     def generation(self, node_name: str) -> int:
         """The node's current generation (0 for unknown nodes; registered nodes are never 0)."""
         node = self._nodes.get(node_name)
