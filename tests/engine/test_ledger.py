@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from tests.builders import container, device, grant, init_statuses, pod, pod_allocation, pod_devices
-from vgpu_scheduler.engine.ledger import DeviceLedger, NodeSummary
+from vgpu_scheduler.engine.ledger import DeviceLedger
 from vgpu_scheduler.engine.podinfo import (
     PodAllocation,
     collapse_pod_devices,
@@ -384,37 +384,22 @@ def test_names_by_score_follow_by_score() -> None:
     assert list(ledger.names_by_score(False)) == ["a", "d", "e", "b"]
 
 
-def test_ruled_out_is_kept_exact_across_changes() -> None:
-    """The set kept between calls equals testing every node afresh, whatever changed in between."""
+def test_ruled_out_drops_the_nodes_changed_since() -> None:
+    """What the caller adds stays until the node changes: the set then holds only nodes whose
+    summary is the one they were ruled out on."""
     ledger = DeviceLedger()
     for name in ["a", "b", "c"]:
         ledger.set_node_devices(name, [gpu(f"GPU-{name}0"), gpu(f"GPU-{name}1", index=1)])
-    tested: list[str] = []
-
-    def short(node: str, summary: NodeSummary) -> bool:  # no device with 5000 free
-        tested.append(node)
-        return summary.max_free_mem < 5000
-
-    def check() -> None:
-        tested.clear()
-        got = set(ledger.ruled_out("key", short))
-        fresh = {n for n in ledger.node_names() if ledger.summary(n).max_free_mem < 5000}
-        assert got == fresh
-
-    check()
-    assert sorted(tested) == ["a", "b", "c"]
-    check()
-    assert tested == []  # nothing changed: nothing tested again
-    ledger.upsert_pod(alloc("p", "a", ("GPU-a0", 4000, 0, 1), ("GPU-a1", 4000, 0, 1)))
-    check()
-    assert tested == ["a"]
-    cordon = frozenset({"GPU-b0", "GPU-b1"})
-    ledger.set_node_devices("b", [gpu("GPU-b0"), gpu("GPU-b1", index=1)], cordoned=cordon)
-    ledger.remove_pod("p")
-    check()
-    assert sorted(tested) == ["a", "b"]
+    ruled = ledger.ruled_out("key")
+    assert ruled == set()
+    ruled.update({"a", "b", "c"})
+    assert ledger.ruled_out("key") == {"a", "b", "c"}  # nothing changed
+    assert ledger.ruled_out("other") == set()  # one set per key
+    ledger.upsert_pod(alloc("p", "a", ("GPU-a0", 4000, 0, 1)))
+    assert ledger.ruled_out("key") == {"b", "c"}
+    ledger.ruled_out("key").add("a")
+    ledger.set_node_devices("b", [gpu("GPU-b0"), gpu("GPU-b1", index=1)], cordoned=frozenset({"GPU-b0"}))
     ledger.remove_node("c")
-    check()
-    ledger.set_node_devices("c", [gpu("GPU-c0", devmem=4000)])
-    check()
-    assert ledger.ruled_out("key", short) == {"b", "c"}
+    assert ledger.ruled_out("key") == {"a"}
+    ledger.touch("a")
+    assert ledger.ruled_out("key") == set()

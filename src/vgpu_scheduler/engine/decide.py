@@ -391,13 +391,12 @@ def decide(
     candidates, unregistered = _registered(state, node_names)
     failed = dict.fromkeys(unregistered, NODE_UNREGISTERED)
 
-    # The nodes no request of the pod can fit are passed over at C speed (the ledger keeps them
-    # per requests between decisions); the walk's own test stays, as a guard.
-    hopeless = ledger.ruled_out(
-        (asked, needs), lambda node, summary: node not in eligible or not _may_fit(needs, summary)
-    )
+    # The nodes an earlier walk of the same requests found no request can fit, and unchanged
+    # since, are passed over at C speed (the ledger keeps them per requests between decisions).
+    hopeless = ledger.ruled_out((asked, needs))
     for node in filterfalse(hopeless.__contains__, _ordered(ledger, candidates, descending)):
         if node not in eligible or not _may_fit(needs, ledger.summary(node)):
+            hopeless.add(node)
             skipped.append(node)
             continue
         if deprioritized is not None and deprioritized(node):
@@ -412,9 +411,8 @@ def decide(
         failed[node] = result
     # Nothing free fits: the deferred nodes in the same order, then the skipped ones, which still
     # need their exact reasons.
-    if hopeless:  # skipped in the walk's order
-        passed = set(skipped)
-        skipped = [n for n in _ordered(ledger, candidates, descending) if n in hopeless or n in passed]
+    if len(skipped) < len(hopeless):  # some were passed over: skipped in the walk's order
+        skipped = [n for n in _ordered(ledger, candidates, descending) if n in hopeless]
     for node in deferred + skipped:
         result = fit_or_reason(node)
         if isinstance(result, NodeFit):

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from bisect import bisect_left, insort
 from collections import OrderedDict
-from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
+from collections.abc import Hashable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from operator import itemgetter
 
@@ -347,28 +347,25 @@ class DeviceLedger:
             ))
         return found
 
-    def ruled_out(self, key: Hashable, rules_out: Callable[[str, NodeSummary], bool]) -> set[str]:
-        """The registered nodes `rules_out(name, summary)` holds for, kept per `key` between calls:
-        only the nodes whose generation moved since the previous call with `key` are tested again,
-        so `rules_out` must read nothing of a node that can change without a new generation (its
-        summary and device types qualify). The set is the ledger's: read it before the next call.
+    def ruled_out(self, key: Hashable) -> set[str]:
+        """A set of nodes the caller found ruled out by some test that reads nothing of a node
+        able to change without a new generation (its summary and device types qualify), one set
+        per `key` (the test): the caller adds the nodes it rules out, and each call drops those
+        whose generation moved since the previous call with `key` (the test may answer otherwise
+        now), so every node left is still ruled out. Kept for the most recent keys.
 
         The walk of a decision skips these nodes without a Python step each: most nodes it meets
         first are ones a request cannot fit (the fullest first, under binpack)."""
         ruled = self._ruled
         entry = ruled.get(key)
         changed = None if entry is None else self.changed_since(entry[0])
-        if entry is not None and changed is not None and len(changed) <= len(self._nodes):
+        if entry is not None and changed is not None:
             out = entry[1]
-            nodes = self._nodes
-            for name in set(changed):
-                if name in nodes and rules_out(name, self.summary(name)):
-                    out.add(name)
-                else:
-                    out.discard(name)
+            if out:
+                out.difference_update(changed)
             ruled.move_to_end(key)
         else:
-            out = {name for name in self._nodes if rules_out(name, self.summary(name))}
+            out = set()
             if entry is None and len(ruled) >= MAX_RULED_OUT:
                 ruled.popitem(last=False)
         ruled[key] = (self._tick, out)
