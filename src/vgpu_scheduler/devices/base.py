@@ -9,7 +9,9 @@ subclasses `GenericVendor`, sets its keys and options, and overrides only what d
 The ladder (`ladder`) is HAMi's NVIDIA `Fit` with each NVIDIA-only step behind an option, so one
 loop serves both the ordered walk (`fit`) and the order-free verdict (`quick_verdict`). A vendor
 whose `Fit` differs overrides `ladder` alone (both answers from one method); one that writes more
-than its allocation at filter time returns it from `extra_annotations`.
+than its allocation at filter time returns it from `extra_annotations`. `quick_judge` is the
+order-free verdict specialised for the common request (`devices/quick.py`) while `ladder` is this
+one, else the vendor's `quick_verdict` itself.
 """
 
 from __future__ import annotations

@@ -16,7 +16,9 @@ whose ScoreNode is not always 0 visits nodes by a bound of their total score ins
   free memory or cores anywhere), is skipped without running the fit. Both tests are necessary
   conditions of the per-device checks, so a skipped node never fits; when no node fits, skipped
   nodes are evaluated anyway for their exact reason strings (and, as a guard, the first of them that
-  does fit would still be chosen in order).
+  does fit would still be chosen in order). The nodes an earlier walk of the same requests skipped
+  and that did not change since are passed over without testing them again
+  (`DeviceLedger.ruled_out`).
 
 With a vendor whose ScoreNode depends on the node and the devices taken (Ascend 910, Metax), each
 such vendor bounds its ScoreNode (`Vendor.score_bound`, `engine/bounds.py`) from above under
@@ -26,7 +28,9 @@ node can beat the best fit found — the same node, devices and score as evaluat
 
 Not-fit verdicts are cached across decisions (`engine/verdicts.py`, owned by the state): a node whose
 generation (ledger) and the pod's fingerprint and namespace quota state are unchanged since an
-earlier evaluation gets the same reason string without running the fit again. This is what makes a
+earlier evaluation gets the same reason string without running the fit again. A node evaluated
+is first judged by the pod's order-free verdict (`engine.fit.node_judge`, kept with the verdicts),
+which gives most nodes' reasons without the fit's setup. This is what makes a
 pod that fits nowhere cheap to retry; the cache only replaces evaluations by their earlier results,
 so the decision (and the order of FailedNodes) is the same as without it. A pod whose vendors score
 nodes also reuses the total scores of its fits (`engine/fitcache.py`): a node whose generation did

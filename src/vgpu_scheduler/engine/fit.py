@@ -10,7 +10,8 @@ Performance notes (the decision runs for thousands of nodes per Filter): per-pod
 in `PodFitContext`, built once per Filter; the node's usage is copied on write per device, so a
 container that does not fit never copies a NodeView; a container whose outcome cannot depend on
 the device order is first judged by the vendors' `quick_verdict` (no scores, no sorting), so a
-node that does not fit costs one pass over its devices.
+node that does not fit costs one pass over its devices; `node_judge` is that verdict with the pod's
+part worked out once (`Vendor.quick_judge`), for a caller judging many nodes.
 """
 
 from __future__ import annotations
