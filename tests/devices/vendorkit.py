@@ -176,6 +176,9 @@ def fit_both(
     result = vendor.fit(request, devices, usage, positions, ctx=ctx, cordoned=none, allocated=allocated)
     quick_positions = positions if quick_order is None else list(quick_order)
     quick = vendor.quick_verdict(request, devices, usage, quick_positions, ctx=ctx, cordoned=none)
+    # The engine's per-pod form of the same verdict must agree with it on every case.
+    judge = vendor.quick_judge(request, ctx)
+    assert (None if judge is None else judge(devices, usage, quick_positions, none)) == quick
     return Fitted(result, quick)
 
 

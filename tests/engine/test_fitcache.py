@@ -25,11 +25,11 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 
 import vgpu_scheduler.engine.decide as decide_module
 from tests.builders import container, pod
+from tests.engine.counting import count_fits
 from vgpu_scheduler.configfile import default_device_config
 from vgpu_scheduler.devices.protocol import VendorFlags, Vendors
 from vgpu_scheduler.devices.registry import build
 from vgpu_scheduler.engine.decide import Chosen, NoFit, NoRequest, decide
-from vgpu_scheduler.engine.fit import evaluate_node
 from vgpu_scheduler.engine.fitcache import fit_key, fit_scores_cache
 from vgpu_scheduler.engine.state import SchedulerState
 from vgpu_scheduler.engine.verdicts import pod_fingerprint
@@ -181,15 +181,8 @@ def _essence(decision: Any) -> Any:
 
 @contextlib.contextmanager
 def _counting_fits() -> Iterator[list[str]]:
-    calls: list[str] = []
-
-    def counting(*args: Any, **kwargs: Any) -> Any:
-        calls.append(args[2].name)
-        return evaluate_node(*args, **kwargs)
-
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(decide_module, "evaluate_node", counting)
-        yield calls
+        yield count_fits(mp)
 
 
 PODS = [f"p{i}" for i in range(5)]

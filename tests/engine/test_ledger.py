@@ -385,3 +385,40 @@ def test_bound_classes_follow_registrations() -> None:
     ledger.remove_node("c")
     assert ledger.bound_classes() == {"y": {"a", "b"}}
     assert DeviceLedger().bound_classes() == {}
+
+
+def test_names_by_score_follow_by_score() -> None:
+    ledger = DeviceLedger()
+    for name in ["c", "a", "b", "d", "e"]:
+        ledger.set_node_devices(name, [gpu(f"GPU-{name}")])
+    ledger.upsert_pod(alloc("p1", "b", ("GPU-b", 4000, 0, 1)))
+    ledger.upsert_pod(alloc("p2", "e", ("GPU-e", 4000, 0, 1)))
+    ledger.upsert_pod(alloc("p3", "c", ("GPU-c", 100, 0, 1)))
+    ledger.upsert_pod(alloc("p2", "e", ("GPU-e", 100, 0, 1)))  # rescored
+    for descending in (True, False):
+        assert list(ledger.names_by_score(descending)) == [n for _, n in ledger.by_score(descending)]
+    assert list(ledger.names_by_score(True)) == ["b", "c", "e", "a", "d"]
+    ledger.remove_node("c")
+    assert list(ledger.names_by_score(True)) == ["b", "e", "a", "d"]
+    assert list(ledger.names_by_score(False)) == ["a", "d", "e", "b"]
+
+
+def test_ruled_out_drops_the_nodes_changed_since() -> None:
+    """What the caller adds stays until the node changes: the set then holds only nodes whose
+    summary is the one they were ruled out on."""
+    ledger = DeviceLedger()
+    for name in ["a", "b", "c"]:
+        ledger.set_node_devices(name, [gpu(f"GPU-{name}0"), gpu(f"GPU-{name}1", index=1)])
+    ruled = ledger.ruled_out("key")
+    assert ruled == set()
+    ruled.update({"a", "b", "c"})
+    assert ledger.ruled_out("key") == {"a", "b", "c"}  # nothing changed
+    assert ledger.ruled_out("other") == set()  # one set per key
+    ledger.upsert_pod(alloc("p", "a", ("GPU-a0", 4000, 0, 1)))
+    assert ledger.ruled_out("key") == {"b", "c"}
+    ledger.ruled_out("key").add("a")
+    ledger.set_node_devices("b", [gpu("GPU-b0"), gpu("GPU-b1", index=1)], cordoned=frozenset({"GPU-b0"}))
+    ledger.remove_node("c")
+    assert ledger.ruled_out("key") == {"a"}
+    ledger.touch("a")
+    assert ledger.ruled_out("key") == set()

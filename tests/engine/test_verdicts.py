@@ -32,17 +32,17 @@ from tests.builders import (
 )
 from tests.builders import gpu_container as ctr
 from tests.builders import pod as pod_object
+from tests.engine.counting import count_fits
 from vgpu_scheduler.config import NvidiaConfig
 from vgpu_scheduler.devices.registry import build
-from vgpu_scheduler.engine import decide as decide_module
 from vgpu_scheduler.engine.decide import Chosen, Decision, NoFit, NoRequest, decide
-from vgpu_scheduler.engine.fit import evaluate_node, pod_fit_context
+from vgpu_scheduler.engine.fit import pod_fit_context
 from vgpu_scheduler.engine.ledger import DeviceLedger
 from vgpu_scheduler.engine.podinfo import PodAllocation
 from vgpu_scheduler.engine.quota import QuotaManager
 from vgpu_scheduler.engine.requests import pod_requests
 from vgpu_scheduler.engine.state import SchedulerState
-from vgpu_scheduler.engine.verdicts import VerdictCache, pod_fingerprint, quota_token
+from vgpu_scheduler.engine.verdicts import FITS, Snapshot, VerdictCache, pod_fingerprint, quota_token
 from vgpu_scheduler.model import DeviceInfo, MigPlacement, MigProfile
 from vgpu_scheduler.scheduler.extender import encode_no_fit
 from vgpu_scheduler.wire import keys
@@ -271,14 +271,7 @@ def test_quota_token_ignores_namespaces_without_limits() -> None:
 @pytest.fixture
 def evaluated(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
     """Names of the nodes `decide` runs the fit on, in call order."""
-    calls: list[str] = []
-
-    def counting(*args: Any, **kwargs: Any) -> Any:
-        calls.append(args[2].name)
-        return evaluate_node(*args, **kwargs)
-
-    monkeypatch.setattr(decide_module, "evaluate_node", counting)
-    yield calls
+    yield count_fits(monkeypatch)
 
 
 NODES = ["a", "b", "c"]
@@ -471,15 +464,8 @@ def _pending_pod(name: str, spec: dict[str, Any]) -> dict[str, Any]:
 @contextmanager
 def _counting_fits() -> Iterator[list[str]]:
     """Like the `evaluated` fixture, for use inside a state machine step."""
-    calls: list[str] = []
-
-    def counting(*args: Any, **kwargs: Any) -> Any:
-        calls.append(args[2].name)
-        return evaluate_node(*args, **kwargs)
-
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(decide_module, "evaluate_node", counting)
-        yield calls
+        yield count_fits(mp)
 
 
 class CachedDecisionMachine(RuleBasedStateMachine):
@@ -594,3 +580,18 @@ class CachedDecisionMachine(RuleBasedStateMachine):
 
 CachedDecisionMachine.TestCase.settings = settings(max_examples=150, stateful_step_count=40, deadline=None)
 TestCachedDecisions = CachedDecisionMachine.TestCase
+
+
+def test_a_lent_snapshot_answer_never_changes() -> None:
+    """A snapshot's answer is handed out without a copy; a later change of verdict must not show
+    through it (the snapshot copies before it changes)."""
+    snapshot = Snapshot(["a", "b"], {"a": "1/1 CardInsufficientMemory", "b": "1/1 CardNotHealth"}, 1)
+    failed, counts = snapshot.lend()
+    before = (dict(failed), dict(counts))
+    snapshot.set("a", "1/1 CardNotHealth")
+    snapshot.set("b", FITS)
+    assert (failed, counts) == before
+    assert snapshot.verdicts == {"a": "1/1 CardNotHealth", "b": FITS}
+    assert snapshot.counts == {"1/1 CardNotHealth": 1}
+    again, _ = snapshot.lend()
+    assert again is snapshot.verdicts  # nothing changed since: no copy

@@ -9,7 +9,9 @@ subclasses `GenericVendor`, sets its keys and options, and overrides only what d
 The ladder (`ladder`) is HAMi's NVIDIA `Fit` with each NVIDIA-only step behind an option, so one
 loop serves both the ordered walk (`fit`) and the order-free verdict (`quick_verdict`). A vendor
 whose `Fit` differs overrides `ladder` alone (both answers from one method); one that writes more
-than its allocation at filter time returns it from `extra_annotations`.
+than its allocation at filter time returns it from `extra_annotations`. `quick_judge` is the
+order-free verdict specialised for the common request (`devices/quick.py`) while `ladder` is this
+one, else the vendor's `quick_verdict` itself.
 """
 
 from __future__ import annotations
@@ -28,8 +30,10 @@ from vgpu_scheduler.devices.protocol import (
     NodeLockSpec,
     Obj,
     PodFitContext,
+    QuickJudge,
     ResourceNames,
 )
+from vgpu_scheduler.devices.quick import plain_judge
 from vgpu_scheduler.model import (
     PERCENTAGE_UNSET,
     ContainerDevice,
@@ -297,12 +301,11 @@ class GenericVendor:
         def get(key: str | None) -> str | None:
             return annotations.get(key) if key else None
 
-        filters = SelectionFilters(
-            type_list(get(self.use_type_key)),
-            type_list(get(self.nouse_type_key)),
-            uuid_set(get(self.use_uuid_key)),
-            uuid_set(get(self.nouse_uuid_key)),
-        )
+        raw = (get(self.use_type_key), get(self.nouse_type_key), get(self.use_uuid_key),
+               get(self.nouse_uuid_key))
+        if raw == (None, None, None, None):  # most pods: nothing to parse
+            return NO_FILTERS
+        filters = SelectionFilters(type_list(raw[0]), type_list(raw[1]), uuid_set(raw[2]), uuid_set(raw[3]))
         return NO_FILTERS if filters == NO_FILTERS else filters
 
     def fit(
@@ -333,6 +336,42 @@ class GenericVendor:
         result = self.ladder(request, devices, usage, positions, ctx=ctx, cordoned=cordoned, quick=True)
         assert not isinstance(result, FitResult)
         return result
+
+    def quick_judge(self, request: ContainerDeviceRequest, ctx: PodFitContext) -> QuickJudge | None:
+        """`quick_verdict` with the request's part worked out once: the ladder's own steps for a
+        plain request (`devices/quick.py`), else the ladder itself; None when the ladder's quick
+        answer is always None (an order-dependent step applies)."""
+        if (self.groups_by_numa and ctx.numa_bind) or (self.checks_quota and ctx.quota is not None) or (
+            self.topology_aware and ctx.topology
+        ):
+            return None
+
+        def full(
+            devices: Sequence[DeviceInfo], usage: Sequence[DeviceUsage], positions: Sequence[int],
+            cordoned: frozenset[str],
+        ) -> str | None:
+            return self.quick_verdict(request, devices, usage, positions, ctx=ctx, cordoned=cordoned)
+
+        cls = type(self)
+        if cls.ladder is not GenericVendor.ladder or cls.quick_verdict is not GenericVendor.quick_verdict:
+            return full  # a vendor's own ladder
+        filters = ctx.filters(self)
+        assert isinstance(filters, SelectionFilters)
+        if ctx.mutex or request.type != self.key:
+            return full
+        by_pct = request.mem_percentage_req != PERCENTAGE_UNSET and request.memreq == 0
+        return plain_judge(
+            nums=request.nums,
+            memreq=request.memreq,
+            percentage=request.mem_percentage_req if by_pct else None,
+            coresreq=request.coresreq,
+            instance_mode=self.instance_mode,
+            cordon_aware=self.honours_cordon,
+            type_ok=filters.type_ok if filters.types_active else None,
+            use_uuids=filters.use_uuids,
+            nouse_uuids=filters.nouse_uuids,
+            fallback=full,
+        )
 
     def may_exceed_devices(
         self, request: ContainerDeviceRequest, devices: Sequence[DeviceInfo], positions: Sequence[int],

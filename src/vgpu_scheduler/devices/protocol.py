@@ -30,6 +30,11 @@ from vgpu_scheduler.model import (
 Obj = Mapping[str, Any]
 
 NodeBound = Callable[[Mapping[str, str], Sequence[DeviceInfo], Sequence[DeviceUsage]], float | None]
+QuickJudge = Callable[
+    [Sequence[DeviceInfo], Sequence[DeviceUsage], Sequence[int], frozenset[str]], str | None
+]
+"""`Vendor.quick_verdict` of one request for one pod, as a function of (devices, usage, positions,
+cordoned)."""
 """A vendor's score bound on one node, from its annotations, devices and usage (`node_score_bound`)."""
 
 
@@ -290,6 +295,11 @@ class Vendor(Protocol):
         """`fit`'s outcome without sorting when it cannot depend on the order: "" = fits, else
         the reason string; None when the order matters. A node that does not fit is then decided
         without scores or sorting (the engine sorts and calls `fit` only when this says "")."""
+        ...
+
+    def quick_judge(self, request: ContainerDeviceRequest, ctx: PodFitContext) -> QuickJudge | None:
+        """`quick_verdict` of `request` for the pod of `ctx` with the pod's part worked out once (the
+        engine judges thousands of nodes per pod); None when that verdict is always None."""
         ...
 
     def may_exceed_devices(

@@ -16,7 +16,9 @@ whose ScoreNode is not always 0 visits nodes by a bound of their total score ins
   free memory or cores anywhere), is skipped without running the fit. Both tests are necessary
   conditions of the per-device checks, so a skipped node never fits; when no node fits, skipped
   nodes are evaluated anyway for their exact reason strings (and, as a guard, the first of them that
-  does fit would still be chosen in order).
+  does fit would still be chosen in order). The nodes an earlier walk of the same requests skipped
+  and that did not change since are passed over without testing them again
+  (`DeviceLedger.ruled_out`).
 
 With a vendor whose ScoreNode depends on the node and the devices taken (Ascend 910, Metax), each
 such vendor bounds its ScoreNode (`Vendor.score_bound`, `engine/bounds.py`) from above under
@@ -26,7 +28,9 @@ node can beat the best fit found — the same node, devices and score as evaluat
 
 Not-fit verdicts are cached across decisions (`engine/verdicts.py`, owned by the state): a node whose
 generation (ledger) and the pod's fingerprint and namespace quota state are unchanged since an
-earlier evaluation gets the same reason string without running the fit again. This is what makes a
+earlier evaluation gets the same reason string without running the fit again. A node evaluated
+is first judged by the pod's order-free verdict (`engine.fit.node_judge`, kept with the verdicts),
+which gives most nodes' reasons without the fit's setup. This is what makes a
 pod that fits nowhere cheap to retry; the cache only replaces evaluations by their earlier results,
 so the decision (and the order of FailedNodes) is the same as without it. A pod whose vendors score
 nodes also reuses the total scores of its fits (`engine/fitcache.py`): a node whose generation did
@@ -44,11 +48,12 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import filterfalse
 from typing import Any
 
 from vgpu_scheduler.devices.protocol import QuotaCheck, Vendors
 from vgpu_scheduler.engine.bounds import ScoreBounds, score_bounds
-from vgpu_scheduler.engine.fit import NodeFit, PodFitContext, evaluate_node, pod_fit_context
+from vgpu_scheduler.engine.fit import NodeFit, PodFitContext, evaluate_node, node_judge, pod_fit_context
 from vgpu_scheduler.engine.fitcache import fit_key
 from vgpu_scheduler.engine.ledger import DeviceLedger, NodeSummary
 from vgpu_scheduler.engine.nodeview import DeviceUsage, NodeView
@@ -225,11 +230,11 @@ def _may_fit(needs: tuple[_Need, ...], s: NodeSummary) -> bool:
 def _ordered(ledger: DeviceLedger, candidates: list[str], descending: bool) -> Iterator[str]:
     """`candidates` (all registered) in policy order, without sorting when they are most nodes."""
     if len(candidates) == len(ledger):  # every registered node (the usual nodeCacheCapable call)
-        return (name for _, name in ledger.by_score(descending))
+        return ledger.names_by_score(descending)
     if len(candidates) * 4 >= len(ledger):
         # Walking the ledger's score index beats sorting when the candidates are most nodes.
         wanted = set(candidates)
-        return (name for _, name in ledger.by_score(descending) if name in wanted)
+        return filter(wanted.__contains__, ledger.names_by_score(descending))
     score = ledger.score
     if descending:
         return iter(sorted(candidates, key=lambda n: (-score(n), n)))
@@ -295,7 +300,8 @@ def decide(
     if best_fit and observe:
         state.demand.observe(requests)
     needs = _needs(requests, vendors)
-    eligible = ledger.nodes_with(_asked(requests))
+    asked = _asked(requests)
+    eligible = ledger.nodes_with(asked)
     if evaluate_all or best_fit:
         candidates, unregistered = ledger.partition(node_names)
         return _decide_all(
@@ -331,23 +337,29 @@ def decide(
     verdicts = state.verdicts.group(
         pod_fingerprint(requests, n_init, ctx), quota_token(state.quota, ctx.namespace)
     )
-    cached = verdicts.get
-    generation = ledger.generation
     skipped: list[str] = []
     deferred: list[str] = []
 
     fitted: dict[str, NodeFit] = {}  # fits found in this decision (the snapshot's, then the walk's)
+    judge = verdicts.judge(lambda: node_judge(ctx, requests, n_init))
+
+    current, entries = ledger.current, verdicts.entries
 
     def fit_or_reason(node: str) -> NodeFit | str:
-        gen = generation(node)
-        reason = cached(node, gen)
-        if reason is not None:
-            return reason
+        known = current(node)
+        assert known is not None
+        gen, view = known
+        entry = entries.get(node)  # `verdicts.get`, inline: this runs for every node changed
+        if entry is not None and entry[0] == gen:
+            return entry[1]
         fit = fitted.get(node)
         if fit is not None:
             return fit
-        view = ledger.view(node)
-        assert view is not None
+        if judge is not None:  # most nodes do not fit: their reason without evaluate_node's setup
+            reason = judge(view)
+            if reason:
+                verdicts.put(node, gen, reason)
+                return reason
         result = evaluate_node(requests, n_init, view, pod, ctx=ctx)
         if isinstance(result, NodeFit):
             fitted[node] = result
@@ -370,7 +382,8 @@ def decide(
             walk_failed=walk_failed,
         )
         if isinstance(answer, NoFit):
-            return NoFit(dict(answer.failed), dict(snapshot.counts), snapshot)
+            failed, counts = snapshot.lend()
+            return NoFit(failed, counts, snapshot)
         if answer is not None:
             best, fit = answer
             return _chosen(
@@ -379,11 +392,15 @@ def decide(
             )
         verdicts.snapshot = None
 
-    candidates, unregistered = ledger.partition(node_names)
+    candidates, unregistered = _registered(state, node_names)
     failed = dict.fromkeys(unregistered, NODE_UNREGISTERED)
 
-    for node in _ordered(ledger, candidates, descending):
+    # The nodes an earlier walk of the same requests found no request can fit, and unchanged
+    # since, are passed over at C speed (the ledger keeps them per requests between decisions).
+    hopeless = ledger.ruled_out((asked, needs))
+    for node in filterfalse(hopeless.__contains__, _ordered(ledger, candidates, descending)):
         if node not in eligible or not _may_fit(needs, ledger.summary(node)):
+            hopeless.add(node)
             skipped.append(node)
             continue
         if deprioritized is not None and deprioritized(node):
@@ -398,6 +415,8 @@ def decide(
         failed[node] = result
     # Nothing free fits: the deferred nodes in the same order, then the skipped ones, which still
     # need their exact reasons.
+    if len(skipped) < len(hopeless):  # some were passed over: skipped in the walk's order
+        skipped = [n for n in _ordered(ledger, candidates, descending) if n in hopeless]
     for node in deferred + skipped:
         result = fit_or_reason(node)
         if isinstance(result, NodeFit):
@@ -450,7 +469,7 @@ def _decide_from_snapshot(
             snapshot.set(node, result)
     snapshot.tick = ledger.tick
     if not snapshot.fitting:
-        return NoFit(verdicts)  # the snapshot's own map: the caller copies it
+        return NoFit(snapshot.verdicts)  # the caller answers with `snapshot.lend()`
     if walk_failed:
         return None
 
@@ -478,8 +497,8 @@ class _Outcomes:
     vendors' ScoreNode) when the pod fits, else the reason — from the caches when the node's
     generation is the one it was computed at (`engine/fitcache.py`), else by running the fit."""
 
-    __slots__ = ("_pod", "_verdicts", "cached", "ctx", "fits", "group", "ledger", "n_init", "policy",
-                 "refit", "requests", "scored")
+    __slots__ = ("_pod", "_verdicts", "cached", "ctx", "fits", "group", "judge", "ledger", "n_init",
+                 "policy", "refit", "requests", "scored")
 
     def __init__(
         self,
@@ -509,6 +528,7 @@ class _Outcomes:
         )
         self.fits: dict[str, NodeFit] = {}
         """The fits run in this decision."""
+        self.judge = self._verdicts.judge(lambda: node_judge(ctx, requests, n_init))
 
     def any_known(self) -> bool:
         """Some outcome of this pod shape is cached (at some generation)."""
@@ -536,6 +556,11 @@ class _Outcomes:
             return known
         view = self.ledger.view(node)
         assert view is not None
+        if self.judge is not None:  # most nodes do not fit: their reason without evaluate_node's setup
+            reason = self.judge(view)
+            if reason:
+                self._verdicts.put(node, gen, reason)
+                return reason
         result = evaluate_node(self.requests, self.n_init, view, self._pod, ctx=self.ctx)
         if isinstance(result, NodeFit):
             self.fits[node] = result
@@ -620,12 +645,13 @@ def _decide_all(
 
 
 _LAST_CANDIDATES = ("bounded decisions' candidates",)
-"""The fit-score cache group whose ranking (of no node) keeps the last bounded decision's candidates."""
+"""The fit-score cache group whose ranking (of no node) keeps the last walked or bounded decision's
+candidates."""
 
 
 def _registered(state: SchedulerState, node_names: Sequence[str]) -> tuple[list[str], list[str]]:
     """`ledger.partition(node_names)`, without the pass over every name (~20 us for 500) when they
-    are the last bounded decision's candidates (registered and distinct then) and no node was
+    are the last such decision's candidates (registered and distinct then) and no node was
     removed since: kube-scheduler sends the same node list call after call."""
     ledger = state.ledger
     group = state.fits.group(_LAST_CANDIDATES, None)

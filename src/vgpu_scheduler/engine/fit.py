@@ -10,12 +10,13 @@ Performance notes (the decision runs for thousands of nodes per Filter): per-pod
 in `PodFitContext`, built once per Filter; the node's usage is copied on write per device, so a
 container that does not fit never copies a NodeView; a container whose outcome cannot depend on
 the device order is first judged by the vendors' `quick_verdict` (no scores, no sorting), so a
-node that does not fit costs one pass over its devices.
+node that does not fit costs one pass over its devices; `node_judge` is that verdict with the pod's
+part worked out once (`Vendor.quick_judge`), for a caller judging many nodes.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -76,15 +77,56 @@ class ContainerPlan:
         )
 
 
+NodeJudge = Callable[[NodeView], str | None]
+"""`quick_verdict(requests, n_init, node, ctx)` of one pod, as a function of the node."""
+
+
 def plan_of(ctx: PodFitContext, requests: Sequence[ContainerRequests], n_init: int) -> ContainerPlan:
     """Which containers ask for devices (cached: the same requests are fitted on every node)."""
-    for reqs, n, plan in ctx._plans:
+    return _prepared(ctx, requests, n_init)[0]
+
+
+def node_judge(ctx: PodFitContext, requests: Sequence[ContainerRequests], n_init: int) -> NodeJudge | None:
+    """`quick_verdict` of the pod as a function of the node, worked out once per pod (cached like
+    the plan); None when that verdict is always None."""
+    return _prepared(ctx, requests, n_init)[1]
+
+
+def _prepared(
+    ctx: PodFitContext, requests: Sequence[ContainerRequests], n_init: int
+) -> tuple[ContainerPlan, NodeJudge | None]:
+    for reqs, n, plan, judge in ctx._plans:
         if reqs is requests and n == n_init:
-            assert isinstance(plan, ContainerPlan)
-            return plan
+            return plan, judge
     plan = ContainerPlan.of(requests, n_init)
-    ctx._plans.append((requests, n_init, plan))
-    return plan
+    judge = _judge(ctx, requests, plan)
+    ctx._plans.append((requests, n_init, plan, judge))
+    return plan, judge
+
+
+def _judge(
+    ctx: PodFitContext, requests: Sequence[ContainerRequests], plan: ContainerPlan
+) -> NodeJudge | None:
+    """The order-free verdict applies to one container asking one vendor (see `quick_verdict`)."""
+    if len(plan.init) + len(plan.app) != 1:
+        return None
+    creq = requests[(plan.init or plan.app)[0]]
+    if len(creq) != 1:
+        return None
+    ((key, req),) = creq.items()
+    vendor = ctx.vendors.get(key)
+    if vendor is None:
+        return lambda node: DEVICE_TYPE_NOT_FOUND
+    judge = vendor.quick_judge(req, ctx)
+    nums = req.nums
+
+    def verdict(node: NodeView) -> str | None:
+        positions = node.positions(key)
+        if nums > len(positions) and not vendor.may_exceed_devices(req, node.devices, positions, ctx):
+            return R.NODE_INSUFFICIENT_DEVICE  # HAMi's pre-check before Fit
+        return None if judge is None else judge(node.devices, node.usage, positions, node.cordoned)
+
+    return verdict
 
 
 def pod_fit_context(
@@ -193,14 +235,6 @@ class _ContainerFit:
     devices: dict[str, ContainerDevices] = field(default_factory=dict)
     reason: str = ""
     order: list[int] = field(default_factory=list)
-
-
-def _precheck(
-    vendor: Vendor, req: ContainerDeviceRequest, node: NodeView, positions: list[int], *, ctx: PodFitContext
-) -> bool:
-    """HAMi's pre-check before Fit: a request for more devices than the node has of this vendor
-    fails (NodeInsufficientDevice) unless one device may hold several instances."""
-    return req.nums <= len(positions) or vendor.may_exceed_devices(req, node.devices, positions, ctx)
 
 
 def _fit_container(
@@ -406,20 +440,8 @@ def quick_verdict(
     common pod: one container asking one vendor whose verdict does not depend on the device
     order (the same checks `_fit_container` runs first); "" when such a pod fits, None when
     this cannot tell."""
-    plan = plan_of(ctx, requests, n_init)
-    if len(plan.init) + len(plan.app) != 1:
-        return None
-    creq = requests[(plan.init or plan.app)[0]]
-    if len(creq) != 1:
-        return None
-    ((key, req),) = creq.items()
-    vendor = ctx.vendors.get(key)
-    if vendor is None:
-        return DEVICE_TYPE_NOT_FOUND
-    positions = node.positions(key)
-    if not _precheck(vendor, req, node, positions, ctx=ctx):
-        return R.NODE_INSUFFICIENT_DEVICE
-    return vendor.quick_verdict(req, node.devices, node.usage, positions, ctx=ctx, cordoned=node.cordoned)
+    judge = _prepared(ctx, requests, n_init)[1]
+    return None if judge is None else judge(node)
 
 
 def node_verdict(

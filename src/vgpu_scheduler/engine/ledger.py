@@ -17,9 +17,11 @@ instead of each node (`decide._decide_bounded`).
 from __future__ import annotations
 
 from bisect import bisect_left, insort
+from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from heapq import merge
+from operator import itemgetter
 
 from vgpu_scheduler.engine.nodeview import DeviceUsage, NodeView, has_vendor
 from vgpu_scheduler.engine.podinfo import PodAllocation
@@ -49,6 +51,9 @@ EMPTY_SUMMARY = NodeSummary(0, -1, -1, 0, False)
 
 MAX_CHANGES = 1 << 16
 """Generations remembered for `changed_since`."""
+
+MAX_RULED_OUT = 128
+"""`ruled_out` keys kept (one per pod shape's requests recently decided)."""
 
 DeviceSnapshot = tuple[str, int, int, int, tuple[str, ...], bool]
 """(id, used, usedmem, usedcores, sorted MIG placements, mig_conflict)."""
@@ -126,8 +131,10 @@ class DeviceLedger:
         # Node name -> uids of pods placed there, kept even while the node has no inventory so a late
         # registration counts them.
         self._by_node: dict[str, set[str]] = {}
-        # (score, name) ascending over registered nodes.
+        # (score, name) ascending over registered nodes, and (-score, name) ascending: the binpack
+        # walk visits nodes by score descending, names ascending, at C speed.
         self._order: list[tuple[float, str]] = []
+        self._desc: list[tuple[float, str]] = []
         # Source of node generations: one counter for all nodes, so a node that is removed and
         # registered again never gets back a generation it had before.
         self._tick = 0
@@ -146,6 +153,8 @@ class DeviceLedger:
         self._classify = bound_class
         self._by_class: dict[Hashable, set[str]] = {}
         self._classes_with: dict[tuple[str, ...], list[tuple[Hashable, str]]] = {}
+        # `ruled_out` answers per key (least recently used first), as of the tick they were updated at.
+        self._ruled: OrderedDict[Hashable, tuple[int, set[str]]] = OrderedDict()
 
     # -- inventory -------------------------------------------------------------------------------
 
@@ -196,6 +205,7 @@ class DeviceLedger:
             self._bump(new)
             self._nodes[name] = new
             insort(self._order, (new.score, name))
+            insort(self._desc, (-new.score, name))
             self._by_types.setdefault(new.types, set()).add(name)
             insort(self._group_order.setdefault(new.types, []), (new.score, name))
             self._reclass(name, new)
@@ -224,6 +234,7 @@ class DeviceLedger:
 
     def _unorder(self, score: float, name: str) -> None:
         _unorder(self._order, score, name)
+        _unorder(self._desc, -score, name)
 
     # -- pods ------------------------------------------------------------------------------------
 
@@ -300,6 +311,7 @@ class DeviceLedger:
             node.score = score
             insort(self._order, (score, name))
             insort(group, (score, name))
+            insort(self._desc, (-score, name))
 
     @staticmethod
     def _apply(node: _Node, alloc: PodAllocation, sign: int) -> None:
@@ -394,6 +406,30 @@ class DeviceLedger:
             ]
         return found
 
+    def ruled_out(self, key: Hashable) -> set[str]:
+        """A set of nodes the caller found ruled out by some test that reads nothing of a node
+        able to change without a new generation (its summary and device types qualify), one set
+        per `key` (the test): the caller adds the nodes it rules out, and each call drops those
+        whose generation moved since the previous call with `key` (the test may answer otherwise
+        now), so every node left is still ruled out. Kept for the most recent keys.
+
+        The walk of a decision skips these nodes without a Python step each: most nodes it meets
+        first are ones a request cannot fit (the fullest first, under binpack)."""
+        ruled = self._ruled
+        entry = ruled.get(key)
+        changed = None if entry is None else self.changed_since(entry[0])
+        if entry is not None and changed is not None:
+            out = entry[1]
+            if out:
+                out.difference_update(changed)
+            ruled.move_to_end(key)
+        else:
+            out = set()
+            if entry is None and len(ruled) >= MAX_RULED_OUT:
+                ruled.popitem(last=False)
+        ruled[key] = (self._tick, out)
+        return out
+
     def node_names(self) -> Iterable[str]:
         return self._nodes.keys()
 
@@ -422,6 +458,11 @@ class DeviceLedger:
             return None
         return self._changes[tick - self._changes_start :]
 
+    def current(self, node_name: str) -> tuple[int, NodeView] | None:
+        """(generation, live view) of a registered node, in one lookup (see `generation`, `view`)."""
+        node = self._nodes.get(node_name)
+        return None if node is None else (node.gen, node.view)
+
     def generation(self, node_name: str) -> int:
         """The node's current generation (0 for unknown nodes; registered nodes are never 0)."""
         node = self._nodes.get(node_name)
@@ -446,7 +487,13 @@ class DeviceLedger:
 
     def by_score(self, descending: bool) -> Iterator[tuple[float, str]]:
         """Registered nodes by score (ascending or descending); equal scores always by name ascending."""
-        return _by_score(self._order, descending)
+        if not descending:
+            return iter(self._order)
+        return ((-negated, name) for negated, name in self._desc)
+
+    def names_by_score(self, descending: bool) -> Iterator[str]:
+        """The names of `by_score`, without a Python step per node."""
+        return map(itemgetter(1), self._desc if descending else self._order)
 
     def by_score_with(self, vendors: tuple[str, ...], descending: bool) -> Iterator[tuple[float, str]]:
         """`by_score` of the nodes of `nodes_with(vendors)` alone."""

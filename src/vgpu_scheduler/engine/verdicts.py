@@ -28,10 +28,10 @@ from __future__ import annotations
 
 import sys
 from collections import Counter, OrderedDict
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from typing import Generic, TypeVar, cast
 
-from vgpu_scheduler.engine.fit import PodFitContext
+from vgpu_scheduler.engine.fit import NodeJudge, PodFitContext
 from vgpu_scheduler.engine.quota import QuotaManager
 from vgpu_scheduler.engine.ranking import Ranking
 from vgpu_scheduler.model import ContainerRequests
@@ -84,7 +84,7 @@ class Snapshot:
     verdict (see module doc), so a later decision over the same candidates re-evaluates only the
     nodes the ledger lists as changed since then (`DeviceLedger.changed_since`)."""
 
-    __slots__ = ("candidates", "counts", "fitting", "rendered", "tick", "verdicts")
+    __slots__ = ("_lent", "candidates", "counts", "fitting", "rendered", "tick", "verdicts")
 
     def __init__(self, candidates: list[str], verdicts: dict[str, str], tick: int) -> None:
         self.candidates = candidates
@@ -98,12 +98,23 @@ class Snapshot:
         """A caller's encoding of `verdicts` (the filter's FailedNodes answer), kept until a
         verdict changes: a pod that fits nowhere is retried on every cluster event, and most
         retries find the same reasons."""
+        self._lent = False
+
+    def lend(self) -> tuple[dict[str, str], dict[str, int]]:
+        """`verdicts` and `counts` for an answer, without copying them: they are not changed
+        afterwards (the next change works on copies), so an answer keeps what it was given."""
+        self._lent = True
+        return self.verdicts, self.counts
 
     def set(self, node: str, verdict: str) -> None:
         counts = self.counts
         old = self.verdicts.get(node)
         if old == verdict:
             return
+        if self._lent:
+            self.verdicts, self.counts = dict(self.verdicts), dict(counts)
+            counts = self.counts
+            self._lent = False
         self.rendered = None
         self.verdicts[node] = verdict
         if old is not None and old != FITS:
@@ -122,7 +133,7 @@ class Snapshot:
 class VerdictGroup(Generic[V]):
     """The cached not-fit reasons (or other per-node values) of one pod fingerprint, per node."""
 
-    __slots__ = ("_cache", "entries", "last_used", "quota_token", "ranking", "snapshot")
+    __slots__ = ("_cache", "_judge", "entries", "last_used", "quota_token", "ranking", "snapshot")
 
     def __init__(self, cache: VerdictCache[V], token: int | None) -> None:
         # None once evicted or cleared: later puts are dropped so the cache's size stays exact.
@@ -133,6 +144,14 @@ class VerdictGroup(Generic[V]):
         self.snapshot: Snapshot | None = None
         self.ranking: Ranking | None = None
         """Fit-score groups: the visit order of the pod's decisions (`engine/ranking.py`)."""
+        self._judge: tuple[NodeJudge | None] | None = None
+
+    def judge(self, make: Callable[[], NodeJudge | None]) -> NodeJudge | None:
+        """The pods' node judge (`engine.fit.node_judge`), made once per group: what it reads of a
+        pod is part of the fingerprint, so every pod of the group has the same one."""
+        if self._judge is None:
+            self._judge = (make(),)
+        return self._judge[0]
 
     def get(self, node: str, generation: int) -> V | None:
         """The value cached for `node` at `generation`, else None."""
