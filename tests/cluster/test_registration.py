@@ -15,7 +15,7 @@ from tests.builders import assigned_annotations, container, node, pod
 from vgpu_scheduler.cluster.client import KubeClient
 from vgpu_scheduler.cluster.memory import MemoryCluster
 from vgpu_scheduler.cluster.reflector import Reflector
-from vgpu_scheduler.cluster.registration import NodeAnnotationWriter, RegistrationLoop
+from vgpu_scheduler.cluster.registration import NodeAnnotationWriter, RegistrationLoop, stamp_keys
 from vgpu_scheduler.cluster.store import Store
 from vgpu_scheduler.cluster.transport import MemoryTransport
 from vgpu_scheduler.devices.handshake import allocatable_count, format_requesting
@@ -542,3 +542,37 @@ async def test_long_pass_yields_and_skips_nodes_deleted_meanwhile(
     assert seen_mid_pass == [["gpu-0", "gpu-1"]]
     assert report.updated == ["gpu-0", "gpu-1", "gpu-2", "gpu-3", "gpu-4"]
     assert env.devices("gpu-5") is None
+
+
+async def test_stamp_and_lock_writes_keep_the_node_generation(env: Env) -> None:
+    """Handshake stamps and lock values move on every pass and bind; no decision reads them, so the
+    node's cached verdicts (keyed by its generation) stay. A cordon or another annotation moves it."""
+    env.add(make_node("gpu-1", {keys.NODE_NVIDIA_REGISTER: INV_2}))
+    await env.run()
+    ledger = env.state.ledger
+    before = ledger.generation("gpu-1")
+    env.patch("gpu-1", {keys.NODE_HANDSHAKE: "Reported 2026-11-29 21:03:40 +0000 UTC"})
+    env.sync()
+    report = await env.loop.run_pass()
+    assert report.updated == ["gpu-1"]  # re-registered, as HAMi does on a report
+    env.patch("gpu-1", {keys.NODE_LOCK: "2026-11-29T21:03:41Z,ns,p"})
+    env.sync()
+    await env.loop.run_pass()
+    assert ledger.generation("gpu-1") == before
+    assert env.devices("gpu-1") == ["GPU-0", "GPU-1"]
+    env.patch("gpu-1", {keys.DEVICE_CORDON: "GPU-0"})
+    env.sync()
+    await env.loop.run_pass()
+    moved = ledger.generation("gpu-1")
+    assert moved != before
+    env.patch("gpu-1", {"example.com/zone": "b"})
+    env.sync()
+    await env.loop.run_pass()
+    assert ledger.generation("gpu-1") != moved
+
+
+def test_stamp_keys_are_the_handshakes_and_locks_but_no_inventory() -> None:
+    vendors = build()
+    stamps = stamp_keys(vendors)
+    assert {keys.NODE_HANDSHAKE, keys.NODE_LOCK} <= stamps
+    assert stamps.isdisjoint(k for v in vendors for k in v.inventory_keys)

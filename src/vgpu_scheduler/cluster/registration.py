@@ -44,7 +44,7 @@ from vgpu_scheduler.cluster.errors import ApiError, is_not_found
 from vgpu_scheduler.cluster.store import Store
 from vgpu_scheduler.devices import handshake as hs
 from vgpu_scheduler.devices.capacity import carries
-from vgpu_scheduler.devices.protocol import Vendor
+from vgpu_scheduler.devices.protocol import Vendor, Vendors
 from vgpu_scheduler.engine.state import SchedulerState
 from vgpu_scheduler.model import DeviceInfo
 from vgpu_scheduler.wire import keys, objects
@@ -74,6 +74,22 @@ def node_name(node: Mapping[str, Any]) -> str:
 
 def node_annotations(node: Mapping[str, Any]) -> dict[str, str]:
     return dict(objects.annotations(node))
+
+
+def stamp_keys(vendors: Vendors) -> frozenset[str]:
+    """Node annotations the handshakes and node locks rewrite and no decision reads (a key that
+    is also some vendor's inventory, like AMD's handshake on its register annotation, is kept)."""
+    written = {k for v in vendors for k in (v.handshake_key, v.lock_key) if k is not None}
+    return frozenset(written - {k for v in vendors for k in v.inventory_keys})
+
+
+def _same_apart_from(old: Mapping[str, str], new: Mapping[str, str], ignored: frozenset[str]) -> bool:
+    if old == new:
+        return True
+    keys_changed = old.keys() ^ new.keys()
+    if not keys_changed <= ignored:
+        return False
+    return all(old[k] == new[k] for k in old.keys() & new.keys() if k not in ignored)
 
 
 def carries_inventory(vendor: Vendor, node: Mapping[str, Any], annotations: Mapping[str, str]) -> bool:
@@ -272,6 +288,7 @@ class RegistrationLoop:
         # node -> vendor key -> devices stored for it; the state holds their concatenation.
         self._inventory: dict[str, dict[str, list[DeviceInfo]]] = {}
         self._decoded: dict[tuple[str, str], _Decoded] = {}
+        self._stamps = stamp_keys(self.vendors)
         self._last_error: dict[tuple[str, str], str] = {}
         self.problems: dict[str, str] = {}
         """Node -> why its inventory is unusable, as of its last registration (explain)."""
@@ -459,7 +476,7 @@ class RegistrationLoop:
                 self._refresh(name, cordon, annotations)
             return
         devices = [d for vendor in self.vendors for d in stored.get(vendor.key, ())]
-        self.state.set_node_devices(name, devices, cordon, annotations)
+        self._store(name, devices, cordon, annotations)
         if updated:
             _note(report.updated, name)
 
@@ -479,10 +496,24 @@ class RegistrationLoop:
 
     def _refresh(self, name: str, cordon: frozenset[str], annotations: dict[str, str]) -> None:
         view = self.state.ledger.view(name)
-        if view is None or (view.cordoned == cordon and view.annotations == annotations):
+        if view is not None:
+            self._store(name, view.devices, cordon, annotations)
+
+    def _store(
+        self, name: str, devices: list[DeviceInfo], cordon: frozenset[str], annotations: dict[str, str]
+    ) -> None:
+        view = self.state.ledger.view(name)
+        if (
+            view is not None
+            and view.cordoned == cordon
+            and _same_apart_from(view.annotations, annotations, self._stamps)
+            and view.devices == devices
+        ):
+            # Nothing a decision reads moved (handshake stamps and lock values are rewritten by every
+            # pass and bind): the node keeps its generation, so its cached verdicts and summary stay.
             return
         # Same device list ⇒ the ledger keeps the usage and only swaps cordon/annotations.
-        self.state.set_node_devices(name, view.devices, cordon, annotations)
+        self.state.set_node_devices(name, devices, cordon, annotations)
 
     def _log_error(self, name: str, vendor: Vendor, error: str, has_inventory: bool) -> None:
         if not has_inventory:
