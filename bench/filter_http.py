@@ -128,10 +128,10 @@ async def _serve_child(
     from vgpu_scheduler.cluster.memory import MemoryCluster
     from vgpu_scheduler.cluster.transport import MemoryTransport
     from vgpu_scheduler.config import DeviceConfig
+    from vgpu_scheduler.scheduler.heap import settle_heap
     from vgpu_scheduler.scheduler.options import SchedulerOptions
     from vgpu_scheduler.scheduler.process import SchedulerProcess
     from vgpu_scheduler.server.app import make_app
-    from vgpu_scheduler.server.main import settle_heap
     from vgpu_scheduler.server.warm import LedgerWarmer
     from vgpu_scheduler.server.webhook import webhook_handler
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import gc
 import logging
 import os
 import signal
@@ -26,6 +25,7 @@ from vgpu_scheduler.config import DeviceConfig
 from vgpu_scheduler.configfile import DeviceConfigError, default_device_config, load_device_config
 from vgpu_scheduler.devices.protocol import VendorConfigError
 from vgpu_scheduler.logsetup import setup_logging
+from vgpu_scheduler.scheduler.heap import settle_heap
 from vgpu_scheduler.scheduler.options import SchedulerOptions
 from vgpu_scheduler.scheduler.process import SchedulerProcess
 from vgpu_scheduler.server.app import make_app
@@ -96,19 +96,6 @@ async def make_client(opts: SchedulerOptions) -> tuple[KubeClient, Any]:
     except KubeconfigError as exc:
         raise StartupError(str(exc)) from exc
     return KubeClient(transport), None
-
-
-def settle_heap() -> None:
-    """Keep the cyclic GC off the long-lived caches once the informers have synced.
-
-    With hundreds of thousands of cached pods, every full collection walks millions of objects
-    and stalls the event loop for tens of milliseconds, right inside a /filter call. Freezing
-    what exists after the initial sync and collecting the young generation less often keeps
-    filter latency flat; the caches hold no reference cycles that need the collector.
-    """
-    gc.collect()
-    gc.freeze()
-    gc.set_threshold(50_000, 50, 100)
 
 
 @dataclass
