@@ -40,9 +40,9 @@ MAX_CACHED_KEYS = 1024
 
 
 class NodeSlot:
-    """One node: its latest informer object, its NodeInfo and its generation."""
+    """One node: its latest informer object, its NodeInfo and its generations."""
 
-    __slots__ = ("generation", "index", "info", "inputs", "name", "node")
+    __slots__ = ("generation", "index", "info", "inputs", "inputs_generation", "name", "node")
 
     def __init__(self, name: str, node: Obj) -> None:
         self.name = name
@@ -50,6 +50,9 @@ class NodeSlot:
         self.inputs = node_filter_inputs(node)
         self.info = NodeInfo(node)
         self.generation = 0
+        """Bumped on any change a verdict or score may depend on."""
+        self.inputs_generation = 0
+        """Bumped only when `inputs` (what the NodeInfo-free predicates read) change."""
         self.index = -1
         """Position in `NodeTable.order` (-1: not in it)."""
 
@@ -79,6 +82,10 @@ class NodeTable:
         # What each epoch since `_log_start` changed: a position in `order`, or -1 for "anything".
         self._log: list[int] = []
         self._log_start = 0
+        # For readers older than the log: the last epoch each position changed at, and the last
+        # epoch at which anything may have changed.
+        self._stamps: list[int] = []
+        self._any_at = 0
 
     def refresh(self) -> None:
         """Catch up with the informer's store."""
@@ -109,6 +116,7 @@ class NodeTable:
             self.layout += 1
             self.epoch += 1
             self._log, self._log_start = [], self.epoch
+            self._stamps, self._any_at = [self.epoch] * len(order), self.epoch
 
     def _replace_changed(self, objects: list[Obj]) -> bool:
         """The common case: the same nodes, a few of them replaced by a newer version (found by
@@ -135,6 +143,7 @@ class NodeTable:
             inputs = node_filter_inputs(node)
             if inputs != slot.inputs:
                 slot.inputs = inputs
+                slot.inputs_generation += 1
                 self._bump(slot)
         return slot
 
@@ -144,14 +153,22 @@ class NodeTable:
 
     def _changed(self, index: int) -> None:
         self.epoch += 1
-        if len(self._log) > 4 * len(self.order) + 64:  # keep it short: older readers rescan all
+        if len(self._log) > 4 * len(self.order) + 64:  # keep it short: older readers use the stamps
             self._log, self._log_start = [], self.epoch - 1
         self._log.append(index)
+        if 0 <= index < len(self._stamps):
+            self._stamps[index] = self.epoch
+        else:
+            self._any_at = self.epoch
 
     def changed_since(self, epoch: int) -> set[int] | None:
         """Positions in `order` whose generation may have moved since `epoch`; None: maybe all."""
-        if epoch < self._log_start or epoch > self.epoch:
+        if epoch > self.epoch or epoch < self._any_at:
             return None
+        if epoch < self._log_start:
+            # A reader that stayed away longer than the log reaches: one pass over the stamps is
+            # still far cheaper than rerunning the predicates on every node.
+            return {i for i, at in enumerate(self._stamps) if at > epoch}
         changed = set(self._log[epoch - self._log_start :])
         return None if -1 in changed else changed
 
@@ -190,14 +207,20 @@ class FilterResult:
 
 
 class _Verdicts:
-    """The verdicts of one pod key on every node of one layout."""
+    """The verdicts of one pod key on every node of one layout, and (per node) the verdict of the
+    predicates that do not read NodeInfo, with the node's `inputs_generation` it holds for."""
 
-    __slots__ = ("epoch", "failed", "feasible", "feasible_set", "generations", "names_json", "reasons")
+    __slots__ = (
+        "epoch", "failed", "feasible", "feasible_set", "generations", "names_json", "reasons",
+        "static", "static_generations",
+    )
 
     def __init__(self, n: int) -> None:
         self.epoch = -1
         self.generations = [-1] * n
         self.reasons: list[str | None] = [None] * n
+        self.static_generations = [-1] * n
+        self.static: list[str | None] = [None] * n
         self.feasible: list[str] = []
         self.feasible_set: frozenset[str] = frozenset()
         self.failed: dict[str, str] = {}
@@ -213,6 +236,7 @@ class VerdictCache:
         self._by_key: dict[Hashable, _Verdicts] = {}
         self._layout = -1
         self._pod_keys: dict[str, tuple[Mapping[str, Any], Hashable | None]] = {}
+        self._static, self._rest = provider.split_predicates()
 
     def filter(self, pod: Mapping[str, Any], pod_id: str | None = None) -> FilterResult:
         """The verdicts for `pod` on every node. `pod_id` (namespace/name) remembers the pod's key
@@ -246,19 +270,38 @@ class VerdictCache:
         self._pod_keys.pop(pod_id, None)
 
     def _update(self, entry: _Verdicts, pod: Mapping[str, Any]) -> None:
-        check = self.provider.filter
+        # provider.filter, split: the NodeInfo-free predicates rerun only when the Node object's
+        # inputs changed, the rest (PodFitsResources) when anything did.
+        static_checks, rest_checks = self._static, self._rest
         generations, reasons = entry.generations, entry.reasons
+        static_generations, static = entry.static_generations, entry.static
         changed = entry.epoch < 0
         order = self.table.order
         positions = None if changed else self.table.changed_since(entry.epoch)
         for i in range(len(order)) if positions is None else positions:
             slot = order[i]
-            if generations[i] != slot.generation:
-                generations[i] = slot.generation
-                reason = check(pod, slot.node, slot.info)
-                if reason != reasons[i]:
-                    reasons[i] = reason
-                    changed = True
+            if generations[i] == slot.generation:
+                continue
+            generations[i] = slot.generation
+            node = slot.node
+            if static_generations[i] != slot.inputs_generation:
+                static_generations[i] = slot.inputs_generation
+                reason = None
+                for check in static_checks:
+                    reason = check(pod, node, slot.info)
+                    if reason is not None:
+                        break
+                static[i] = reason
+            reason = static[i]
+            if reason is None:
+                info = slot.info
+                for check in rest_checks:
+                    reason = check(pod, node, info)
+                    if reason is not None:
+                        break
+            if reason != reasons[i]:
+                reasons[i] = reason
+                changed = True
         entry.epoch = self.table.epoch
         if not changed:
             return

@@ -486,6 +486,9 @@ PREDICATE_ORDER: tuple[str, ...] = (
 )
 """Evaluation order: cheap checks first, as kube-scheduler's default filter plugin order."""
 
+NODE_INFO_PREDICATES: frozenset[str] = frozenset({"PodFitsResources"})
+"""The predicates that read NodeInfo; the others read only the pod and `node_filter_inputs`."""
+
 
 def make_predicates(ignored_resources: Iterable[str] = DEFAULT_IGNORED_RESOURCES) -> dict[str, Predicate]:
     """The predicate registry, in PREDICATE_ORDER."""
