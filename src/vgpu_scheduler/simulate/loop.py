@@ -438,10 +438,11 @@ class Simulation:
             return names[0]
         # Highest score wins; equal scores go to the first name (kube-scheduler picks at random).
         best, best_score = names[0], -1
+        scorer, slot_of = self._scores.scorer(pod), self._table.slot
         for name in sorted(names):
-            slot = self._table.slot(name)
+            slot = slot_of(name)
             assert slot is not None  # a feasible name is a node of this cycle's table
-            score = self._scores.score(pod, slot)
+            score = scorer(slot)
             if score > best_score:
                 best, best_score = name, score
         return best

@@ -326,17 +326,27 @@ class ScoreCache:
         self._by_key: dict[Hashable, dict[str, tuple[int, int]]] = {}
 
     def score(self, pod: Mapping[str, Any], slot: NodeSlot) -> int:
-        key = self.provider.score_key(pod)
+        return self.scorer(pod)(slot)
+
+    def scorer(self, pod: Mapping[str, Any]) -> Callable[[NodeSlot], int]:
+        """`score` of `pod` as a function of the slot: the pod's key is computed once for all the
+        nodes of a cycle."""
+        provider = self.provider
+        key = provider.score_key(pod)
         if key is None:
-            return self.provider.score(pod, slot.node, slot.info)
+            return lambda slot: provider.score(pod, slot.node, slot.info)
         scores = self._by_key.get(key)
         if scores is None:
             if len(self._by_key) >= MAX_CACHED_KEYS:
                 self._by_key.clear()
             scores = self._by_key[key] = {}
-        hit = scores.get(slot.name)
-        if hit is not None and hit[0] == slot.generation:
-            return hit[1]
-        value = self.provider.score(pod, slot.node, slot.info)
-        scores[slot.name] = (slot.generation, value)
-        return value
+
+        def score(slot: NodeSlot) -> int:
+            hit = scores.get(slot.name)
+            if hit is not None and hit[0] == slot.generation:
+                return hit[1]
+            value = provider.score(pod, slot.node, slot.info)
+            scores[slot.name] = (slot.generation, value)
+            return value
+
+        return score

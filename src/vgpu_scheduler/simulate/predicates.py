@@ -188,27 +188,37 @@ def compute_pod_resources(pod: Mapping[str, Any]) -> PodResources:
     return PodResources(total, total_nz.get(CPU, 0), total_nz.get(MEMORY, 0))
 
 
-class _LastPodCache:
-    """Requests of the pod being scheduled, reused across the nodes of one cycle.
+POD_CACHE_SIZE = 512
+"""Pod objects whose requests `pod_resources` keeps (then it starts afresh)."""
 
-    Keyed by identity and holding a reference, so a different pod can never hit the entry. A pod dict
+
+class _PodCache:
+    """Requests of recently seen pod objects: the pod being scheduled across the nodes of a cycle,
+    and the pods retried cycle after cycle (the informer hands out the same object until the pod
+    changes), instead of recomputing them each cycle.
+
+    Keyed by identity and holding a reference, so a different pod can never hit an entry. A pod dict
     whose containers are edited in place between calls must be passed as a new dict (the loop never
-    edits resources).
+    edits resources; the informer replaces the objects it updates).
     """
 
-    __slots__ = ("_pod", "_value")
+    __slots__ = ("_entries",)
 
     def __init__(self) -> None:
-        self._pod: Mapping[str, Any] | None = None
-        self._value: PodResources | None = None
+        self._entries: dict[int, tuple[Mapping[str, Any], PodResources]] = {}
 
     def get(self, pod: Mapping[str, Any]) -> PodResources:
-        if self._pod is not pod or self._value is None:
-            self._pod, self._value = pod, compute_pod_resources(pod)
-        return self._value
+        hit = self._entries.get(id(pod))
+        if hit is not None and hit[0] is pod:
+            return hit[1]
+        if len(self._entries) >= POD_CACHE_SIZE:
+            self._entries.clear()
+        value = compute_pod_resources(pod)
+        self._entries[id(pod)] = (pod, value)
+        return value
 
 
-_pod_cache = _LastPodCache()
+_pod_cache = _PodCache()
 
 
 def pod_resources(pod: Mapping[str, Any]) -> PodResources:
