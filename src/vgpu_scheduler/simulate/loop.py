@@ -521,9 +521,10 @@ class Simulation:
         demands: list[DeviceDemand] = []
         for pod_in, key in zip(self._input, self._keys, strict=True):
             namespace, _, name = key.partition("/")
-            try:
-                pod = await self.client.get_pod(namespace, name)
-            except ApiError:
+            # The informer's object, not a GET: settled, it is the API's version, and 50,000 private
+            # copies of the pods would double the memory the run peaks at.
+            pod = self._cached_pod(key)
+            if pod is None:
                 outcomes.append(PodOutcome(pod_in, None, self._reasons_of(key)))
                 continue
             node = (pod.get("spec") or {}).get("nodeName") or None
