@@ -62,7 +62,7 @@ class WatchHub:
                 if prefix and not key.startswith(prefix):
                     continue
                 s = st.objects[key]
-                if w.matches(s.obj):
+                if w.matches_stored(s):
                     w.push(event_line(rt, "ADDED", s))
             if send_initial_events and allow_bookmarks:
                 w.push_bookmark({INITIAL_EVENTS_END: "true"})

@@ -20,7 +20,7 @@ from vgpu_scheduler.cluster.api import Obj, ResourceType
 from vgpu_scheduler.cluster.errors import ApiConnectionError
 from vgpu_scheduler.cluster.memory import selectors
 from vgpu_scheduler.cluster.memory.codec import encode, event_line
-from vgpu_scheduler.cluster.memory.store import Event
+from vgpu_scheduler.cluster.memory.store import Event, Stored
 
 if TYPE_CHECKING:  # the hub creates watches and holds the settings they read live
     from vgpu_scheduler.cluster.memory.fanout import WatchHub
@@ -69,6 +69,11 @@ class MemoryWatch:
         )
         self._next_bookmark = now + hub.bookmark_interval
         self._closed = False
+        # One timer for the next deadline or bookmark, kept across reads while that time stands
+        # (a timer per empty read was most of an idle watch's cost).
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at: float | None = None
+        self._timer_loop: asyncio.AbstractEventLoop | None = None
 
     @property
     def closed(self) -> bool:
@@ -80,6 +85,13 @@ class MemoryWatch:
         if self.namespace is not None and obj["metadata"].get("namespace") != self.namespace:
             return False
         return not self._filtered or selectors.matches(self.rt, obj, self._lsel, self._fsel)
+
+    def matches_stored(self, stored: Stored) -> bool:
+        """`matches` of a stored object, decoding it only when the selectors need to look inside
+        (the caller already skips other namespaces by key)."""
+        if not self._filtered and self.namespace is None:
+            return True
+        return self.matches(stored.obj)
 
     def offer(self, ev: Event) -> None:
         """Queue an event if it concerns this watch. With selectors, an object that stops matching
@@ -147,6 +159,17 @@ class MemoryWatch:
         # Unregistered at once so that commits stop offering events to a finished watch.
         self._closed = True
         self._storage.watchers.discard(self)
+        self._cancel_timer()
+        if self._wakeup is not None:
+            self._wakeup.set()
+
+    def _cancel_timer(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer = self._timer_at = None
+
+    def _on_timer(self) -> None:
+        self._timer = self._timer_at = None  # fired (maybe a clock tick early): re-armed if needed
         if self._wakeup is not None:
             self._wakeup.set()
 
@@ -199,13 +222,11 @@ class MemoryWatch:
             # A timer sets the event rather than `asyncio.wait_for`: on Python 3.11 wait_for swallows
             # a cancellation that lands just as the wait completes (an event pushed in the same loop
             # iteration), and the consumer would then read on until the watch times out.
-            timer = (
-                asyncio.get_running_loop().call_later(max(min(wake_at) - now, 0), self._wakeup.set)
-                if wake_at
-                else None
-            )
-            try:
-                await self._wakeup.wait()
-            finally:
-                if timer is not None:
-                    timer.cancel()
+            wake = min(wake_at) if wake_at else None
+            loop = asyncio.get_running_loop()
+            if wake != self._timer_at or self._timer_loop is not loop:
+                self._cancel_timer()
+                if wake is not None:
+                    self._timer = loop.call_later(max(wake - now, 0), self._on_timer)
+                    self._timer_at, self._timer_loop = wake, loop
+            await self._wakeup.wait()
