@@ -109,6 +109,11 @@ class MemoryCluster:
         """The current global resourceVersion (etcd revision)."""
         return self._store.rv
 
+    def last_write(self, resource: str | ResourceType) -> int:
+        """The resourceVersion of the last write to a resource (0: none yet). A watcher of it that
+        reached this version has seen every change of it, with or without bookmarks."""
+        return self._store.storage(api.resource_type(resource)).last_write
+
     def count(self, resource: str | ResourceType) -> int:
         """How many objects of a resource exist."""
         return len(self._store.storage(api.resource_type(resource)).objects)

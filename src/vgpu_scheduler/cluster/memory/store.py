@@ -81,6 +81,7 @@ class ResourceStorage:
     objects: dict[str, Stored] = field(default_factory=dict)
     history: list[Event] = field(default_factory=list)
     floor: int = 0  # every event with rv > floor is still in `history`
+    last_write: int = 0  # the resourceVersion of the last commit here
     watchers: set[MemoryWatch] = field(default_factory=set)
     _sorted: list[str] | None = None
 
@@ -129,7 +130,7 @@ class ObjectStore:
     def commit(self, st: ResourceStorage, key: str, obj: Obj | None, type_: str) -> Stored:
         """Write (or delete, obj=None) under the next resourceVersion and tell the watchers."""
         self.rv += 1
-        rv = self.rv
+        rv = st.last_write = self.rv
         old = st.objects.get(key)
         if obj is None:
             assert old is not None
