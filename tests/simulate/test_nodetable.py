@@ -221,3 +221,44 @@ def test_filter_answer_typed_and_tolerant_readings_agree() -> None:
     assert (odd.node_names, failed(odd), odd.error) == (["n00"], {"n09": "predicate", "n01": "3"}, "")
     odd_map_only = _filter_answer(b'{"NodeNames":["n00"],"FailedNodes":{"n01":3},"Error":""}')
     assert failed(odd_map_only) == {"n09": "predicate", "n01": "3"}
+
+
+def test_pods_placed_on_a_node_rerun_only_the_predicate_reading_node_info_there() -> None:
+    calls: list[str] = []
+    base = get_provider(DEFAULT_PROVIDER)
+
+    def counting(name: str, predicate: Any) -> Any:
+        def run(p: Obj, n: Obj, info: Any) -> str | None:
+            calls.append(name)
+            return predicate(p, n, info)
+
+        return run
+
+    provider = AlgorithmProvider(
+        name="counting",
+        predicates=tuple((name, counting(name, fn)) for name, fn in base.predicates),
+        priorities=base.priorities,
+        filter_key=base.filter_key,
+        score_key=base.score_key,
+        reads_node_info=base.reads_node_info,
+    )
+    informer = Informer()
+    for i in range(6):
+        informer.put(node(i))
+    table = NodeTable(informer.store, informer.version)
+    cache, scores = VerdictCache(table, provider), ScoreCache(table, provider)
+    idle = pod(1, "1", "1Gi", selector=True, tolerate=False)
+    _check(provider, table, cache, scores, idle)
+    # Many changes, all on node n02 (more than the change log keeps: 4 per node + 64), asked about
+    # by another pod key meanwhile.
+    busy = pod(2, "3", "6Gi", selector=False, tolerate=True)
+    for k in range(100):
+        placed = pod(100 + k, "500m", "1Gi", selector=False, tolerate=False)
+        table.add_pod("n02", placed)
+        cache.filter(busy)
+        table.remove_pod("n02", f"default/p{100 + k}")
+    calls.clear()
+    got = cache.filter(idle)
+    assert calls == ["PodFitsResources"]  # n02 only, and only the predicate reading NodeInfo
+    _check(provider, table, cache, scores, idle)
+    assert got.feasible == [f"n{i:02d}" for i in range(6)]

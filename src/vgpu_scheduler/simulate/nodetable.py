@@ -10,7 +10,9 @@ and removed (the Node object is replaced, but not its labels, taints or schedula
   key (`AlgorithmProvider.filter_key`) names everything the predicates read from a pod — so pods with
   the same requests and constraints share the cache, and a retried pod reuses it;
 * an `epoch` bumped with any generation lets a cycle in which nothing changed at all (retries of
-  unschedulable pods) reuse the whole answer, including the JSON of the feasible node names.
+  unschedulable pods) reuse the whole answer, including the JSON of the feasible node names;
+* the predicates that do not read NodeInfo keep their verdict per node until its Node object's
+  inputs change (`inputs_generation`): a pod placed or finished reruns PodFitsResources alone.
 
 The verdicts are exactly the provider's: the cache only skips recomputing a function of unchanged
 inputs. Nodes are in name order, as the uncached loop had them.
@@ -82,10 +84,6 @@ class NodeTable:
         # What each epoch since `_log_start` changed: a position in `order`, or -1 for "anything".
         self._log: list[int] = []
         self._log_start = 0
-        # For readers older than the log: the last epoch each position changed at, and the last
-        # epoch at which anything may have changed.
-        self._stamps: list[int] = []
-        self._any_at = 0
 
     def refresh(self) -> None:
         """Catch up with the informer's store."""
@@ -116,7 +114,6 @@ class NodeTable:
             self.layout += 1
             self.epoch += 1
             self._log, self._log_start = [], self.epoch
-            self._stamps, self._any_at = [self.epoch] * len(order), self.epoch
 
     def _replace_changed(self, objects: list[Obj]) -> bool:
         """The common case: the same nodes, a few of them replaced by a newer version (found by
@@ -153,22 +150,14 @@ class NodeTable:
 
     def _changed(self, index: int) -> None:
         self.epoch += 1
-        if len(self._log) > 4 * len(self.order) + 64:  # keep it short: older readers use the stamps
+        if len(self._log) > 4 * len(self.order) + 64:  # keep it short: older readers rescan all
             self._log, self._log_start = [], self.epoch - 1
         self._log.append(index)
-        if 0 <= index < len(self._stamps):
-            self._stamps[index] = self.epoch
-        else:
-            self._any_at = self.epoch
 
     def changed_since(self, epoch: int) -> set[int] | None:
         """Positions in `order` whose generation may have moved since `epoch`; None: maybe all."""
-        if epoch > self.epoch or epoch < self._any_at:
+        if epoch < self._log_start or epoch > self.epoch:
             return None
-        if epoch < self._log_start:
-            # A reader that stayed away longer than the log reaches: one pass over the stamps is
-            # still far cheaper than rerunning the predicates on every node.
-            return {i for i, at in enumerate(self._stamps) if at > epoch}
         changed = set(self._log[epoch - self._log_start :])
         return None if -1 in changed else changed
 
