@@ -201,6 +201,19 @@ def test_extender_args_bytes_are_what_msgspec_encodes() -> None:
     for names in ([], ["n00"], ["n00", "n-\u00e9"]):
         body = _extender_args(p, msgspec.json.encode(names))
         assert body == msgspec.json.encode({"Pod": p, "Nodes": None, "NodeNames": names})
+        assert _extender_args(p, msgspec.json.encode(names), msgspec.json.encode(p)) == body
+
+
+async def test_the_loop_encodes_a_pod_again_once_the_informer_replaces_it() -> None:
+    from vgpu_scheduler.cluster.embedded.fleet import demo_fleet
+    from vgpu_scheduler.simulate.loop import Simulation
+
+    sim = Simulation(demo_fleet(), [])
+    first = pod(1, "1", "1Gi", selector=False, tolerate=False)
+    assert sim._pod_json("default/p1", first) is sim._pod_json("default/p1", first)
+    changed = copy.deepcopy(first)
+    changed["metadata"]["annotations"] = {"a": "b"}
+    assert sim._pod_json("default/p1", changed) == msgspec.json.encode(changed)
 
 
 def test_filter_answer_typed_and_tolerant_readings_agree() -> None:

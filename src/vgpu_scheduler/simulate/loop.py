@@ -251,6 +251,7 @@ class Simulation:
         self._scores = ScoreCache(self._table, self.provider)
         self._settled_at = -1  # the cluster resourceVersion every informer is known to have reached
         self._reasons: dict[str, _Reasons] = {}
+        self._encoded: dict[str, tuple[Obj, bytes]] = {}  # see _pod_json
         self._usage: dict[str, _Usage] = {}
         self._totals = [0, 0, 0]  # used, usedmem, usedcores over the fleet
         self._timeline: list[TimelinePoint] = []
@@ -392,6 +393,16 @@ class Simulation:
         report = await self._report()
         return SimulationResult(report, self.cycles, time.perf_counter() - wall_start)
 
+    def _pod_json(self, key: str, pod: Obj) -> bytes:
+        """The pod's JSON, encoded once while the informer hands out the same object (a pod is
+        retried many times before it binds; the informer replaces the objects it updates)."""
+        known = self._encoded.get(key)
+        if known is not None and known[0] is pod:
+            return known[1]
+        raw = _encode(pod)
+        self._encoded[key] = (pod, raw)
+        return raw
+
     def _cached_pod(self, key: str) -> Obj | None:
         namespace, _, name = key.partition("/")
         return self.process.pods.store.get(namespace, name)
@@ -409,7 +420,8 @@ class Simulation:
         if not extender_interested(pod, self._managed):
             await self._default_bind(qp, pod, self._prioritize(pod, list(feasible)))
             return
-        answer = _filter_answer(await self.endpoint.filter(_extender_args(pod, verdicts.names_json)))
+        body = _extender_args(pod, verdicts.names_json, self._pod_json(qp.key, pod))
+        answer = _filter_answer(await self.endpoint.filter(body))
         if answer.error:
             # An extender error names no rejecting plugin: kube-scheduler retries such a pod after
             # its backoff (queueAfterBackoff), not on a cluster event. Lock contention is one.
@@ -477,6 +489,7 @@ class Simulation:
             return
         self._reasons.pop(key, None)
         self._verdicts.forget(key)
+        self._encoded.pop(key, None)
         await self.settle()
         self._bound += 1
         if admission.phase != "Running":
@@ -643,10 +656,13 @@ class _Reasons:
         return out
 
 
-def _extender_args(pod: Obj, names_json: bytes) -> bytes:
+def _extender_args(pod: Obj, names_json: bytes, pod_json: bytes | None = None) -> bytes:
     """`{"Pod": pod, "Nodes": null, "NodeNames": names}` as msgspec encodes it, with the names' JSON
-    (up to one per node) reused from the verdict cache instead of encoded every cycle."""
-    return b'{"Pod":' + _encode(pod) + b',"Nodes":null,"NodeNames":' + names_json + b"}"
+    (up to one per node) reused from the verdict cache instead of encoded every cycle, and the
+    pod's when the caller has it (`pod_json`, the encoding of `pod`)."""
+    if pod_json is None:
+        pod_json = _encode(pod)
+    return b'{"Pod":' + pod_json + b',"Nodes":null,"NodeNames":' + names_json + b"}"
 
 
 def _rv(value: str) -> int:
