@@ -480,9 +480,13 @@ class Simulation:
         self.queue.add_unschedulable(qp, self.clock.now)
 
     async def _after_bind(self, key: str, node_name: str) -> None:
-        namespace, _, name = key.partition("/")
+        # The bound pod as the informer has it once settled: the version a GET would answer.
+        await self.settle()
+        pod = self._cached_pod(key)
+        if pod is None:
+            log.error("device plugin: pod %s: not found", key)
+            return
         try:
-            pod = await self.client.get_pod(namespace, name)
             admission = await self.device_plugin.admit(pod)
         except ApiError as exc:
             log.error("device plugin: pod %s: %s", key, exc)
