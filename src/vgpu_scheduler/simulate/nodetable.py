@@ -63,13 +63,16 @@ class NodeTable:
     """The informer's nodes in name order, each with a NodeInfo and a generation.
 
     `store` is the node informer's Store and `store_version` returns its reflector's resourceVersion:
-    while that is unchanged the store is too, so `refresh` costs nothing.
+    while that is unchanged the store is too, so `refresh` costs nothing. Otherwise the store's
+    journal names the nodes written since the last refresh (a node lock taken or released, mostly),
+    so only those are looked at.
     """
 
     def __init__(self, store: Store, store_version: Callable[[], str]) -> None:
         self._store = store
         self._store_version = store_version
         self._seen_version: str | None = None
+        self._seen_writes = -1  # the store's `writes` at the last refresh
         self._names: list[str] = []
         self._objects: list[Obj] = []  # the store's values as last seen (store order)
         self._in_order: set[str] = set()
@@ -91,6 +94,10 @@ class NodeTable:
         if version == self._seen_version and len(self._store) == len(self._names):
             return
         self._seen_version = version
+        changed = self._store.changed_since(self._seen_writes)
+        self._seen_writes = self._store.writes
+        if changed is not None and self._exact and self._replace_keys(changed):
+            return
         objects = self._store.list()
         if self._exact and len(objects) == len(self._objects) and self._replace_changed(objects):
             return
@@ -114,6 +121,19 @@ class NodeTable:
             self.layout += 1
             self.epoch += 1
             self._log, self._log_start = [], self.epoch
+
+    def _replace_keys(self, keys: list[str]) -> bool:
+        """Like `_replace_changed`, for the keys the store's journal names. False, having changed
+        nothing, if a node appeared or went (the full refresh rebuilds the order)."""
+        nodes = []
+        for key in dict.fromkeys(keys):
+            node = self._store.get_by_key(key)
+            if node is None or key not in self._in_order:
+                return False
+            nodes.append((key, node))
+        for name, node in nodes:
+            self._slot(name, node)
+        return True
 
     def _replace_changed(self, objects: list[Obj]) -> bool:
         """The common case: the same nodes, a few of them replaced by a newer version (found by
