@@ -22,8 +22,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
-from itertools import compress
-from operator import is_not
+from itertools import compress, repeat
+from operator import is_, is_not
 from typing import Any
 
 import msgspec
@@ -246,6 +246,8 @@ class VerdictCache:
         self._layout = -1
         self._pod_keys: dict[str, tuple[Mapping[str, Any], Hashable | None]] = {}
         self._static, self._rest = provider.split_predicates()
+        self._names: list[str] = []
+        self._names_layout = -1
 
     def filter(self, pod: Mapping[str, Any], pod_id: str | None = None) -> FilterResult:
         """The verdicts for `pod` on every node. `pod_id` (namespace/name) remembers the pod's key
@@ -284,9 +286,10 @@ class VerdictCache:
         static_checks, rest_checks = self._static, self._rest
         generations, reasons = entry.generations, entry.reasons
         static_generations, static = entry.static_generations, entry.static
-        changed = entry.epoch < 0
+        rebuild = entry.epoch < 0
+        moved: list[int] = []  # positions whose reason changed
         order = self.table.order
-        positions = None if changed else self.table.changed_since(entry.epoch)
+        positions = None if rebuild else self.table.changed_since(entry.epoch)
         for i in range(len(order)) if positions is None else positions:
             slot = order[i]
             if generations[i] == slot.generation:
@@ -310,20 +313,34 @@ class VerdictCache:
                         break
             if reason != reasons[i]:
                 reasons[i] = reason
-                changed = True
+                moved.append(i)
         entry.epoch = self.table.epoch
-        if not changed:
+        if not (rebuild or moved):
             return
-        feasible: list[str] = []
-        failed: dict[str, str] = {}
-        for slot, reason in zip(self.table.order, reasons, strict=True):
-            if reason is None:
-                feasible.append(slot.name)
-            else:
-                failed[slot.name] = reason
+        # New objects (the old ones may be held by a FilterResult); the per-node work at C speed:
+        # with thousands of nodes this runs on most binds, for a reason changed on one node.
+        names = self._layout_names()
+        if rebuild:
+            failed = {name: r for name, r in zip(names, reasons, strict=True) if r is not None}
+        else:
+            failed = dict(entry.failed)  # names in no particular order: readers sort or look up
+            for i in moved:
+                reason = reasons[i]
+                if reason is None:
+                    failed.pop(names[i], None)
+                else:
+                    failed[names[i]] = reason
+        feasible = list(compress(names, map(is_, reasons, repeat(None))))
         entry.feasible, entry.failed = feasible, failed
         entry.feasible_set = frozenset(feasible)
         entry.names_json = _encode(feasible)
+
+    def _layout_names(self) -> list[str]:
+        """The names of `table.order`, kept per layout."""
+        if self._names_layout != self.table.layout:
+            self._names = [slot.name for slot in self.table.order]
+            self._names_layout = self.table.layout
+        return self._names
 
 
 class ScoreCache:
