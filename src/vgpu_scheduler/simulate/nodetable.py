@@ -29,7 +29,7 @@ from typing import Any
 import msgspec
 
 from vgpu_scheduler.cluster.store import Store
-from vgpu_scheduler.simulate.predicates import NodeInfo, node_filter_inputs
+from vgpu_scheduler.simulate.predicates import NodeInfo, Predicate, node_filter_inputs
 from vgpu_scheduler.simulate.providers import AlgorithmProvider
 from vgpu_scheduler.wire.objects import name as object_name
 
@@ -283,7 +283,8 @@ class VerdictCache:
     def _update(self, entry: _Verdicts, pod: Mapping[str, Any]) -> None:
         # provider.filter, split: the NodeInfo-free predicates rerun only when the Node object's
         # inputs changed, the rest (PodFitsResources) when anything did.
-        static_checks, rest_checks = self._static, self._rest
+        static_checks = self._static
+        rest_checks = [_prepared(check, pod) for check in self._rest]
         generations, reasons = entry.generations, entry.reasons
         static_generations, static = entry.static_generations, entry.static
         rebuild = entry.epoch < 0
@@ -307,8 +308,8 @@ class VerdictCache:
             reason = static[i]
             if reason is None:
                 info = slot.info
-                for check in rest_checks:
-                    reason = check(pod, node, info)
+                for fit in rest_checks:
+                    reason = fit(node, info)
                     if reason is not None:
                         break
             if reason != reasons[i]:
@@ -341,6 +342,18 @@ class VerdictCache:
             self._names = [slot.name for slot in self.table.order]
             self._names_layout = self.table.layout
         return self._names
+
+
+def _prepared(
+    predicate: Predicate, pod: Mapping[str, Any]
+) -> Callable[[Mapping[str, Any], NodeInfo], str | None]:
+    """`predicate` for one pod, as a function of (node, node_info): its own `prepare(pod)` when it
+    has one (work on the pod done once per cycle, not once per node)."""
+    prepare = getattr(predicate, "prepare", None)
+    if prepare is not None:
+        fit: Callable[[Mapping[str, Any], NodeInfo], str | None] = prepare(pod)
+        return fit
+    return lambda node, node_info: predicate(pod, node, node_info)
 
 
 class ScoreCache:

@@ -328,14 +328,28 @@ class PodFitsResources:
         res = pod_resources(pod)
         if res.error is not None:
             return res.error
-        reasons: list[str] = []
-        if node_info.pod_count + 1 > node_info.allocatable.get(PODS, 0):
-            reasons.append(REASON_TOO_MANY_PODS)
-        allocatable, requested = node_info.allocatable, node_info.requested
-        for name, want in self._checks(res):
-            if want > allocatable.get(name, 0) - requested.get(name, 0):
-                reasons.append(f"Insufficient {name}")
-        return ", ".join(reasons) if reasons else None
+        return _fit_reason(self._checks(res), node_info)
+
+    def prepare(self, pod: Mapping[str, Any]) -> Callable[[Mapping[str, Any], NodeInfo], str | None]:
+        """This predicate for one pod, as a function of (node, node_info): the pod's requests are
+        looked up once for all the nodes a cycle checks."""
+        res = pod_resources(pod)
+        error = res.error
+        if error is not None:
+            return lambda node, node_info: error
+        checks = self._checks(res)
+        return lambda node, node_info: _fit_reason(checks, node_info)
+
+
+def _fit_reason(checks: tuple[tuple[str, int], ...], node_info: NodeInfo) -> str | None:
+    reasons: list[str] = []
+    if node_info.pod_count + 1 > node_info.allocatable.get(PODS, 0):
+        reasons.append(REASON_TOO_MANY_PODS)
+    allocatable, requested = node_info.allocatable, node_info.requested
+    for name, want in checks:
+        if want > allocatable.get(name, 0) - requested.get(name, 0):
+            reasons.append(f"Insufficient {name}")
+    return ", ".join(reasons) if reasons else None
 
 
 def _expression_matches(expr: Mapping[str, Any], values_by_key: Mapping[str, str]) -> bool:
