@@ -50,7 +50,12 @@ from vgpu_scheduler.scheduler.options import SchedulerOptions
 from vgpu_scheduler.scheduler.process import SchedulerProcess
 from vgpu_scheduler.simulate.clock import SimClock
 from vgpu_scheduler.simulate.nodetable import NodeTable, ScoreCache, VerdictCache
-from vgpu_scheduler.simulate.predicates import extender_interested, ignored_resources_for
+from vgpu_scheduler.simulate.predicates import (
+    PodResources,
+    extender_interested,
+    ignored_resources_for,
+    pod_resources,
+)
 from vgpu_scheduler.simulate.providers import DEFAULT_PROVIDER, AlgorithmProvider, get_provider
 from vgpu_scheduler.simulate.queue import QueuedPod, SchedulingQueue, pod_key
 from vgpu_scheduler.simulate.report import (
@@ -447,7 +452,7 @@ class Simulation:
             self._reasons[qp.key] = _Reasons({node_name: error})
             self.queue.add_backoff(qp, self.clock.now)
             return
-        await self._after_bind(qp.key, node_name)
+        await self._after_bind(qp, node_name)
 
     async def _default_bind(self, qp: QueuedPod, pod: Obj, node_name: str) -> None:
         """kube-scheduler's DefaultBinder: the Binding alone, no annotation, no lock."""
@@ -459,7 +464,7 @@ class Simulation:
             self._reasons[qp.key] = _Reasons({node_name: exc.message})
             self.queue.add_backoff(qp, self.clock.now)
             return
-        await self._after_bind(qp.key, node_name)
+        await self._after_bind(qp, node_name)
 
     def _prioritize(self, pod: Obj, names: list[str]) -> str:
         if len(names) == 1:
@@ -479,7 +484,8 @@ class Simulation:
         self._reasons[qp.key] = reasons
         self.queue.add_unschedulable(qp, self.clock.now)
 
-    async def _after_bind(self, key: str, node_name: str) -> None:
+    async def _after_bind(self, qp: QueuedPod, node_name: str) -> None:
+        key = qp.key
         # The bound pod as the informer has it once settled: the version a GET would answer.
         await self.settle()
         pod = self._cached_pod(key)
@@ -500,17 +506,20 @@ class Simulation:
             log.warning("pod %s failed on node %s: %s", key, node_name, admission.error)
             self._finished.add(key)
             return
-        self._assume(pod, node_name)
+        # The requests of the pod as it was scheduled (cached): binding changed no container, a
+        # pod's spec being immutable but for its nodeName, tolerations and images.
+        self._assume(pod, node_name, pod_resources(qp.pod) if qp.pod is not None else None)
         duration = duration_seconds(pod)
         if duration is not None:
             self._push(self.clock.now + duration, _FINISH, key)
         if self.progress is not None:
             self.progress(self._bound, len(self._input))
 
-    def _assume(self, pod: Obj, node_name: str) -> None:
-        """Count a running pod on its node (NodeInfo for the predicates, totals for the timeline)."""
+    def _assume(self, pod: Obj, node_name: str, resources: PodResources | None = None) -> None:
+        """Count a running pod on its node (NodeInfo for the predicates, totals for the timeline);
+        `resources`: the pod's, when known."""
         key = pod_key(pod)
-        self._table.add_pod(node_name, pod)
+        self._table.add_pod(node_name, pod, resources)
         uid = str((pod.get("metadata") or {}).get("uid") or "")
         alloc = self.process.state.allocation(uid)
         used = usedmem = usedcores = 0

@@ -29,7 +29,7 @@ from typing import Any
 import msgspec
 
 from vgpu_scheduler.cluster.store import Store
-from vgpu_scheduler.simulate.predicates import NodeInfo, Predicate, node_filter_inputs
+from vgpu_scheduler.simulate.predicates import NodeInfo, PodResources, Predicate, node_filter_inputs
 from vgpu_scheduler.simulate.providers import AlgorithmProvider
 from vgpu_scheduler.wire.objects import name as object_name
 
@@ -181,13 +181,16 @@ class NodeTable:
         changed = set(self._log[epoch - self._log_start :])
         return None if -1 in changed else changed
 
-    def add_pod(self, node_name: str, pod: Mapping[str, Any]) -> None:
-        """Count a pod placed on `node_name` (ignored if the informer does not know the node)."""
+    def add_pod(
+        self, node_name: str, pod: Mapping[str, Any], resources: PodResources | None = None
+    ) -> None:
+        """Count a pod placed on `node_name` (ignored if the informer does not know the node);
+        `resources`: the pod's, when the caller has them."""
         node = self._store.get(None, node_name)
         if node is None:
             return
         slot = self._slot(node_name, node)
-        slot.info.add_pod(pod)
+        slot.info.add_pod(pod, resources)
         self._bump(slot)
 
     def remove_pod(self, node_name: str, key: str) -> None:

@@ -266,11 +266,12 @@ class NodeInfo:
     def has_pod(self, key: str) -> bool:
         return key in self._pods
 
-    def add_pod(self, pod: Mapping[str, Any]) -> None:
-        """Count a pod placed on this node. Adding the same pod (namespace/name) again replaces it."""
+    def add_pod(self, pod: Mapping[str, Any], resources: PodResources | None = None) -> None:
+        """Count a pod placed on this node. Adding the same pod (namespace/name) again replaces it.
+        `resources`: `compute_pod_resources(pod)` when the caller has it."""
         key = pod_key(pod)
         self.remove_pod(key)
-        res = compute_pod_resources(pod)
+        res = resources if resources is not None else compute_pod_resources(pod)
         self._pods[key] = res
         for k, v in res.requests.items():
             if v:  # keep only non-zero totals, so the aggregate equals a fresh recount
