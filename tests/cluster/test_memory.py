@@ -316,3 +316,33 @@ def test_last_write_is_per_resource(cluster: MemoryCluster) -> None:
     assert cluster.last_write("nodes") == cluster.resource_version > pods_at
     cluster.patch("pods", "a", {"metadata": {"labels": {"k": "v"}}}, "default")
     assert cluster.last_write("pods") == cluster.resource_version
+
+
+async def test_a_decoded_watch_gets_the_committed_object_and_others_get_equal_lines(
+    cluster: MemoryCluster,
+) -> None:
+    path = "/api/v1/namespaces/default/pods"
+    first = await cluster.open_watch(path, {"watch": "1", "resourceVersion": "1"}, decoded=True)
+    second = await cluster.open_watch(path, {"watch": "1", "resourceVersion": "1"}, decoded=True)
+    plain = cluster.watch("pods", namespace="default", resource_version="1")
+    cluster.create("pods", api_pod("a"))
+    cluster.bind("default", "a", "n1")
+    cluster.patch("pods", "a", {"metadata": {"annotations": {"x": "y"}}}, "default")
+    cluster.delete("pods", "a", "default", grace_period_seconds=0)
+    lines = [json.loads(line) for line in [await plain.__anext__() for _ in range(5)]]
+    handed = [await first.next_event() for _ in range(5)]
+    copied = [await second.next_event() for _ in range(5)]
+    assert all(isinstance(e, dict) for e in handed)  # the committed objects themselves
+    assert all(isinstance(e, bytes) for e in copied)  # one taker per event: the others decode
+    assert handed == lines == [json.loads(e) for e in copied if isinstance(e, bytes)]
+    assert [e["type"] for e in lines] == ["ADDED", "MODIFIED", "MODIFIED", "MODIFIED", "DELETED"]
+    # The reader owns what it was handed: editing it changes nothing in the cluster.
+    cluster.create("pods", api_pod("b"))
+    event = await first.next_event()
+    assert isinstance(event, dict)
+    event["object"]["metadata"]["labels"] = {"edited": "yes"}
+    event["object"]["spec"]["containers"].clear()
+    stored = cluster.get("pods", "b", "default")
+    assert "labels" not in stored["metadata"] and stored["spec"]["containers"]
+    for w in (first, second, plain):
+        w.close()

@@ -175,9 +175,12 @@ class MemoryCluster:
         """Serve one non-watch REST request; returns (HTTP status, JSON body)."""
         return await self._rest.handle(method, path, params=params, body=body, content_type=content_type)
 
-    async def open_watch(self, path: str, params: Mapping[str, str] | None = None) -> MemoryWatch:
-        """Start a REST watch (`?watch=1`); raises ApiError for what would be a non-200 answer."""
-        return await self._rest.open_watch(path, params)
+    async def open_watch(
+        self, path: str, params: Mapping[str, str] | None = None, *, decoded: bool = False
+    ) -> MemoryWatch:
+        """Start a REST watch (`?watch=1`); raises ApiError for what would be a non-200 answer.
+        `decoded`: read it with `next_event()`, which may hand over committed objects undecoded."""
+        return await self._rest.open_watch(path, params, decoded=decoded)
 
     # ------------------------------------------------------------------ direct Python API
 

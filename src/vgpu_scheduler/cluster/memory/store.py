@@ -71,6 +71,9 @@ class Event:
     old: Stored | None
     # Encoded watch lines by (type, API group): many watches of one resource share one encoding.
     lines: dict[tuple[str, str], bytes] = field(default_factory=dict)
+    # While commit tells the watchers: the committed dict, which nothing else holds, handed to the
+    # first in-process watcher that takes decoded events instead of decoding a copy of its line.
+    owned: Obj | None = None
 
 
 @dataclass(slots=True)
@@ -146,7 +149,7 @@ class ObjectStore:
                 st.keys_changed()
             st.objects[key] = stored
         ns = obj["metadata"].get("namespace") or ""
-        ev = Event(rv, type_, key, ns, stored, old)
+        ev = Event(rv, type_, key, ns, stored, old, owned=obj)
         st.history.append(ev)
         if len(st.history) > self.history_size + self.history_size // 4:
             cut = len(st.history) - self.history_size  # amortised trimming
@@ -154,6 +157,7 @@ class ObjectStore:
             del st.history[:cut]
         for w in list(st.watchers):
             w.offer(ev)
+        ev.owned = None  # the history keeps the bytes only
         stored.forget_obj()  # see Stored: the bytes are what is kept
         if old is not None:
             old.forget_obj()

@@ -52,8 +52,12 @@ class MemoryWatch:
         fsel: api.FieldSelector,
         allow_bookmarks: bool,
         timeout_seconds: float | None,
+        decoded: bool = False,
     ) -> None:
+        """`decoded`: the reader takes events as dicts (`next_event`), so this watch may be handed
+        the committed object itself rather than its line (an in-process reader, MemoryTransport)."""
         self.hub = hub
+        self._decoded = decoded and rt is not api.EVENTS_V1  # events.k8s.io/v1 is converted
         self.rt = rt
         self._storage = hub.store.storage(rt)
         self.namespace = namespace if rt.namespaced else None
@@ -110,6 +114,12 @@ class MemoryWatch:
                 type_ = "MODIFIED" if old_ok and new_ok else ("ADDED" if new_ok else "DELETED")
             elif not new_ok:
                 return
+        if self._decoded and ev.owned is not None and type_ == ev.type:
+            # Nothing else holds the committed dict: give it away instead of a line to decode.
+            obj, ev.owned = ev.owned, None
+            rt = self.rt
+            self.push({"type": type_, "object": {"kind": rt.kind, "apiVersion": rt.api_version, **obj}})
+            return
         cache_key = (type_, self.rt.group)
         line = ev.lines.get(cache_key)
         if line is None:
@@ -182,6 +192,19 @@ class MemoryWatch:
         return self
 
     async def __anext__(self) -> bytes:
+        item = await self._next_item()
+        if isinstance(item, dict):  # only a `decoded` watch queues these
+            return encode(item)
+        line: bytes = item
+        return line
+
+    async def next_event(self) -> dict[str, Any] | bytes:
+        """The next event: a decoded dict (the reader owns it), or a line still to decode. Raises
+        StopAsyncIteration at the end and WatchDropped when cut, as iterating does."""
+        item: dict[str, Any] | bytes = await self._next_item()
+        return item
+
+    async def _next_item(self) -> Any:
         while True:
             if self._queue:
                 item = self._queue.popleft()
@@ -190,8 +213,7 @@ class MemoryWatch:
                     raise WatchDropped("watch connection dropped")
                 if item is _END:
                     raise StopAsyncIteration
-                line: bytes = item
-                return line
+                return item
             if self._closed:
                 raise StopAsyncIteration
             now = time.monotonic()
