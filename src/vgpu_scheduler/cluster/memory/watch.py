@@ -91,9 +91,9 @@ class MemoryWatch:
         return not self._filtered or selectors.matches(self.rt, obj, self._lsel, self._fsel)
 
     def matches_stored(self, stored: Stored) -> bool:
-        """`matches` of a stored object, decoding it only when the selectors need to look inside
-        (the caller already skips other namespaces by key)."""
-        if not self._filtered and self.namespace is None:
+        """`matches` of a stored object of this watch's namespace (the caller skips the others by
+        key), decoding it only when selectors need to look inside."""
+        if not self._filtered:
             return True
         return self.matches(stored.obj)
 
