@@ -111,6 +111,17 @@ def _check(
     assert got.names_json == msgspec.json.encode(feasible)
     for slot in table.order:
         assert scores.score(p, slot) == provider.score(p, slot.node, slot.info)
+    assert [table.order[i].name for i in got.positions] == feasible
+    if feasible:
+        # The loop's choice: the first of the best scores, in name order.
+        want = max(feasible, key=lambda n: provider.score(p, *_node_and_info(table, n)))
+        assert table.order[scores.best(p, got.positions)].name == want
+
+
+def _node_and_info(table: NodeTable, name: str) -> tuple[Obj, Any]:
+    slot = table.slot(name)
+    assert slot is not None
+    return slot.node, slot.info
 
 
 @settings(max_examples=80, deadline=None)

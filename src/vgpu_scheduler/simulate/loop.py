@@ -423,7 +423,8 @@ class Simulation:
             self._unschedulable(qp, _Reasons(failed))
             return
         if not extender_interested(pod, self._managed):
-            await self._default_bind(qp, pod, self._prioritize(pod, list(feasible)))
+            best = self._scores.best(pod, verdicts.positions)
+            await self._default_bind(qp, pod, self._table.order[best].name)
             return
         body = _extender_args(pod, verdicts.names_json, self._pod_json(qp.key, pod))
         answer = _filter_answer(await self.endpoint.filter(body))
