@@ -286,3 +286,23 @@ def test_pods_placed_on_a_node_rerun_only_the_predicate_reading_node_info_there(
     assert calls == ["PodFitsResources"]  # n02 only, and only the predicate reading NodeInfo
     _check(provider, table, cache, scores, idle)
     assert got.feasible == [f"n{i:02d}" for i in range(6)]
+
+
+def test_pending_pods_share_equal_failed_nodes_and_not_the_answer_bodies() -> None:
+    import sys
+
+    from vgpu_scheduler.cluster.embedded.fleet import demo_fleet
+    from vgpu_scheduler.simulate.loop import Simulation, _filter_answer
+
+    sim = Simulation(demo_fleet(), [])
+    failed = {f"n{i:04d}": "CardInsufficientMemory" for i in range(100)}
+    bodies = [msgspec.json.encode({"NodeNames": [], "FailedNodes": failed, "Error": ""}) for _ in range(2)]
+    answers = [_filter_answer(b) for b in bodies]
+    kept = [sim._shared_failed(a.failed_nodes) for a in answers]
+    assert kept[0] is kept[1]  # one copy for equal answers
+    assert isinstance(kept[0], msgspec.Raw) and msgspec.json.decode(kept[0]) == failed
+    control = msgspec.json.encode({"NodeNames": [], "FailedNodes": failed, "Error": ""})
+    del answers
+    counts = [sys.getrefcount(b) for b in (*bodies, control)]
+    assert counts[0] == counts[1] == counts[2]  # what is kept holds no answer body alive
+    assert sim._shared_failed({"n1": "x"}) == {"n1": "x"}  # tolerant readings pass through

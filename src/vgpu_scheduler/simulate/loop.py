@@ -130,6 +130,9 @@ class _NoEvents:
         return None
 
 
+FAILED_POOL_SIZE = 256
+"""Distinct FailedNodes answers `_shared_failed` keeps for sharing (then it starts afresh)."""
+
 SETTLE_SPINS = 100_000
 """Event-loop turns `settle` gives the informers before it waits in wall time."""
 BOOKMARK_AFTER_SPINS = 8
@@ -257,6 +260,7 @@ class Simulation:
         self._settled_at = -1  # the cluster resourceVersion every informer is known to have reached
         self._reasons: dict[str, _Reasons] = {}
         self._encoded: dict[str, tuple[Obj, bytes]] = {}  # see _pod_json
+        self._failed_pool: dict[bytes, msgspec.Raw] = {}  # see _shared_failed
         self._usage: dict[str, _Usage] = {}
         self._totals = [0, 0, 0]  # used, usedmem, usedcores over the fleet
         self._timeline: list[TimelinePoint] = []
@@ -398,6 +402,21 @@ class Simulation:
         report = await self._report()
         return SimulationResult(report, self.cycles, time.perf_counter() - wall_start)
 
+    def _shared_failed(self, failed: Mapping[str, str] | msgspec.Raw) -> Mapping[str, str] | msgspec.Raw:
+        """The extender's FailedNodes JSON, kept for the pod's report without the rest of the answer
+        (a Raw holds its whole body) and shared with equal ones: a pending pod keeps its last answer,
+        one entry per node, and thousands of pending pods of a few shapes retried after the same
+        cluster event get equal answers (gigabytes at 5,000 nodes otherwise)."""
+        if not isinstance(failed, msgspec.Raw):
+            return failed
+        data = bytes(failed)
+        shared = self._failed_pool.get(data)
+        if shared is None:
+            if len(self._failed_pool) >= FAILED_POOL_SIZE:
+                self._failed_pool.clear()
+            shared = self._failed_pool[data] = msgspec.Raw(data)
+        return shared
+
     def _pod_json(self, key: str, pod: Obj) -> bytes:
         """The pod's JSON, encoded once while the informer hands out the same object (a pod is
         retried many times before it binds; the informer replaces the objects it updates)."""
@@ -436,7 +455,7 @@ class Simulation:
             return
         chosen = [n for n in answer.node_names if n in verdicts.feasible_set]
         if not chosen:
-            self._unschedulable(qp, _Reasons(failed, answer.failed_nodes))
+            self._unschedulable(qp, _Reasons(failed, self._shared_failed(answer.failed_nodes)))
             return
         node_name = self._prioritize(pod, chosen)
         meta = pod.get("metadata") or {}
