@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from tests import builders
 from tests.builders import api_pod
 from tests.builders import node as node_object
+from vgpu_scheduler.cluster import api
 from vgpu_scheduler.cluster.errors import ApiConnectionError, ApiError
 from vgpu_scheduler.cluster.memory import MemoryCluster, MemoryWatch
 
@@ -272,3 +273,77 @@ def test_pages_always_form_the_first_page_snapshot(
                 c.patch("pods", f"p{i:02d}", {"metadata": {"labels": {"r": str(round_)}}}, f"ns{i % 3}")
         round_ += 1
     assert got == expected
+
+
+async def test_writes_leave_every_earlier_version_as_it_was(cluster: MemoryCluster) -> None:
+    """A merge patch shares what it does not change with the version it patches: the versions
+    replayed from the history must still be the ones each write answered."""
+    answers = [cluster.create("nodes", node_object("n1", typed=True, labels={"a": "1"}))]
+    start = str(cluster.resource_version - 1)
+    answers.append(cluster.patch("nodes", "n1", {"spec": {"unschedulable": True}}))  # metadata untouched
+    answers.append(cluster.patch("nodes", "n1", {"metadata": {"labels": {"b": "2"}}}))
+    answers.append(cluster.patch("nodes", "n1", {"status": {"phase": "Running"}}, subresource="status"))
+    answers.append(cluster.patch("nodes", "n1", {"metadata": {"labels": {"a": None}}}))
+    replayed = [obj for _, obj in await drain(cluster.watch("nodes", resource_version=start))]
+    assert replayed == answers
+    assert [a["metadata"]["resourceVersion"] for a in answers] == sorted(
+        {a["metadata"]["resourceVersion"] for a in answers}, key=int
+    )
+    assert answers[1]["spec"] == {"unschedulable": True} and "b" not in answers[1]["metadata"]["labels"]
+    assert answers[-1]["metadata"]["labels"] == {"b": "2"}
+    assert answers[-1]["status"]["phase"] == "Running"
+    # A write that changes nothing is no write.
+    assert cluster.patch("nodes", "n1", {"metadata": {"labels": {"b": "2"}}}) == answers[-1]
+
+
+async def test_stored_objects_are_kept_encoded_only(cluster: MemoryCluster) -> None:
+    cluster.create("pods", api_pod("a"))
+    cluster.bind("default", "a", "n1")
+    cluster.patch("pods", "a", {"metadata": {"annotations": {"x": "y"}}}, "default")
+    storage = cluster._store.storage(api.PODS)
+    assert all(s._obj is None for s in storage.objects.values())
+    assert all(e.new._obj is None and (e.old is None or e.old._obj is None) for e in storage.history)
+    got = cluster.get("pods", "a", "default")
+    assert got["spec"]["nodeName"] == "n1" and got["metadata"]["annotations"] == {"x": "y"}
+
+
+def test_last_write_is_per_resource(cluster: MemoryCluster) -> None:
+    assert cluster.last_write("pods") == cluster.last_write("nodes") == 0
+    cluster.create("pods", api_pod("a"))
+    pods_at = cluster.resource_version
+    cluster.create("nodes", node_object("n1", typed=True))
+    assert cluster.last_write("pods") == pods_at
+    assert cluster.last_write("nodes") == cluster.resource_version > pods_at
+    cluster.patch("pods", "a", {"metadata": {"labels": {"k": "v"}}}, "default")
+    assert cluster.last_write("pods") == cluster.resource_version
+
+
+async def test_a_decoded_watch_gets_the_committed_object_and_others_get_equal_lines(
+    cluster: MemoryCluster,
+) -> None:
+    path = "/api/v1/namespaces/default/pods"
+    first = await cluster.open_watch(path, {"watch": "1", "resourceVersion": "1"}, decoded=True)
+    second = await cluster.open_watch(path, {"watch": "1", "resourceVersion": "1"}, decoded=True)
+    plain = cluster.watch("pods", namespace="default", resource_version="1")
+    cluster.create("pods", api_pod("a"))
+    cluster.bind("default", "a", "n1")
+    cluster.patch("pods", "a", {"metadata": {"annotations": {"x": "y"}}}, "default")
+    cluster.delete("pods", "a", "default", grace_period_seconds=0)
+    lines = [json.loads(line) for line in [await plain.__anext__() for _ in range(5)]]
+    got = [(await first.next_event(), await second.next_event()) for _ in range(5)]
+    for one, other in got:
+        # One taker per event gets the committed object itself; the other decodes its line.
+        assert {type(one), type(other)} == {dict, bytes}
+    decoded = [[e if isinstance(e, dict) else json.loads(e) for e in pair] for pair in got]
+    assert [a for a, _ in decoded] == [b for _, b in decoded] == lines
+    assert [e["type"] for e in lines] == ["ADDED", "MODIFIED", "MODIFIED", "MODIFIED", "DELETED"]
+    # The reader owns what it was handed: editing it changes nothing in the cluster.
+    cluster.create("pods", api_pod("b"))
+    pair = [await first.next_event(), await second.next_event()]
+    event = next(e for e in pair if isinstance(e, dict))
+    event["object"]["metadata"]["labels"] = {"edited": "yes"}
+    event["object"]["spec"]["containers"].clear()
+    stored = cluster.get("pods", "b", "default")
+    assert "labels" not in stored["metadata"] and stored["spec"]["containers"]
+    for w in (first, second, plain):
+        w.close()

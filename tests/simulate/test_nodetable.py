@@ -111,6 +111,17 @@ def _check(
     assert got.names_json == msgspec.json.encode(feasible)
     for slot in table.order:
         assert scores.score(p, slot) == provider.score(p, slot.node, slot.info)
+    assert [table.order[i].name for i in got.positions] == feasible
+    if feasible:
+        # The loop's choice: the first of the best scores, in name order.
+        want = max(feasible, key=lambda n: provider.score(p, *_node_and_info(table, n)))
+        assert table.order[scores.best(p, got.positions)].name == want
+
+
+def _node_and_info(table: NodeTable, name: str) -> tuple[Obj, Any]:
+    slot = table.slot(name)
+    assert slot is not None
+    return slot.node, slot.info
 
 
 @settings(max_examples=80, deadline=None)
@@ -201,6 +212,19 @@ def test_extender_args_bytes_are_what_msgspec_encodes() -> None:
     for names in ([], ["n00"], ["n00", "n-\u00e9"]):
         body = _extender_args(p, msgspec.json.encode(names))
         assert body == msgspec.json.encode({"Pod": p, "Nodes": None, "NodeNames": names})
+        assert _extender_args(p, msgspec.json.encode(names), msgspec.json.encode(p)) == body
+
+
+async def test_the_loop_encodes_a_pod_again_once_the_informer_replaces_it() -> None:
+    from vgpu_scheduler.cluster.embedded.fleet import demo_fleet
+    from vgpu_scheduler.simulate.loop import Simulation
+
+    sim = Simulation(demo_fleet(), [])
+    first = pod(1, "1", "1Gi", selector=False, tolerate=False)
+    assert sim._pod_json("default/p1", first) is sim._pod_json("default/p1", first)
+    changed = copy.deepcopy(first)
+    changed["metadata"]["annotations"] = {"a": "b"}
+    assert sim._pod_json("default/p1", changed) == msgspec.json.encode(changed)
 
 
 def test_filter_answer_typed_and_tolerant_readings_agree() -> None:
@@ -221,3 +245,64 @@ def test_filter_answer_typed_and_tolerant_readings_agree() -> None:
     assert (odd.node_names, failed(odd), odd.error) == (["n00"], {"n09": "predicate", "n01": "3"}, "")
     odd_map_only = _filter_answer(b'{"NodeNames":["n00"],"FailedNodes":{"n01":3},"Error":""}')
     assert failed(odd_map_only) == {"n09": "predicate", "n01": "3"}
+
+
+def test_pods_placed_on_a_node_rerun_only_the_predicate_reading_node_info_there() -> None:
+    calls: list[str] = []
+    base = get_provider(DEFAULT_PROVIDER)
+
+    def counting(name: str, predicate: Any) -> Any:
+        def run(p: Obj, n: Obj, info: Any) -> str | None:
+            calls.append(name)
+            return predicate(p, n, info)
+
+        return run
+
+    provider = AlgorithmProvider(
+        name="counting",
+        predicates=tuple((name, counting(name, fn)) for name, fn in base.predicates),
+        priorities=base.priorities,
+        filter_key=base.filter_key,
+        score_key=base.score_key,
+        reads_node_info=base.reads_node_info,
+    )
+    informer = Informer()
+    for i in range(6):
+        informer.put(node(i))
+    table = NodeTable(informer.store, informer.version)
+    cache, scores = VerdictCache(table, provider), ScoreCache(table, provider)
+    idle = pod(1, "1", "1Gi", selector=True, tolerate=False)
+    _check(provider, table, cache, scores, idle)
+    # Many changes, all on node n02 (more than the change log keeps: 4 per node + 64), asked about
+    # by another pod key meanwhile.
+    busy = pod(2, "3", "6Gi", selector=False, tolerate=True)
+    for k in range(100):
+        placed = pod(100 + k, "500m", "1Gi", selector=False, tolerate=False)
+        table.add_pod("n02", placed)
+        cache.filter(busy)
+        table.remove_pod("n02", f"default/p{100 + k}")
+    calls.clear()
+    got = cache.filter(idle)
+    assert calls == ["PodFitsResources"]  # n02 only, and only the predicate reading NodeInfo
+    _check(provider, table, cache, scores, idle)
+    assert got.feasible == [f"n{i:02d}" for i in range(6)]
+
+
+def test_pending_pods_share_equal_failed_nodes_and_not_the_answer_bodies() -> None:
+    import sys
+
+    from vgpu_scheduler.cluster.embedded.fleet import demo_fleet
+    from vgpu_scheduler.simulate.loop import Simulation, _filter_answer
+
+    sim = Simulation(demo_fleet(), [])
+    failed = {f"n{i:04d}": "CardInsufficientMemory" for i in range(100)}
+    bodies = [msgspec.json.encode({"NodeNames": [], "FailedNodes": failed, "Error": ""}) for _ in range(2)]
+    answers = [_filter_answer(b) for b in bodies]
+    kept = [sim._shared_failed(a.failed_nodes) for a in answers]
+    assert kept[0] is kept[1]  # one copy for equal answers
+    assert isinstance(kept[0], msgspec.Raw) and msgspec.json.decode(kept[0]) == failed
+    control = msgspec.json.encode({"NodeNames": [], "FailedNodes": failed, "Error": ""})
+    del answers
+    counts = [sys.getrefcount(b) for b in (*bodies, control)]
+    assert counts[0] == counts[1] == counts[2]  # what is kept holds no answer body alive
+    assert sim._shared_failed({"n1": "x"}) == {"n1": "x"}  # tolerant readings pass through

@@ -179,7 +179,16 @@ def test_pod_fits_resources(
 ) -> None:
     n = node(allocatable=allocatable)
     info = info_with(n, *(pod(f"e{i}", container(requests=r)) for i, r in enumerate(existing)))
-    assert FITS(pod("new", container(requests=incoming)), n, info) == reason
+    incoming_pod = pod("new", container(requests=incoming))
+    assert FITS(incoming_pod, n, info) == reason
+    assert FITS.prepare(incoming_pod)(n, info) == reason  # the per-cycle form agrees
+
+
+def test_prepared_form_of_a_pod_with_malformed_requests_gives_its_error() -> None:
+    bad = pod("bad", container(requests={"cpu": "lots"}))
+    reason = FITS(bad, node(), NodeInfo(node()))
+    assert reason is not None and reason.startswith("invalid resources")
+    assert FITS.prepare(bad)(node(), NodeInfo(node())) == reason
 
 
 def test_pod_count_missing_from_allocatable_means_zero_pods() -> None:

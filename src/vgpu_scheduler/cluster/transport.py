@@ -344,14 +344,20 @@ class MemoryTransport:
     ) -> AsyncGenerator[dict[str, Any], None]:
         await asyncio.sleep(0)
         try:
-            watch = await self.cluster.open_watch(path, params)
+            # Decoded events: the cluster may hand over the object it committed (nothing else holds
+            # it) instead of a line this would decode into an equal private copy.
+            watch = await self.cluster.open_watch(path, params, decoded=True)
         except ApiError as exc:
             self.stats.record(WATCH, exc.status, None)
             raise
         self.stats.record(WATCH, 200, None)
         try:
-            async for line in watch:
-                yield _decode_line(line)
+            while True:
+                try:
+                    item = await watch.next_event()
+                except StopAsyncIteration:
+                    return
+                yield item if isinstance(item, dict) else _decode_line(item)
         finally:
             watch.close()
 

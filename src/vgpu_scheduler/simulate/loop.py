@@ -50,7 +50,12 @@ from vgpu_scheduler.scheduler.options import SchedulerOptions
 from vgpu_scheduler.scheduler.process import SchedulerProcess
 from vgpu_scheduler.simulate.clock import SimClock
 from vgpu_scheduler.simulate.nodetable import NodeTable, ScoreCache, VerdictCache
-from vgpu_scheduler.simulate.predicates import extender_interested, ignored_resources_for
+from vgpu_scheduler.simulate.predicates import (
+    PodResources,
+    extender_interested,
+    ignored_resources_for,
+    pod_resources,
+)
 from vgpu_scheduler.simulate.providers import DEFAULT_PROVIDER, AlgorithmProvider, get_provider
 from vgpu_scheduler.simulate.queue import QueuedPod, SchedulingQueue, pod_key
 from vgpu_scheduler.simulate.report import (
@@ -125,8 +130,13 @@ class _NoEvents:
         return None
 
 
+FAILED_POOL_SIZE = 256
+"""Distinct FailedNodes answers `_shared_failed` keeps for sharing (then it starts afresh)."""
+
 SETTLE_SPINS = 100_000
 """Event-loop turns `settle` gives the informers before it waits in wall time."""
+BOOKMARK_AFTER_SPINS = 8
+"""Turns `settle` lets informers catch up on their own events before it asks for BOOKMARKs."""
 SETTLE_WAIT_SECONDS = 60.0
 """Wall time `settle` then waits before giving up on an informer that does not catch up."""
 
@@ -249,6 +259,8 @@ class Simulation:
         self._scores = ScoreCache(self._table, self.provider)
         self._settled_at = -1  # the cluster resourceVersion every informer is known to have reached
         self._reasons: dict[str, _Reasons] = {}
+        self._encoded: dict[str, tuple[Obj, bytes]] = {}  # see _pod_json
+        self._failed_pool: dict[bytes, msgspec.Raw] = {}  # see _shared_failed
         self._usage: dict[str, _Usage] = {}
         self._totals = [0, 0, 0]  # used, usedmem, usedcores over the fleet
         self._timeline: list[TimelinePoint] = []
@@ -283,19 +295,33 @@ class Simulation:
         target = self.cluster.resource_version
         if target == self._settled_at:
             return  # nothing written since the informers last caught up (their versions only grow)
-        self.cluster.trigger_bookmarks()
+        # An informer is caught up once it has seen the last write to its own resource: one whose
+        # resource nobody wrote needs nothing. Only one that has not got there after a few turns
+        # (a filtered watch never sees some writes) is moved on by a BOOKMARK, which costs every
+        # watch an event to encode, decode and apply (and the node table a refresh).
         reflectors = self.process.reflectors
-        for _ in range(SETTLE_SPINS):
-            if all(_rv(r.resource_version) >= target for r in reflectors):
+        marks = [self.cluster.last_write(r.rt) for r in reflectors]
+
+        def caught_up() -> bool:
+            return all(_rv(r.resource_version) >= mark for r, mark in zip(reflectors, marks, strict=True))
+
+        bookmarked = False
+        for spin in range(SETTLE_SPINS):
+            if caught_up():
                 self._settled_at = target
                 return
+            if spin == BOOKMARK_AFTER_SPINS:
+                self.cluster.trigger_bookmarks()
+                bookmarked = True
             await asyncio.sleep(0)
+        if not bookmarked:
+            self.cluster.trigger_bookmarks()
         # Still behind: a reflector is between two watches (its server-side timeout ends one every
         # few minutes of wall time) or the machine is slow. Wait in wall time, bounded.
         loop = asyncio.get_running_loop()
         deadline = loop.time() + SETTLE_WAIT_SECONDS
         while loop.time() < deadline:
-            if all(_rv(r.resource_version) >= target for r in reflectors):
+            if caught_up():
                 self._settled_at = target
                 return
             await asyncio.sleep(0.01)
@@ -376,6 +402,31 @@ class Simulation:
         report = await self._report()
         return SimulationResult(report, self.cycles, time.perf_counter() - wall_start)
 
+    def _shared_failed(self, failed: Mapping[str, str] | msgspec.Raw) -> Mapping[str, str] | msgspec.Raw:
+        """The extender's FailedNodes JSON, kept for the pod's report without the rest of the answer
+        (a Raw holds its whole body) and shared with equal ones: a pending pod keeps its last answer,
+        one entry per node, and thousands of pending pods of a few shapes retried after the same
+        cluster event get equal answers (gigabytes at 5,000 nodes otherwise)."""
+        if not isinstance(failed, msgspec.Raw):
+            return failed
+        data = bytes(failed)
+        shared = self._failed_pool.get(data)
+        if shared is None:
+            if len(self._failed_pool) >= FAILED_POOL_SIZE:
+                self._failed_pool.clear()
+            shared = self._failed_pool[data] = msgspec.Raw(data)
+        return shared
+
+    def _pod_json(self, key: str, pod: Obj) -> bytes:
+        """The pod's JSON, encoded once while the informer hands out the same object (a pod is
+        retried many times before it binds; the informer replaces the objects it updates)."""
+        known = self._encoded.get(key)
+        if known is not None and known[0] is pod:
+            return known[1]
+        raw = _encode(pod)
+        self._encoded[key] = (pod, raw)
+        return raw
+
     def _cached_pod(self, key: str) -> Obj | None:
         namespace, _, name = key.partition("/")
         return self.process.pods.store.get(namespace, name)
@@ -391,9 +442,11 @@ class Simulation:
             self._unschedulable(qp, _Reasons(failed))
             return
         if not extender_interested(pod, self._managed):
-            await self._default_bind(qp, pod, self._prioritize(pod, list(feasible)))
+            best = self._scores.best(pod, verdicts.positions)
+            await self._default_bind(qp, pod, self._table.order[best].name)
             return
-        answer = _filter_answer(await self.endpoint.filter(_extender_args(pod, verdicts.names_json)))
+        body = _extender_args(pod, verdicts.names_json, self._pod_json(qp.key, pod))
+        answer = _filter_answer(await self.endpoint.filter(body))
         if answer.error:
             # An extender error names no rejecting plugin: kube-scheduler retries such a pod after
             # its backoff (queueAfterBackoff), not on a cluster event. Lock contention is one.
@@ -402,7 +455,7 @@ class Simulation:
             return
         chosen = [n for n in answer.node_names if n in verdicts.feasible_set]
         if not chosen:
-            self._unschedulable(qp, _Reasons(failed, answer.failed_nodes))
+            self._unschedulable(qp, _Reasons(failed, self._shared_failed(answer.failed_nodes)))
             return
         node_name = self._prioritize(pod, chosen)
         meta = pod.get("metadata") or {}
@@ -419,7 +472,7 @@ class Simulation:
             self._reasons[qp.key] = _Reasons({node_name: error})
             self.queue.add_backoff(qp, self.clock.now)
             return
-        await self._after_bind(qp.key, node_name)
+        await self._after_bind(qp, node_name)
 
     async def _default_bind(self, qp: QueuedPod, pod: Obj, node_name: str) -> None:
         """kube-scheduler's DefaultBinder: the Binding alone, no annotation, no lock."""
@@ -431,17 +484,18 @@ class Simulation:
             self._reasons[qp.key] = _Reasons({node_name: exc.message})
             self.queue.add_backoff(qp, self.clock.now)
             return
-        await self._after_bind(qp.key, node_name)
+        await self._after_bind(qp, node_name)
 
     def _prioritize(self, pod: Obj, names: list[str]) -> str:
         if len(names) == 1:
             return names[0]
         # Highest score wins; equal scores go to the first name (kube-scheduler picks at random).
         best, best_score = names[0], -1
+        scorer, slot_of = self._scores.scorer(pod), self._table.slot
         for name in sorted(names):
-            slot = self._table.slot(name)
+            slot = slot_of(name)
             assert slot is not None  # a feasible name is a node of this cycle's table
-            score = self._scores.score(pod, slot)
+            score = scorer(slot)
             if score > best_score:
                 best, best_score = name, score
         return best
@@ -450,33 +504,42 @@ class Simulation:
         self._reasons[qp.key] = reasons
         self.queue.add_unschedulable(qp, self.clock.now)
 
-    async def _after_bind(self, key: str, node_name: str) -> None:
-        namespace, _, name = key.partition("/")
+    async def _after_bind(self, qp: QueuedPod, node_name: str) -> None:
+        key = qp.key
+        # The bound pod as the informer has it once settled: the version a GET would answer.
+        await self.settle()
+        pod = self._cached_pod(key)
+        if pod is None:
+            log.error("device plugin: pod %s: not found", key)
+            return
         try:
-            pod = await self.client.get_pod(namespace, name)
             admission = await self.device_plugin.admit(pod)
         except ApiError as exc:
             log.error("device plugin: pod %s: %s", key, exc)
             return
         self._reasons.pop(key, None)
         self._verdicts.forget(key)
+        self._encoded.pop(key, None)
         await self.settle()
         self._bound += 1
         if admission.phase != "Running":
             log.warning("pod %s failed on node %s: %s", key, node_name, admission.error)
             self._finished.add(key)
             return
-        self._assume(pod, node_name)
+        # The requests of the pod as it was scheduled (cached): binding changed no container, a
+        # pod's spec being immutable but for its nodeName, tolerations and images.
+        self._assume(pod, node_name, pod_resources(qp.pod) if qp.pod is not None else None)
         duration = duration_seconds(pod)
         if duration is not None:
             self._push(self.clock.now + duration, _FINISH, key)
         if self.progress is not None:
             self.progress(self._bound, len(self._input))
 
-    def _assume(self, pod: Obj, node_name: str) -> None:
-        """Count a running pod on its node (NodeInfo for the predicates, totals for the timeline)."""
+    def _assume(self, pod: Obj, node_name: str, resources: PodResources | None = None) -> None:
+        """Count a running pod on its node (NodeInfo for the predicates, totals for the timeline);
+        `resources`: the pod's, when known."""
         key = pod_key(pod)
-        self._table.add_pod(node_name, pod)
+        self._table.add_pod(node_name, pod, resources)
         uid = str((pod.get("metadata") or {}).get("uid") or "")
         alloc = self.process.state.allocation(uid)
         used = usedmem = usedcores = 0
@@ -520,9 +583,10 @@ class Simulation:
         demands: list[DeviceDemand] = []
         for pod_in, key in zip(self._input, self._keys, strict=True):
             namespace, _, name = key.partition("/")
-            try:
-                pod = await self.client.get_pod(namespace, name)
-            except ApiError:
+            # The informer's object, not a GET: settled, it is the API's version, and 50,000 private
+            # copies of the pods would double the memory the run peaks at.
+            pod = self._cached_pod(key)
+            if pod is None:
                 outcomes.append(PodOutcome(pod_in, None, self._reasons_of(key)))
                 continue
             node = (pod.get("spec") or {}).get("nodeName") or None
@@ -625,10 +689,13 @@ class _Reasons:
         return out
 
 
-def _extender_args(pod: Obj, names_json: bytes) -> bytes:
+def _extender_args(pod: Obj, names_json: bytes, pod_json: bytes | None = None) -> bytes:
     """`{"Pod": pod, "Nodes": null, "NodeNames": names}` as msgspec encodes it, with the names' JSON
-    (up to one per node) reused from the verdict cache instead of encoded every cycle."""
-    return b'{"Pod":' + _encode(pod) + b',"Nodes":null,"NodeNames":' + names_json + b"}"
+    (up to one per node) reused from the verdict cache instead of encoded every cycle, and the
+    pod's when the caller has it (`pod_json`, the encoding of `pod`)."""
+    if pod_json is None:
+        pod_json = _encode(pod)
+    return b'{"Pod":' + pod_json + b',"Nodes":null,"NodeNames":' + names_json + b"}"
 
 
 def _rv(value: str) -> int:

@@ -188,27 +188,37 @@ def compute_pod_resources(pod: Mapping[str, Any]) -> PodResources:
     return PodResources(total, total_nz.get(CPU, 0), total_nz.get(MEMORY, 0))
 
 
-class _LastPodCache:
-    """Requests of the pod being scheduled, reused across the nodes of one cycle.
+POD_CACHE_SIZE = 512
+"""Pod objects whose requests `pod_resources` keeps (then it starts afresh)."""
 
-    Keyed by identity and holding a reference, so a different pod can never hit the entry. A pod dict
+
+class _PodCache:
+    """Requests of recently seen pod objects: the pod being scheduled across the nodes of a cycle,
+    and the pods retried cycle after cycle (the informer hands out the same object until the pod
+    changes), instead of recomputing them each cycle.
+
+    Keyed by identity and holding a reference, so a different pod can never hit an entry. A pod dict
     whose containers are edited in place between calls must be passed as a new dict (the loop never
-    edits resources).
+    edits resources; the informer replaces the objects it updates).
     """
 
-    __slots__ = ("_pod", "_value")
+    __slots__ = ("_entries",)
 
     def __init__(self) -> None:
-        self._pod: Mapping[str, Any] | None = None
-        self._value: PodResources | None = None
+        self._entries: dict[int, tuple[Mapping[str, Any], PodResources]] = {}
 
     def get(self, pod: Mapping[str, Any]) -> PodResources:
-        if self._pod is not pod or self._value is None:
-            self._pod, self._value = pod, compute_pod_resources(pod)
-        return self._value
+        hit = self._entries.get(id(pod))
+        if hit is not None and hit[0] is pod:
+            return hit[1]
+        if len(self._entries) >= POD_CACHE_SIZE:
+            self._entries.clear()
+        value = compute_pod_resources(pod)
+        self._entries[id(pod)] = (pod, value)
+        return value
 
 
-_pod_cache = _LastPodCache()
+_pod_cache = _PodCache()
 
 
 def pod_resources(pod: Mapping[str, Any]) -> PodResources:
@@ -256,11 +266,12 @@ class NodeInfo:
     def has_pod(self, key: str) -> bool:
         return key in self._pods
 
-    def add_pod(self, pod: Mapping[str, Any]) -> None:
-        """Count a pod placed on this node. Adding the same pod (namespace/name) again replaces it."""
+    def add_pod(self, pod: Mapping[str, Any], resources: PodResources | None = None) -> None:
+        """Count a pod placed on this node. Adding the same pod (namespace/name) again replaces it.
+        `resources`: `compute_pod_resources(pod)` when the caller has it."""
         key = pod_key(pod)
         self.remove_pod(key)
-        res = compute_pod_resources(pod)
+        res = resources if resources is not None else compute_pod_resources(pod)
         self._pods[key] = res
         for k, v in res.requests.items():
             if v:  # keep only non-zero totals, so the aggregate equals a fresh recount
@@ -318,14 +329,28 @@ class PodFitsResources:
         res = pod_resources(pod)
         if res.error is not None:
             return res.error
-        reasons: list[str] = []
-        if node_info.pod_count + 1 > node_info.allocatable.get(PODS, 0):
-            reasons.append(REASON_TOO_MANY_PODS)
-        allocatable, requested = node_info.allocatable, node_info.requested
-        for name, want in self._checks(res):
-            if want > allocatable.get(name, 0) - requested.get(name, 0):
-                reasons.append(f"Insufficient {name}")
-        return ", ".join(reasons) if reasons else None
+        return _fit_reason(self._checks(res), node_info)
+
+    def prepare(self, pod: Mapping[str, Any]) -> Callable[[Mapping[str, Any], NodeInfo], str | None]:
+        """This predicate for one pod, as a function of (node, node_info): the pod's requests are
+        looked up once for all the nodes a cycle checks."""
+        res = pod_resources(pod)
+        error = res.error
+        if error is not None:
+            return lambda node, node_info: error
+        checks = self._checks(res)
+        return lambda node, node_info: _fit_reason(checks, node_info)
+
+
+def _fit_reason(checks: tuple[tuple[str, int], ...], node_info: NodeInfo) -> str | None:
+    reasons: list[str] = []
+    if node_info.pod_count + 1 > node_info.allocatable.get(PODS, 0):
+        reasons.append(REASON_TOO_MANY_PODS)
+    allocatable, requested = node_info.allocatable, node_info.requested
+    for name, want in checks:
+        if want > allocatable.get(name, 0) - requested.get(name, 0):
+            reasons.append(f"Insufficient {name}")
+    return ", ".join(reasons) if reasons else None
 
 
 def _expression_matches(expr: Mapping[str, Any], values_by_key: Mapping[str, str]) -> bool:
@@ -485,6 +510,9 @@ PREDICATE_ORDER: tuple[str, ...] = (
     "PodFitsResources",
 )
 """Evaluation order: cheap checks first, as kube-scheduler's default filter plugin order."""
+
+NODE_INFO_PREDICATES: frozenset[str] = frozenset({"PodFitsResources"})
+"""The predicates that read NodeInfo; the others read only the pod and `node_filter_inputs`."""
 
 
 def make_predicates(ignored_resources: Iterable[str] = DEFAULT_IGNORED_RESOURCES) -> dict[str, Predicate]:

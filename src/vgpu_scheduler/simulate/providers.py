@@ -11,6 +11,7 @@ from typing import Any
 
 from vgpu_scheduler.simulate.predicates import (
     DEFAULT_IGNORED_RESOURCES,
+    NODE_INFO_PREDICATES,
     PREDICATE_ORDER,
     NodeInfo,
     Predicate,
@@ -20,6 +21,7 @@ from vgpu_scheduler.simulate.predicates import (
 from vgpu_scheduler.simulate.priorities import WeightedPriority, pod_score_key, score_node, weighted
 
 DEFAULT_PROVIDER = "DefaultProvider"
+
 CLUSTER_AUTOSCALER_PROVIDER = "ClusterAutoscalerProvider"
 
 
@@ -38,6 +40,10 @@ class AlgorithmProvider:
     keys get equal verdicts on a node with the same `node_filter_inputs` and NodeInfo."""
     score_key: Callable[[Mapping[str, Any]], Hashable | None] = lambda pod: None
     """Likewise for `score` (which reads only NodeInfo of the node)."""
+    reads_node_info: frozenset[str] | None = None
+    """Names of the predicates that read NodeInfo (None: assume all do). The others read only the pod
+    and the Node object's `node_filter_inputs`, so a cache may keep their verdict while those are
+    unchanged and rerun only the rest when pods come and go on the node."""
 
     @property
     def predicate_names(self) -> tuple[str, ...]:
@@ -54,6 +60,16 @@ class AlgorithmProvider:
             if reason is not None:
                 return reason
         return None
+
+    def split_predicates(self) -> tuple[tuple[Predicate, ...], tuple[Predicate, ...]]:
+        """(leading predicates that do not read NodeInfo, the rest), in evaluation order: `filter` is
+        the first reason of the first part, else of the second."""
+        reads = self.reads_node_info
+        n = 0
+        while reads is not None and n < len(self.predicates) and self.predicates[n][0] not in reads:
+            n += 1
+        fns = tuple(p for _, p in self.predicates)
+        return fns[:n], fns[n:]
 
     def score(self, pod: Mapping[str, Any], node: Mapping[str, Any], node_info: NodeInfo) -> int:
         """Σ weight * priority score (each priority 0..100)."""
@@ -90,4 +106,5 @@ def get_provider(
         priorities=tuple(weighted(p) for p in priority_names),
         filter_key=lambda pod: pod_filter_key(pod, ignored),
         score_key=pod_score_key,
+        reads_node_info=NODE_INFO_PREDICATES,
     )

@@ -109,6 +109,11 @@ class MemoryCluster:
         """The current global resourceVersion (etcd revision)."""
         return self._store.rv
 
+    def last_write(self, resource: str | ResourceType) -> int:
+        """The resourceVersion of the last write to a resource (0: none yet). A watcher of it that
+        reached this version has seen every change of it, with or without bookmarks."""
+        return self._store.storage(api.resource_type(resource)).last_write
+
     def count(self, resource: str | ResourceType) -> int:
         """How many objects of a resource exist."""
         return len(self._store.storage(api.resource_type(resource)).objects)
@@ -170,9 +175,12 @@ class MemoryCluster:
         """Serve one non-watch REST request; returns (HTTP status, JSON body)."""
         return await self._rest.handle(method, path, params=params, body=body, content_type=content_type)
 
-    async def open_watch(self, path: str, params: Mapping[str, str] | None = None) -> MemoryWatch:
-        """Start a REST watch (`?watch=1`); raises ApiError for what would be a non-200 answer."""
-        return await self._rest.open_watch(path, params)
+    async def open_watch(
+        self, path: str, params: Mapping[str, str] | None = None, *, decoded: bool = False
+    ) -> MemoryWatch:
+        """Start a REST watch (`?watch=1`); raises ApiError for what would be a non-200 answer.
+        `decoded`: read it with `next_event()`, which may hand over committed objects undecoded."""
+        return await self._rest.open_watch(path, params, decoded=decoded)
 
     # ------------------------------------------------------------------ direct Python API
 

@@ -41,8 +41,9 @@ class WatchHub:
         allow_bookmarks: bool,
         send_initial_events: bool,
         timeout_seconds: float | None,
+        decoded: bool = False,
     ) -> MemoryWatch:
-        """A registered watch with its first events already queued."""
+        """A registered watch with its first events already queued (`decoded`: see MemoryWatch)."""
         st = self.store.storage(rt)
         lsel, fsel = selectors.parse(rt, label_selector, field_selector)
         w = MemoryWatch(
@@ -53,6 +54,7 @@ class WatchHub:
             fsel=fsel,
             allow_bookmarks=allow_bookmarks,
             timeout_seconds=timeout_seconds,
+            decoded=decoded,
         )
         rv_text = resource_version or ""
         if rv_text in ("", "0") or send_initial_events:
@@ -62,7 +64,7 @@ class WatchHub:
                 if prefix and not key.startswith(prefix):
                     continue
                 s = st.objects[key]
-                if w.matches(s.obj):
+                if w.matches_stored(s):
                     w.push(event_line(rt, "ADDED", s))
             if send_initial_events and allow_bookmarks:
                 w.push_bookmark({INITIAL_EVENTS_END: "true"})

@@ -35,8 +35,9 @@ def delete(
     get a deletionTimestamp and stay (no kubelet will confirm) unless the grace period is 0."""
     st = store.storage(rt)
     current = store.get(rt, namespace, name)
-    meta = current.obj["metadata"]
-    key = api.key_of(current.obj)
+    cur = current.decoded()
+    meta = cur["metadata"]
+    key = api.key_of(cur)
     for field_name, label in (("uid", "UID"), ("resourceVersion", "ResourceVersion")):
         want = preconditions.get(field_name)
         if want and want != meta.get(field_name):
@@ -58,17 +59,17 @@ def delete(
             return store.commit(st, key, None, "DELETED")
         if meta.get("deletionTimestamp"):
             return current
-        new = copy(current.obj)
+        new = copy(cur)
         new["metadata"]["deletionTimestamp"] = rfc3339(store.clock())
         new["metadata"]["deletionGracePeriodSeconds"] = 0
         return store.commit(st, key, api.order_object(new), "MODIFIED")
     # Pods: graceful deletion (registry/generic BeforeDelete + pod CheckGracefulDelete).
-    default_grace = objects.spec(current.obj).get("terminationGracePeriodSeconds", 30)
+    default_grace = objects.spec(cur).get("terminationGracePeriodSeconds", 30)
     period = grace if grace is not None else default_grace
-    if not objects.node_name(current.obj) or objects.phase(current.obj) in ("Succeeded", "Failed"):
+    if not objects.node_name(cur) or objects.phase(cur) in ("Succeeded", "Failed"):
         period = 0
     period = max(int(period), 0)
-    new = copy(current.obj)
+    new = copy(cur)
     nmeta = new["metadata"]
     if meta.get("deletionTimestamp"):
         old_period = meta.get("deletionGracePeriodSeconds")
@@ -110,8 +111,9 @@ def bind(store: ObjectStore, namespace: str, name: str, binding: Obj) -> None:
             },
         )
     current = store.get(rt, namespace, name)
-    meta = current.obj["metadata"]
-    key = api.key_of(current.obj)
+    new = current.decoded()  # private: read first, then edited into the bound pod
+    meta = new["metadata"]
+    key = api.key_of(new)
     want_uid = bmeta.get("uid")
     if want_uid and want_uid != meta.get("uid"):
         raise statuses.conflict(
@@ -137,7 +139,7 @@ def bind(store: ObjectStore, namespace: str, name: str, binding: Obj) -> None:
                 f"ResourceVersion in object meta: {meta.get('resourceVersion')}",
             ),
         )
-    bound_to = objects.node_name(current.obj)
+    bound_to = objects.node_name(new)
     if meta.get("deletionTimestamp"):
         raise ApiError.make(
             409,
@@ -152,7 +154,6 @@ def bind(store: ObjectStore, namespace: str, name: str, binding: Obj) -> None:
             f'already assigned to node "{bound_to}"',
             details=details(name, "pods/binding"),
         )
-    new = copy(current.obj)
     new.setdefault("spec", {})["nodeName"] = node
     if isinstance(bmeta.get("annotations"), dict) and bmeta["annotations"]:
         new["metadata"]["annotations"] = {

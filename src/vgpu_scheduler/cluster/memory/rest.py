@@ -58,8 +58,11 @@ class RestFrontend:
         except ApiError as exc:
             return exc.status, encode(exc.body)
 
-    async def open_watch(self, path: str, params: Mapping[str, str] | None = None) -> MemoryWatch:
-        """Start a REST watch (`?watch=1`); raises ApiError for what would be a non-200 answer."""
+    async def open_watch(
+        self, path: str, params: Mapping[str, str] | None = None, *, decoded: bool = False
+    ) -> MemoryWatch:
+        """Start a REST watch (`?watch=1`); raises ApiError for what would be a non-200 answer.
+        `decoded`: the reader takes `next_event()` dicts (see MemoryWatch)."""
         params = params or {}
         info = api.parse_path(path)
         if info is None or info.name is not None:
@@ -77,6 +80,7 @@ class RestFrontend:
             send_initial_events=_flag(params.get("sendInitialEvents")),
             # Fractions are accepted (the real API takes integers) so tests can use short timeouts.
             timeout_seconds=statuses.parse_float(timeout, "timeoutSeconds") if timeout else None,
+            decoded=decoded,
         )
 
     def _dispatch(

@@ -27,9 +27,11 @@ if TYPE_CHECKING:  # watches register here; they import the store's types
 class Stored:
     """One version of an object. Shared by the store, the history and watch queues, so never mutated.
 
-    `raw` is the encoded object (list item shape, no kind/apiVersion). The decoded `obj` is kept
-    while this is the object's current version; a replaced version lives on only in the history,
-    where it is rarely read, so it keeps its bytes alone and decodes them when asked (`forget_obj`).
+    `raw` is the encoded object (list item shape, no kind/apiVersion), and all that is kept: answers
+    and watch lines are spliced from it, and a write decodes it once into the private copy it edits
+    anyway. The decoded form is held only while `commit` tells the watchers (`forget_obj` after);
+    keeping it for every current object doubled the memory of a large cluster (a decoded pod is
+    five times its JSON) for reads that decode a copy regardless.
     """
 
     __slots__ = ("_obj", "raw")
@@ -40,14 +42,20 @@ class Stored:
 
     @property
     def obj(self) -> Obj:
+        """The object, to read only (it may be the one being committed)."""
         obj = self._obj
         if obj is None:
             decoded: Obj = decode(self.raw)
             return decoded
         return obj
 
+    def decoded(self) -> Obj:
+        """A private copy of the object, free to edit."""
+        obj: Obj = decode(self.raw)
+        return obj
+
     def forget_obj(self) -> None:
-        """This version was replaced: keep the bytes only."""
+        """Keep the bytes only."""
         self._obj = None
 
 
@@ -63,6 +71,9 @@ class Event:
     old: Stored | None
     # Encoded watch lines by (type, API group): many watches of one resource share one encoding.
     lines: dict[tuple[str, str], bytes] = field(default_factory=dict)
+    # While commit tells the watchers: the committed dict, which nothing else holds, handed to the
+    # first in-process watcher that takes decoded events instead of decoding a copy of its line.
+    owned: Obj | None = None
 
 
 @dataclass(slots=True)
@@ -73,6 +84,7 @@ class ResourceStorage:
     objects: dict[str, Stored] = field(default_factory=dict)
     history: list[Event] = field(default_factory=list)
     floor: int = 0  # every event with rv > floor is still in `history`
+    last_write: int = 0  # the resourceVersion of the last commit here
     watchers: set[MemoryWatch] = field(default_factory=set)
     _sorted: list[str] | None = None
 
@@ -121,7 +133,7 @@ class ObjectStore:
     def commit(self, st: ResourceStorage, key: str, obj: Obj | None, type_: str) -> Stored:
         """Write (or delete, obj=None) under the next resourceVersion and tell the watchers."""
         self.rv += 1
-        rv = self.rv
+        rv = st.last_write = self.rv
         old = st.objects.get(key)
         if obj is None:
             assert old is not None
@@ -137,7 +149,7 @@ class ObjectStore:
                 st.keys_changed()
             st.objects[key] = stored
         ns = obj["metadata"].get("namespace") or ""
-        ev = Event(rv, type_, key, ns, stored, old)
+        ev = Event(rv, type_, key, ns, stored, old, owned=obj)
         st.history.append(ev)
         if len(st.history) > self.history_size + self.history_size // 4:
             cut = len(st.history) - self.history_size  # amortised trimming
@@ -145,8 +157,10 @@ class ObjectStore:
             del st.history[:cut]
         for w in list(st.watchers):
             w.offer(ev)
+        ev.owned = None  # the history keeps the bytes only
+        stored.forget_obj()  # see Stored: the bytes are what is kept
         if old is not None:
-            old.forget_obj()  # only the history holds it now
+            old.forget_obj()
         # The watchers queued their lines; the history keeps no copy (a watch replaying from an
         # older resourceVersion encodes again): 10,000 events of pod-sized lines otherwise.
         ev.lines.clear()

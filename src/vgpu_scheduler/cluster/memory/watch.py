@@ -20,7 +20,7 @@ from vgpu_scheduler.cluster.api import Obj, ResourceType
 from vgpu_scheduler.cluster.errors import ApiConnectionError
 from vgpu_scheduler.cluster.memory import selectors
 from vgpu_scheduler.cluster.memory.codec import encode, event_line
-from vgpu_scheduler.cluster.memory.store import Event
+from vgpu_scheduler.cluster.memory.store import Event, Stored
 
 if TYPE_CHECKING:  # the hub creates watches and holds the settings they read live
     from vgpu_scheduler.cluster.memory.fanout import WatchHub
@@ -52,8 +52,12 @@ class MemoryWatch:
         fsel: api.FieldSelector,
         allow_bookmarks: bool,
         timeout_seconds: float | None,
+        decoded: bool = False,
     ) -> None:
+        """`decoded`: the reader takes events as dicts (`next_event`), so this watch may be handed
+        the committed object itself rather than its line (an in-process reader, MemoryTransport)."""
         self.hub = hub
+        self._decoded = decoded and rt is not api.EVENTS_V1  # events.k8s.io/v1 is converted
         self.rt = rt
         self._storage = hub.store.storage(rt)
         self.namespace = namespace if rt.namespaced else None
@@ -69,6 +73,11 @@ class MemoryWatch:
         )
         self._next_bookmark = now + hub.bookmark_interval
         self._closed = False
+        # One timer for the next deadline or bookmark, kept across reads while that time stands
+        # (a timer per empty read was most of an idle watch's cost).
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at: float | None = None
+        self._timer_loop: asyncio.AbstractEventLoop | None = None
 
     @property
     def closed(self) -> bool:
@@ -80,6 +89,13 @@ class MemoryWatch:
         if self.namespace is not None and obj["metadata"].get("namespace") != self.namespace:
             return False
         return not self._filtered or selectors.matches(self.rt, obj, self._lsel, self._fsel)
+
+    def matches_stored(self, stored: Stored) -> bool:
+        """`matches` of a stored object of this watch's namespace (the caller skips the others by
+        key), decoding it only when selectors need to look inside."""
+        if not self._filtered:
+            return True
+        return self.matches(stored.obj)
 
     def offer(self, ev: Event) -> None:
         """Queue an event if it concerns this watch. With selectors, an object that stops matching
@@ -98,6 +114,12 @@ class MemoryWatch:
                 type_ = "MODIFIED" if old_ok and new_ok else ("ADDED" if new_ok else "DELETED")
             elif not new_ok:
                 return
+        if self._decoded and ev.owned is not None and type_ == ev.type:
+            # Nothing else holds the committed dict: give it away instead of a line to decode.
+            obj, ev.owned = ev.owned, None
+            rt = self.rt
+            self.push({"type": type_, "object": {"kind": rt.kind, "apiVersion": rt.api_version, **obj}})
+            return
         cache_key = (type_, self.rt.group)
         line = ev.lines.get(cache_key)
         if line is None:
@@ -147,6 +169,17 @@ class MemoryWatch:
         # Unregistered at once so that commits stop offering events to a finished watch.
         self._closed = True
         self._storage.watchers.discard(self)
+        self._cancel_timer()
+        if self._wakeup is not None:
+            self._wakeup.set()
+
+    def _cancel_timer(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer = self._timer_at = None
+
+    def _on_timer(self) -> None:
+        self._timer = self._timer_at = None  # fired (maybe a clock tick early): re-armed if needed
         if self._wakeup is not None:
             self._wakeup.set()
 
@@ -159,6 +192,19 @@ class MemoryWatch:
         return self
 
     async def __anext__(self) -> bytes:
+        item = await self._next_item()
+        if isinstance(item, dict):  # only a `decoded` watch queues these
+            return encode(item)
+        line: bytes = item
+        return line
+
+    async def next_event(self) -> dict[str, Any] | bytes:
+        """The next event: a decoded dict (the reader owns it), or a line still to decode. Raises
+        StopAsyncIteration at the end and WatchDropped when cut, as iterating does."""
+        item: dict[str, Any] | bytes = await self._next_item()
+        return item
+
+    async def _next_item(self) -> Any:
         while True:
             if self._queue:
                 item = self._queue.popleft()
@@ -167,8 +213,7 @@ class MemoryWatch:
                     raise WatchDropped("watch connection dropped")
                 if item is _END:
                     raise StopAsyncIteration
-                line: bytes = item
-                return line
+                return item
             if self._closed:
                 raise StopAsyncIteration
             now = time.monotonic()
@@ -199,13 +244,11 @@ class MemoryWatch:
             # A timer sets the event rather than `asyncio.wait_for`: on Python 3.11 wait_for swallows
             # a cancellation that lands just as the wait completes (an event pushed in the same loop
             # iteration), and the consumer would then read on until the watch times out.
-            timer = (
-                asyncio.get_running_loop().call_later(max(min(wake_at) - now, 0), self._wakeup.set)
-                if wake_at
-                else None
-            )
-            try:
-                await self._wakeup.wait()
-            finally:
-                if timer is not None:
-                    timer.cancel()
+            wake = min(wake_at) if wake_at else None
+            loop = asyncio.get_running_loop()
+            if wake != self._timer_at or self._timer_loop is not loop:
+                self._cancel_timer()
+                if wake is not None:
+                    self._timer = loop.call_later(max(wake - now, 0), self._on_timer)
+                    self._timer_at, self._timer_loop = wake, loop
+            await self._wakeup.wait()

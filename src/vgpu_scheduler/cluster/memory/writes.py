@@ -16,7 +16,7 @@ from vgpu_scheduler.cluster import api
 from vgpu_scheduler.cluster.api import Obj, ResourceType
 from vgpu_scheduler.cluster.errors import ApiError, details
 from vgpu_scheduler.cluster.memory import statuses
-from vgpu_scheduler.cluster.memory.codec import copy, decode, rfc3339, single_bytes
+from vgpu_scheduler.cluster.memory.codec import decode, rfc3339, single_bytes
 from vgpu_scheduler.cluster.memory.store import ObjectStore, Stored
 
 _NAME_CHARS = "bcdfghjklmnpqrstvwxz2456789"  # apimachinery's generateName alphabet
@@ -98,10 +98,11 @@ def update(
             400,
             f"the name of the object ({meta.get('name')}) does not match the name on the URL ({name})",
         )
+    old = current.decoded()
     rv = meta.get("resourceVersion")
-    if rv and rv != current.obj["metadata"].get("resourceVersion"):
+    if rv and rv != old["metadata"].get("resourceVersion"):
         raise statuses.conflict(rt, name, statuses.MODIFIED)
-    return _write(store, rt, current, new=obj, subresource=subresource)
+    return _write(store, rt, current, old, new=obj, subresource=subresource)
 
 
 def patch(
@@ -117,7 +118,12 @@ def patch(
     """PATCH with patch_type "merge" (RFC 7386) or "json" (RFC 6902), applied to the object as the
     client sees it (events.k8s.io/v1 shape included)."""
     current = store.get(rt, namespace, name)
-    base: Obj = decode(single_bytes(rt, current))
+    old = current.decoded()  # private: the patched object may share its untouched parts
+    base: Obj
+    if rt is api.EVENTS_V1:
+        base = decode(single_bytes(rt, current))
+    else:
+        base = {"kind": rt.kind, "apiVersion": rt.api_version, **old}  # as a GET shows it
     try:
         if patch_type == "merge":
             if not isinstance(patch, dict):
@@ -141,23 +147,23 @@ def patch(
     # A resourceVersion inside the patch is a precondition (fixture patch-409-conflict.json);
     # a patch that nulls it makes the update unconditional.
     rv = meta.get("resourceVersion")
-    if rv is not None and rv != current.obj["metadata"].get("resourceVersion"):
+    if rv is not None and rv != old["metadata"].get("resourceVersion"):
         raise statuses.conflict(rt, name, statuses.MODIFIED)
-    return _write(store, rt, current, new=new, subresource=subresource)
+    return _write(store, rt, current, old, new=new, subresource=subresource)
 
 
 def _write(
-    store: ObjectStore, rt: ResourceType, current: Stored, *, new: Obj, subresource: str | None
+    store: ObjectStore, rt: ResourceType, current: Stored, old: Obj, *, new: Obj, subresource: str | None
 ) -> Stored:
-    """Replace `current` with `new` (already holding the caller's changes), keeping what the API
-    server keeps: identity metadata, and status (main resource) or everything but status
-    (status subresource)."""
+    """Replace `current` (decoded as `old`, a private copy) with `new` (already holding the caller's
+    changes), keeping what the API server keeps: identity metadata, and status (main resource) or
+    everything but status (status subresource). `new` may share parts with `old` (a merge patch
+    copies only what it changes): neither is edited below their top level and metadata."""
     st = store.storage(rt)
-    old = current.obj
     old_meta = old["metadata"]
     meta = new.get("metadata")
-    if not isinstance(meta, dict):
-        meta = new["metadata"] = {}
+    # A copy: a patch that did not touch metadata shares old's, and old must stay as it was.
+    meta = new["metadata"] = dict(meta) if isinstance(meta, dict) else {}
     api.check_meta_types(rt, meta)
     for k in (
         "name",
@@ -173,8 +179,8 @@ def _write(
         else:
             meta.pop(k, None)
     if subresource == "status":
-        new = {**copy(old), "status": new.get("status") or {}}
-        new["metadata"] = copy(old_meta)
+        new = {**old, "status": new.get("status") or {}}
+        new["metadata"] = dict(old_meta)
     elif rt.has_status:
         if "status" in old:
             new["status"] = old["status"]
