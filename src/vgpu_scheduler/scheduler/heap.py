@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import gc
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 
 def settle_heap() -> None:
@@ -17,3 +19,16 @@ def settle_heap() -> None:
     gc.collect()
     gc.freeze()
     gc.set_threshold(50_000, 50, 100)
+
+
+@contextmanager
+def collector_settled() -> Iterator[None]:
+    """`settle_heap` for the span of one batch job (a simulation), then the settings as they were:
+    a library caller's process keeps its own collector behaviour afterwards."""
+    threshold = gc.get_threshold()
+    settle_heap()
+    try:
+        yield
+    finally:
+        gc.set_threshold(*threshold)
+        gc.unfreeze()
