@@ -260,15 +260,8 @@ def _spread_pod(name: str, nums: int, mem: int | None) -> dict[str, Any]:
 SPREAD: dict[str, Any] = {"default_node_policy": "spread", "default_gpu_policy": "spread"}
 
 
-def test_shapes_with_equal_bounds_share_their_ranking(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Two memory sizes of one NPU have equal bounds on every node: the second size's first
-    decision starts from the first one's ranking, bounding only the node that changed since."""
-    # NPU 0 without NetworkID on odd nodes: ScoreNode is 0 when a fit takes it, so the bound is 0.
-    early, full = (_fleet({**NETWORKED, "networks": [None, 0, 1, 1]}) for _ in range(2))
-    for s in (early, full):
-        for name in NODES[::2]:
-            _register(s, name, NETWORKED)
-    vendor = early.vendors["Ascend910B3"]
+def _count_bounds(monkeypatch: pytest.MonkeyPatch, vendor: Any) -> list[int]:
+    """A list that gets one item per node bound by `vendor` from now on (cleared by the caller)."""
     bounded: list[int] = []
     real = vendor.node_score_bound
 
@@ -277,11 +270,24 @@ def test_shapes_with_equal_bounds_share_their_ranking(monkeypatch: pytest.Monkey
 
         def bound(*node: Any) -> float | None:
             bounded.append(1)
-            return here(*node)
+            result: float | None = here(*node)
+            return result
 
         return bound
 
     monkeypatch.setattr(vendor, "node_score_bound", counting)
+    return bounded
+
+
+def test_shapes_with_equal_bounds_share_their_ranking(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two memory sizes of one NPU have equal bounds on every node: the second size's first
+    decision starts from the first one's ranking, bounding only the node that changed since."""
+    # NPU 0 without NetworkID on odd nodes: ScoreNode is 0 when a fit takes it, so the bound is 0.
+    early, full = (_fleet({**NETWORKED, "networks": [None, 0, 1, 1]}) for _ in range(2))
+    for s in (early, full):
+        for name in NODES[::2]:
+            _register(s, name, NETWORKED)
+    bounded = _count_bounds(monkeypatch, early.vendors["Ascend910B3"])
     for i, mem in enumerate((8192, 16384, 16384, 32768)):
         obj = _spread_pod(f"p{i}", 1, mem)
         bounded.clear()
@@ -362,20 +368,7 @@ def test_one_bound_class_needs_no_bound_per_node(monkeypatch: pytest.MonkeyPatch
     bound alike is bounded once per class, and the pod whose bound now differs there (one device:
     the node's loss is lower) chooses it, as evaluating every node does."""
     early, full = _fleet(TOPOLOGY), _fleet(TOPOLOGY)
-    vendor = early.vendors["Metax-GPU"]
-    bounded: list[int] = []
-    real = vendor.node_score_bound
-
-    def counting(*args: Any, **kwargs: Any) -> Callable[..., float | None]:
-        here = real(*args, **kwargs)
-
-        def bound(*node: Any) -> float | None:
-            bounded.append(1)
-            return here(*node)
-
-        return bound
-
-    monkeypatch.setattr(vendor, "node_score_bound", counting)
+    bounded = _count_bounds(monkeypatch, early.vendors["Metax-GPU"])
     better = {**TOPOLOGY, "losses": json.dumps({"1": -500, "2": 5})}
     steps = (("binpack", 1, 1), ("binpack", 2, 2), ("spread", 1, 2), ("binpack", 1, None))
     for i, (policy, nums, most) in enumerate(steps):
