@@ -3,7 +3,7 @@
 The ledger computes a node's summary (the bounds `decide` skips hopeless nodes by) on first use
 after every change of the node, and a node view its devices' positions per vendor on first use.
 A pod that fits nowhere reads both for every candidate: at 5,000 nodes, with every cache cold
-(after start, or after a round of device-plugin annotation updates, each of which resets the
+(after start, or after many nodes' devices, cordons or usage changed, each of which resets the
 node's summary), that first answer spent about as long filling them as evaluating the nodes.
 Filling them here, in slices of well under a millisecond between requests, leaves the answer
 only the evaluation.
