@@ -50,7 +50,7 @@ from vgpu_scheduler.scheduler.heap import collector_settled
 from vgpu_scheduler.scheduler.options import SchedulerOptions
 from vgpu_scheduler.scheduler.process import SchedulerProcess
 from vgpu_scheduler.simulate.clock import SimClock
-from vgpu_scheduler.simulate.nodetable import NodeTable, ScoreCache, VerdictCache
+from vgpu_scheduler.simulate.nodetable import FilterResult, NodeTable, ScoreCache, VerdictCache
 from vgpu_scheduler.simulate.predicates import (
     PodResources,
     extender_interested,
@@ -446,8 +446,7 @@ class Simulation:
             best = self._scores.best(pod, verdicts.positions)
             await self._default_bind(qp, pod, self._table.order[best].name)
             return
-        body = _extender_args(pod, verdicts.names_json, self._pod_json(qp.key, pod))
-        answer = _filter_answer(await self.endpoint.filter(body))
+        answer = await self._ask_filter(qp.key, pod, verdicts)
         if answer.error:
             # An extender error names no rejecting plugin: kube-scheduler retries such a pod after
             # its backoff (queueAfterBackoff), not on a cluster event. Lock contention is one.
@@ -474,6 +473,17 @@ class Simulation:
             self.queue.add_backoff(qp, self.clock.now)
             return
         await self._after_bind(qp, node_name)
+
+    async def _ask_filter(self, key: str, pod: Obj, verdicts: FilterResult) -> _Answer:
+        """The extender's filter over the feasible nodes. In process, its verb on the informer's
+        pod and the names themselves: the JSON both ways (thousands of names, and as many
+        FailedNodes entries) would cost more than the decision, and decodes to the same values."""
+        extender = self.process.extender
+        if self.endpoint is extender:
+            got = await extender.filter_pod(pod, verdicts.feasible)
+            return _Answer(got.node_names or [], got.failed or {}, got.error)
+        body = _extender_args(pod, verdicts.names_json, self._pod_json(key, pod))
+        return _filter_answer(await self.endpoint.filter(body))
 
     async def _default_bind(self, qp: QueuedPod, pod: Obj, node_name: str) -> None:
         """kube-scheduler's DefaultBinder: the Binding alone, no annotation, no lock."""
