@@ -261,6 +261,7 @@ class Simulation:
         self._settled_at = -1  # the cluster resourceVersion every informer is known to have reached
         self._reasons: dict[str, _Reasons] = {}
         self._encoded: dict[str, tuple[Obj, bytes]] = {}  # see _pod_json
+        self._interest: dict[str, tuple[Any, bool]] = {}  # see _interested
         self._failed_pool: dict[bytes, msgspec.Raw] = {}  # see _shared_failed
         self._usage: dict[str, _Usage] = {}
         self._totals = [0, 0, 0]  # used, usedmem, usedcores over the fleet
@@ -428,6 +429,15 @@ class Simulation:
         self._encoded[key] = (pod, raw)
         return raw
 
+    def _interested(self, key: str, pod: Obj) -> bool:
+        """`extender_interested`, once per pod (uid): it reads the containers' resources, which a
+        pod cannot change, and a pod is retried many times."""
+        uid = (pod.get("metadata") or {}).get("uid")
+        known = self._interest.get(key)
+        if known is None or known[0] != uid:
+            known = self._interest[key] = (uid, extender_interested(pod, self._managed))
+        return known[1]
+
     def _cached_pod(self, key: str) -> Obj | None:
         namespace, _, name = key.partition("/")
         return self.process.pods.store.get(namespace, name)
@@ -442,7 +452,7 @@ class Simulation:
         if not feasible:
             self._unschedulable(qp, _Reasons(failed))
             return
-        if not extender_interested(pod, self._managed):
+        if not self._interested(qp.key, pod):
             best = self._scores.best(pod, verdicts.positions)
             await self._default_bind(qp, pod, self._table.order[best].name)
             return
@@ -531,6 +541,7 @@ class Simulation:
         self._reasons.pop(key, None)
         self._verdicts.forget(key)
         self._encoded.pop(key, None)
+        self._interest.pop(key, None)
         await self.settle()
         self._bound += 1
         if admission.phase != "Running":
