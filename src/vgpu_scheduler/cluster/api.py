@@ -695,27 +695,51 @@ _DNS_SUBDOMAIN_MSG = (
 )
 
 
-def validate(rt: ResourceType, obj: Obj) -> list[tuple[str, str, str]]:
-    """(field, cause reason, message) for what kube-apiserver validation rejects (a subset)."""
-    errs: list[tuple[str, str, str]] = []
-    meta = obj["metadata"]
-    name = meta.get("name") or ""
+@lru_cache(maxsize=8192)
+def _name_errors(name: str) -> tuple[tuple[str, str, str], ...]:
+    """`validate`'s errors for metadata.name."""
     if not name:
-        errs.append(
-            ("metadata.name", "FieldValueRequired", "Required value: name or generateName is required")
-        )
-    elif len(name) > 253 or not _DNS1123_SUBDOMAIN_RE.match(name):
-        errs.append(("metadata.name", "FieldValueInvalid", f'Invalid value: "{name}": {_DNS_SUBDOMAIN_MSG}'))
-    for key, value in (meta.get("labels") or {}).items():
+        return (("metadata.name", "FieldValueRequired", "Required value: name or generateName is required"),)
+    if len(name) > 253 or not _DNS1123_SUBDOMAIN_RE.match(name):
+        return (("metadata.name", "FieldValueInvalid", f'Invalid value: "{name}": {_DNS_SUBDOMAIN_MSG}'),)
+    return ()
+
+
+@lru_cache(maxsize=4096)
+def _label_errors(labels: tuple[tuple[str, str], ...]) -> tuple[tuple[str, str, str], ...]:
+    """`validate`'s errors for metadata.labels (its items, in order)."""
+    errs: list[tuple[str, str, str]] = []
+    for key, value in labels:
         if (err := qualified_name_error(key)) is not None:
             errs.append(("metadata.labels", "FieldValueInvalid", f'Invalid value: "{key}": {err}'))
         if (err := label_value_error(value)) is not None:
             errs.append(("metadata.labels", "FieldValueInvalid", f'Invalid value: "{value}": {err}'))
+    return tuple(errs)
+
+
+@lru_cache(maxsize=4096)
+def _annotation_key_errors(keys: tuple[str, ...]) -> tuple[tuple[str, str, str], ...]:
+    """`validate`'s errors for the keys of metadata.annotations, in order."""
+    return tuple(
+        ("metadata.annotations", "FieldValueInvalid", f'Invalid value: "{key}": {err}')
+        for key in keys
+        if (err := qualified_name_error(key.lower())) is not None
+    )
+
+
+def validate(rt: ResourceType, obj: Obj) -> list[tuple[str, str, str]]:
+    """(field, cause reason, message) for what kube-apiserver validation rejects (a subset)."""
+    meta = obj["metadata"]
+    labels = meta.get("labels") or {}
     annotations = meta.get("annotations") or {}
-    for key in annotations:
-        if (err := qualified_name_error(key.lower())) is not None:
-            errs.append(("metadata.annotations", "FieldValueInvalid", f'Invalid value: "{key}": {err}'))
-    if sum(len(k) + len(v) for k, v in annotations.items()) > 256 * 1024:
+    # The checks of names, labels and annotation keys are cached on what they read: every write
+    # of an object re-validates the same few of them.
+    errs = [
+        *_name_errors(meta.get("name") or ""),
+        *_label_errors(tuple(labels.items())),
+        *_annotation_key_errors(tuple(annotations)),
+    ]
+    if sum(map(len, annotations)) + sum(map(len, annotations.values())) > 256 * 1024:
         errs.append(("metadata.annotations", "FieldValueTooLong", "Too long: must have at most 262144 bytes"))
     if rt is EVENTS_V1:  # obj is already in the core/v1 shape here
         for core_key, v1_key in (
