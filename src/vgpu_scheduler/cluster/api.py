@@ -81,6 +81,9 @@ for _rt in ALL_RESOURCES:
     _BY_NAME.setdefault(_rt.plural, _rt)  # bare "events" is core/v1, like kubectl
 _BY_NAME["events.events.k8s.io"] = EVENTS_V1
 _BY_KIND: dict[tuple[str, str], ResourceType] = {(rt.api_version, rt.kind): rt for rt in ALL_RESOURCES}
+_BY_PATH: dict[tuple[str, str, str], ResourceType] = {}
+for _rt in ALL_RESOURCES:  # (group, version, plural) -> the first resource type with them
+    _BY_PATH.setdefault((_rt.group, _rt.version, _rt.plural), _rt)
 
 
 def resource_type(name: str | ResourceType) -> ResourceType:
@@ -107,13 +110,22 @@ def resource_path(
     """The REST path, e.g. /api/v1/namespaces/default/pods/x/binding."""
     base = f"/apis/{rt.group}/{rt.version}" if rt.group else f"/api/{rt.version}"
     if rt.namespaced and namespace:
-        base += f"/namespaces/{quote(namespace, safe='')}"
+        base += f"/namespaces/{_quote(namespace)}"
     base += f"/{rt.plural}"
     if name is not None:
-        base += f"/{quote(name, safe='')}"
+        base += f"/{_quote(name)}"
         if subresource:
             base += f"/{subresource}"
     return base
+
+
+_UNRESERVED_RE = re.compile(r"[A-Za-z0-9_.~-]*")
+
+
+def _quote(segment: str) -> str:
+    """One path segment percent-encoded (`quote(segment, safe="")`); Kubernetes names, made of
+    characters that need none, are returned as they are without going through `quote`."""
+    return segment if _UNRESERVED_RE.fullmatch(segment) else quote(segment, safe="")
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,7 +140,9 @@ class PathInfo:
 def parse_path(path: str) -> PathInfo | None:
     """Inverse of `resource_path`; None for anything that is not one of our resources. Cached:
     the in-memory API server parses the same few paths (one per object) over and over."""
-    parts = [unquote(p) for p in path.split("?", 1)[0].strip("/").split("/")]
+    parts = path.split("?", 1)[0].strip("/").split("/")
+    if "%" in path:
+        parts = [unquote(p) for p in parts]
     if len(parts) >= 2 and parts[0] == "api":
         group, version, rest = "", parts[1], parts[2:]
     elif len(parts) >= 3 and parts[0] == "apis":
@@ -141,9 +155,7 @@ def parse_path(path: str) -> PathInfo | None:
         namespace, rest = rest[1], rest[2:]
     if not rest or len(rest) > 3:
         return None
-    rt = next(
-        (r for r in ALL_RESOURCES if r.group == group and r.version == version and r.plural == rest[0]), None
-    )
+    rt = _BY_PATH.get((group, version, rest[0]))
     if rt is None or (namespace is not None and not rt.namespaced):
         return None
     name = rest[1] if len(rest) >= 2 else None
@@ -801,7 +813,7 @@ def check_pod_spec_update(name: str, old: Obj, new: Obj) -> None:
                 ]
         return out
 
-    if strip(old) != strip(new):
+    if old is not new and strip(old) != strip(new):  # a patch that left the spec alone shares it
         msg = (
             "spec: Forbidden: pod updates may not change fields other than `spec.containers[*].image`,"
             "`spec.initContainers[*].image`,`spec.activeDeadlineSeconds`,`spec.tolerations` (only additions "
