@@ -11,7 +11,7 @@ from __future__ import annotations
 import base64
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
@@ -678,13 +678,23 @@ def with_kind(rt: ResourceType, obj: Mapping[str, Any]) -> Obj:
 # What kube-apiserver's registry strategies check and fill in (the subset a scheduler meets).
 
 
+_STR_ONLY = frozenset({str})
+
+
+def _all_str(values: Iterable[Any]) -> bool:
+    """Every value is a str: their types compared at C speed (decoded JSON makes exact strs), item
+    by item only when some type is another (a str subclass passes)."""
+    values = list(values)
+    return _STR_ONLY.issuperset(map(type, values)) or all(isinstance(v, str) for v in values)
+
+
 def check_meta_types(rt: ResourceType, meta: Obj) -> None:
     """What Go's JSON decoding into ObjectMeta would refuse (400 BadRequest)."""
     for fld in ("labels", "annotations"):
         value = meta.get(fld)
         if value is None:
             continue
-        if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
+        if not isinstance(value, dict) or not _all_str(value.values()):
             raise ApiError.make(
                 400,
                 f'{rt.kind} in version "{rt.version}" cannot be handled as a {rt.kind}: '
