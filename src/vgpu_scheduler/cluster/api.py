@@ -511,6 +511,8 @@ _META_ORDER = (
 
 def order_metadata(meta: Mapping[str, Any]) -> Obj:
     """ObjectMeta in Go field order (what kube-apiserver writes)."""
+    if isinstance(meta, dict):
+        return {k: meta[k] for k in _meta_order(tuple(meta))}
     out = {k: meta[k] for k in _META_ORDER if k in meta}
     out.update((k, v) for k, v in meta.items() if k not in out)
     return out
@@ -518,6 +520,11 @@ def order_metadata(meta: Mapping[str, Any]) -> Obj:
 
 def order_object(obj: Mapping[str, Any]) -> Obj:
     """kind, apiVersion, metadata first; the other top-level keys keep their order."""
+    if isinstance(obj, dict):
+        return {
+            k: order_metadata(obj[k] or {}) if k == "metadata" else obj[k]
+            for k in _object_order(tuple(obj))
+        }
     out: Obj = {}
     for k in ("kind", "apiVersion"):
         if k in obj:
@@ -526,6 +533,18 @@ def order_object(obj: Mapping[str, Any]) -> Obj:
         out["metadata"] = order_metadata(obj["metadata"] or {})
     out.update((k, v) for k, v in obj.items() if k not in out)
     return out
+
+
+# The orders, cached by the keys an object has: every write of an object orders the same keys.
+@lru_cache(maxsize=1024)
+def _meta_order(keys: tuple[str, ...]) -> tuple[str, ...]:
+    return (*(k for k in _META_ORDER if k in keys), *(k for k in keys if k not in _META_ORDER))
+
+
+@lru_cache(maxsize=1024)
+def _object_order(keys: tuple[str, ...]) -> tuple[str, ...]:
+    first = tuple(k for k in ("kind", "apiVersion", "metadata") if k in keys)
+    return (*first, *(k for k in keys if k not in first))
 
 
 # Zero-valued objects of each kind, as Go serialises them inside BOOKMARK events.
