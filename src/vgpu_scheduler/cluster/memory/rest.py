@@ -48,7 +48,7 @@ class RestFrontend:
         content_type: str | None = None,
     ) -> tuple[int, bytes]:
         """Serve one non-watch REST request; returns (HTTP status, JSON body)."""
-        status, answer = await self._serve(method, path, params, body, content_type)
+        status, answer = await self._serve(method, path, params=params, body=body, content_type=content_type)
         if isinstance(answer, bytes):
             return status, answer
         rt, stored = answer
@@ -66,7 +66,7 @@ class RestFrontend:
         """`handle` for an in-process caller that decodes the answer anyway: an answer that is one
         stored object comes as the dict decoding its bytes would give (kind and apiVersion first),
         made without splicing those bytes first; any other answer comes as bytes."""
-        status, answer = await self._serve(method, path, params, body, content_type)
+        status, answer = await self._serve(method, path, params=params, body=body, content_type=content_type)
         if isinstance(answer, bytes):
             return status, answer
         rt, stored = answer
@@ -79,6 +79,7 @@ class RestFrontend:
         self,
         method: str,
         path: str,
+        *,
         params: Mapping[str, str] | None,
         body: bytes | None,
         content_type: str | None,
