@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from tests.builders import pod
 from vgpu_scheduler.cluster import api
+from vgpu_scheduler.cluster.errors import ApiError
 
 
 @pytest.mark.parametrize(
@@ -286,3 +287,41 @@ def test_qualified_names(key: str, ok: bool) -> None:
 )
 def test_label_values(value: str, ok: bool) -> None:
     assert (api.label_value_error(value) is None) is ok
+
+
+def test_path_segments_are_percent_encoded_only_when_needed() -> None:
+    plain = api.resource_path(api.PODS, "team-a", "gpu.pod_1~x")
+    assert plain == "/api/v1/namespaces/team-a/pods/gpu.pod_1~x"
+    path = api.resource_path(api.PODS, "team", "a b/ü")
+    assert path == "/api/v1/namespaces/team/pods/a%20b%2F%C3%BC"
+    info = api.parse_path(path)
+    assert info is not None and (info.namespace, info.name) == ("team", "a b/ü")
+
+
+class _Text(str):
+    """A str subclass: still a string for ObjectMeta."""
+
+
+def test_meta_value_types() -> None:
+    api.check_meta_types(api.PODS, {"annotations": {"a": "1", "b": _Text("2")}, "labels": {}})
+    for bad in ({"a": "1", "b": 2}, {"a": None}):
+        with pytest.raises(ApiError) as err:
+            api.check_meta_types(api.PODS, {"annotations": bad})
+        assert err.value.status == 400 and "ObjectMeta.metadata.annotations" in err.value.message
+
+
+def test_validation_errors_are_the_same_when_asked_again() -> None:
+    obj = {
+        "metadata": {
+            "name": "Bad_Name",
+            "labels": {"ok": "fine", "bad key!": "x", "k": "bad value!"},
+            "annotations": {"good/key": "v", "-bad": "v", "Upper/Case": "v"},
+        },
+        "spec": {"containers": [{"name": "c"}]},
+    }
+    first = api.validate(api.PODS, copy.deepcopy(obj))
+    fields = ["metadata.name", "metadata.labels", "metadata.labels", "metadata.annotations"]
+    assert [f for f, _, _ in first] == fields
+    assert api.validate(api.PODS, copy.deepcopy(obj)) == first  # answered from the caches
+    obj["metadata"]["annotations"] = {"big": "x" * (256 * 1024)}
+    assert [r for _, r, _ in api.validate(api.PODS, obj)[-1:]] == ["FieldValueTooLong"]

@@ -211,3 +211,32 @@ def test_ledger_keeps_only_the_pod_annotations_a_vendor_reads() -> None:
     only_nvidia.on_pod(classed)
     only_view = only_nvidia.ledger.view("n1")
     assert only_view is not None and list(only_view.usage[0].pod_infos) == [{}]
+
+
+def test_updates_with_the_same_allocation_inputs_reuse_the_decoded_allocation(monkeypatch: Any) -> None:
+    from vgpu_scheduler.engine import state as state_module
+
+    decoded: list[str] = []
+    decode = state_module.allocation_from_annotations
+
+    def counting(pod: dict[str, Any], *args: Any, **kw: Any) -> Any:
+        decoded.append(pod["metadata"]["name"])
+        return decode(pod, *args, **kw)
+
+    monkeypatch.setattr(state_module, "allocation_from_annotations", counting)
+    s = state()
+    s.on_pod(scheduled("p", "n1", "GPU-0,NVIDIA,1000,10:;"))
+    bound = scheduled("p", "n1", "GPU-0,NVIDIA,1000,10:;", phase="Running")
+    bound["metadata"]["annotations"][keys.BIND_PHASE] = "success"
+    s.on_pod(bound)  # phase and bind phase only: nothing the allocation is read from
+    assert decoded == ["p"]
+    s.on_pod(scheduled("p", "n1", "GPU-1,NVIDIA,1000,10:;", phase="Running"))
+    assert decoded == ["p", "p"]
+    assert usage(s) == [(0, 0, 0), (1, 1000, 10)]
+    # Bounded: only the most recently decoded pods are kept.
+    monkeypatch.setattr(state_module, "DECODED_KEPT", 2)
+    for name in ("q", "r", "t"):
+        s.on_pod(scheduled(name, "n1", "GPU-0,NVIDIA,100,0:;"))
+    assert sorted(s._decoded) == ["uid-r", "uid-t"]
+    s.on_pod(scheduled("t", "n1", "GPU-0,NVIDIA,100,0:;", phase="Succeeded"))
+    assert sorted(s._decoded) == ["uid-r"]

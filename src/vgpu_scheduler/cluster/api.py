@@ -11,7 +11,7 @@ from __future__ import annotations
 import base64
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
@@ -81,6 +81,9 @@ for _rt in ALL_RESOURCES:
     _BY_NAME.setdefault(_rt.plural, _rt)  # bare "events" is core/v1, like kubectl
 _BY_NAME["events.events.k8s.io"] = EVENTS_V1
 _BY_KIND: dict[tuple[str, str], ResourceType] = {(rt.api_version, rt.kind): rt for rt in ALL_RESOURCES}
+_BY_PATH: dict[tuple[str, str, str], ResourceType] = {}
+for _rt in ALL_RESOURCES:  # (group, version, plural) -> the first resource type with them
+    _BY_PATH.setdefault((_rt.group, _rt.version, _rt.plural), _rt)
 
 
 def resource_type(name: str | ResourceType) -> ResourceType:
@@ -107,13 +110,22 @@ def resource_path(
     """The REST path, e.g. /api/v1/namespaces/default/pods/x/binding."""
     base = f"/apis/{rt.group}/{rt.version}" if rt.group else f"/api/{rt.version}"
     if rt.namespaced and namespace:
-        base += f"/namespaces/{quote(namespace, safe='')}"
+        base += f"/namespaces/{_quote(namespace)}"
     base += f"/{rt.plural}"
     if name is not None:
-        base += f"/{quote(name, safe='')}"
+        base += f"/{_quote(name)}"
         if subresource:
             base += f"/{subresource}"
     return base
+
+
+_UNRESERVED_RE = re.compile(r"[A-Za-z0-9_.~-]*")
+
+
+def _quote(segment: str) -> str:
+    """One path segment percent-encoded (`quote(segment, safe="")`); Kubernetes names, made of
+    characters that need none, are returned as they are without going through `quote`."""
+    return segment if _UNRESERVED_RE.fullmatch(segment) else quote(segment, safe="")
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,7 +140,9 @@ class PathInfo:
 def parse_path(path: str) -> PathInfo | None:
     """Inverse of `resource_path`; None for anything that is not one of our resources. Cached:
     the in-memory API server parses the same few paths (one per object) over and over."""
-    parts = [unquote(p) for p in path.split("?", 1)[0].strip("/").split("/")]
+    parts = path.split("?", 1)[0].strip("/").split("/")
+    if "%" in path:
+        parts = [unquote(p) for p in parts]
     if len(parts) >= 2 and parts[0] == "api":
         group, version, rest = "", parts[1], parts[2:]
     elif len(parts) >= 3 and parts[0] == "apis":
@@ -141,9 +155,7 @@ def parse_path(path: str) -> PathInfo | None:
         namespace, rest = rest[1], rest[2:]
     if not rest or len(rest) > 3:
         return None
-    rt = next(
-        (r for r in ALL_RESOURCES if r.group == group and r.version == version and r.plural == rest[0]), None
-    )
+    rt = _BY_PATH.get((group, version, rest[0]))
     if rt is None or (namespace is not None and not rt.namespaced):
         return None
     name = rest[1] if len(rest) >= 2 else None
@@ -499,6 +511,8 @@ _META_ORDER = (
 
 def order_metadata(meta: Mapping[str, Any]) -> Obj:
     """ObjectMeta in Go field order (what kube-apiserver writes)."""
+    if isinstance(meta, dict):
+        return {k: meta[k] for k in _meta_order(tuple(meta))}
     out = {k: meta[k] for k in _META_ORDER if k in meta}
     out.update((k, v) for k, v in meta.items() if k not in out)
     return out
@@ -506,6 +520,11 @@ def order_metadata(meta: Mapping[str, Any]) -> Obj:
 
 def order_object(obj: Mapping[str, Any]) -> Obj:
     """kind, apiVersion, metadata first; the other top-level keys keep their order."""
+    if isinstance(obj, dict):
+        return {
+            k: order_metadata(obj[k] or {}) if k == "metadata" else obj[k]
+            for k in _object_order(tuple(obj))
+        }
     out: Obj = {}
     for k in ("kind", "apiVersion"):
         if k in obj:
@@ -514,6 +533,18 @@ def order_object(obj: Mapping[str, Any]) -> Obj:
         out["metadata"] = order_metadata(obj["metadata"] or {})
     out.update((k, v) for k, v in obj.items() if k not in out)
     return out
+
+
+# The orders, cached by the keys an object has: every write of an object orders the same keys.
+@lru_cache(maxsize=1024)
+def _meta_order(keys: tuple[str, ...]) -> tuple[str, ...]:
+    return (*(k for k in _META_ORDER if k in keys), *(k for k in keys if k not in _META_ORDER))
+
+
+@lru_cache(maxsize=1024)
+def _object_order(keys: tuple[str, ...]) -> tuple[str, ...]:
+    first = tuple(k for k in ("kind", "apiVersion", "metadata") if k in keys)
+    return (*first, *(k for k in keys if k not in first))
 
 
 # Zero-valued objects of each kind, as Go serialises them inside BOOKMARK events.
@@ -666,13 +697,23 @@ def with_kind(rt: ResourceType, obj: Mapping[str, Any]) -> Obj:
 # What kube-apiserver's registry strategies check and fill in (the subset a scheduler meets).
 
 
+_STR_ONLY = frozenset({str})
+
+
+def _all_str(values: Iterable[Any]) -> bool:
+    """Every value is a str: their types compared at C speed (decoded JSON makes exact strs), item
+    by item only when some type is another (a str subclass passes)."""
+    values = list(values)
+    return _STR_ONLY.issuperset(map(type, values)) or all(isinstance(v, str) for v in values)
+
+
 def check_meta_types(rt: ResourceType, meta: Obj) -> None:
     """What Go's JSON decoding into ObjectMeta would refuse (400 BadRequest)."""
     for fld in ("labels", "annotations"):
         value = meta.get(fld)
         if value is None:
             continue
-        if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
+        if not isinstance(value, dict) or not _all_str(value.values()):
             raise ApiError.make(
                 400,
                 f'{rt.kind} in version "{rt.version}" cannot be handled as a {rt.kind}: '
@@ -695,27 +736,51 @@ _DNS_SUBDOMAIN_MSG = (
 )
 
 
-def validate(rt: ResourceType, obj: Obj) -> list[tuple[str, str, str]]:
-    """(field, cause reason, message) for what kube-apiserver validation rejects (a subset)."""
-    errs: list[tuple[str, str, str]] = []
-    meta = obj["metadata"]
-    name = meta.get("name") or ""
+@lru_cache(maxsize=8192)
+def _name_errors(name: str) -> tuple[tuple[str, str, str], ...]:
+    """`validate`'s errors for metadata.name."""
     if not name:
-        errs.append(
-            ("metadata.name", "FieldValueRequired", "Required value: name or generateName is required")
-        )
-    elif len(name) > 253 or not _DNS1123_SUBDOMAIN_RE.match(name):
-        errs.append(("metadata.name", "FieldValueInvalid", f'Invalid value: "{name}": {_DNS_SUBDOMAIN_MSG}'))
-    for key, value in (meta.get("labels") or {}).items():
+        return (("metadata.name", "FieldValueRequired", "Required value: name or generateName is required"),)
+    if len(name) > 253 or not _DNS1123_SUBDOMAIN_RE.match(name):
+        return (("metadata.name", "FieldValueInvalid", f'Invalid value: "{name}": {_DNS_SUBDOMAIN_MSG}'),)
+    return ()
+
+
+@lru_cache(maxsize=4096)
+def _label_errors(labels: tuple[tuple[str, str], ...]) -> tuple[tuple[str, str, str], ...]:
+    """`validate`'s errors for metadata.labels (its items, in order)."""
+    errs: list[tuple[str, str, str]] = []
+    for key, value in labels:
         if (err := qualified_name_error(key)) is not None:
             errs.append(("metadata.labels", "FieldValueInvalid", f'Invalid value: "{key}": {err}'))
         if (err := label_value_error(value)) is not None:
             errs.append(("metadata.labels", "FieldValueInvalid", f'Invalid value: "{value}": {err}'))
+    return tuple(errs)
+
+
+@lru_cache(maxsize=4096)
+def _annotation_key_errors(keys: tuple[str, ...]) -> tuple[tuple[str, str, str], ...]:
+    """`validate`'s errors for the keys of metadata.annotations, in order."""
+    return tuple(
+        ("metadata.annotations", "FieldValueInvalid", f'Invalid value: "{key}": {err}')
+        for key in keys
+        if (err := qualified_name_error(key.lower())) is not None
+    )
+
+
+def validate(rt: ResourceType, obj: Obj) -> list[tuple[str, str, str]]:
+    """(field, cause reason, message) for what kube-apiserver validation rejects (a subset)."""
+    meta = obj["metadata"]
+    labels = meta.get("labels") or {}
     annotations = meta.get("annotations") or {}
-    for key in annotations:
-        if (err := qualified_name_error(key.lower())) is not None:
-            errs.append(("metadata.annotations", "FieldValueInvalid", f'Invalid value: "{key}": {err}'))
-    if sum(len(k) + len(v) for k, v in annotations.items()) > 256 * 1024:
+    # The checks of names, labels and annotation keys are cached on what they read: every write
+    # of an object re-validates the same few of them.
+    errs = [
+        *_name_errors(meta.get("name") or ""),
+        *_label_errors(tuple(labels.items())),
+        *_annotation_key_errors(tuple(annotations)),
+    ]
+    if sum(map(len, annotations)) + sum(map(len, annotations.values())) > 256 * 1024:
         errs.append(("metadata.annotations", "FieldValueTooLong", "Too long: must have at most 262144 bytes"))
     if rt is EVENTS_V1:  # obj is already in the core/v1 shape here
         for core_key, v1_key in (
@@ -777,7 +842,7 @@ def check_pod_spec_update(name: str, old: Obj, new: Obj) -> None:
                 ]
         return out
 
-    if strip(old) != strip(new):
+    if old is not new and strip(old) != strip(new):  # a patch that left the spec alone shares it
         msg = (
             "spec: Forbidden: pod updates may not change fields other than `spec.containers[*].image`,"
             "`spec.initContainers[*].image`,`spec.activeDeadlineSeconds`,`spec.tolerations` (only additions "

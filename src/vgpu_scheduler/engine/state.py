@@ -25,6 +25,8 @@ from vgpu_scheduler.engine.placement import DemandTable
 from vgpu_scheduler.engine.podinfo import (
     PodAllocation,
     allocation_from_annotations,
+    counted_info,
+    init_containers_finished,
     is_terminal,
     pod_allocation,
     pod_annotations,
@@ -34,11 +36,15 @@ from vgpu_scheduler.engine.quota import QuotaManager
 from vgpu_scheduler.engine.verdicts import VerdictCache
 from vgpu_scheduler.model import DeviceInfo
 from vgpu_scheduler.wire import keys, objects
+from vgpu_scheduler.wire.objects import init_container_count
 
 if TYPE_CHECKING:
     from vgpu_scheduler.engine.decide import Chosen
 
 log = logging.getLogger(__name__)
+
+DECODED_KEPT = 4096
+"""Pods whose last decoded allocation `SchedulerState` keeps with its inputs (the most recent)."""
 
 
 class SchedulerState:
@@ -53,6 +59,9 @@ class SchedulerState:
         self.fits: FitScores = fit_scores_cache()
         self.demand = DemandTable()
         """Pod shapes recently decided with GPU policy best-fit (`engine.placement`)."""
+        # uid -> (what its allocation was decoded from, that allocation), for the pods updated
+        # last: a bound pod's later updates (bind phase, status) seldom change those inputs.
+        self._decoded: dict[str, tuple[tuple[Any, ...], PodAllocation]] = {}
 
     # -- nodes -----------------------------------------------------------------------------------
 
@@ -116,15 +125,44 @@ class SchedulerState:
             self._drop(uid)
         previous = self.ledger.allocation(uid)
         shrunk = previous is not None and previous.init_shrunk
-        alloc = allocation_from_annotations(
-            pod, key, annotations, shrunk, allocation_keys=self.vendors.allocation_keys,
-            counted_keys=self.vendors.counted_pod_keys,
-        )
+        alloc = self._allocation(pod, key, annotations, shrunk)
         if alloc is None:
             self._drop(uid)  # undecodable allocation: the pod is ignored (already logged)
             return
         self._count(alloc)
         self._reserved.pop(uid, None)
+
+    def _allocation(
+        self, pod: Mapping[str, Any], key: tuple[str, str, str], annotations: Mapping[str, str], shrunk: bool
+    ) -> PodAllocation | None:
+        """`allocation_from_annotations`, answered from `_decoded` when the pod's inputs to it are
+        those of its last decoding (a MIG annotation, whose errors are logged, is always decoded)."""
+        vendors = self.vendors
+        inputs: tuple[Any, ...] | None = None
+        if not annotations.get(keys.VGPU_MIG_ALLOCATIONS):
+            n_init = init_container_count(pod)
+            inputs = (
+                key,
+                shrunk or init_containers_finished(pod, n_init),
+                n_init,
+                annotations.get(keys.VGPU_NODE),
+                [annotations.get(allocated) for _, allocated in vendors.allocation_keys.values()],
+                counted_info(annotations, vendors.counted_pod_keys),
+            )
+            hit = self._decoded.get(key[0])
+            if hit is not None and hit[0] == inputs:
+                return hit[1]
+        alloc = allocation_from_annotations(
+            pod, key, annotations, shrunk, allocation_keys=vendors.allocation_keys,
+            counted_keys=vendors.counted_pod_keys,
+        )
+        if inputs is not None and alloc is not None:
+            decoded = self._decoded
+            decoded.pop(key[0], None)
+            if len(decoded) >= DECODED_KEPT:
+                del decoded[next(iter(decoded))]  # the oldest: bounded, not one entry per pod
+            decoded[key[0]] = (inputs, alloc)
+        return alloc
 
     def on_pod_deleted(self, pod: Mapping[str, Any]) -> None:
         uid, _, _ = pod_key(pod)
@@ -176,6 +214,7 @@ class SchedulerState:
 
     def _drop(self, uid: str) -> None:
         self._reserved.pop(uid, None)
+        self._decoded.pop(uid, None)
         old = self.ledger.remove_pod(uid)
         if old is not None:
             self.quota.remove_usage(old.namespace, old.devices)

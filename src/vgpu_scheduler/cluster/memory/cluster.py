@@ -175,6 +175,21 @@ class MemoryCluster:
         """Serve one non-watch REST request; returns (HTTP status, JSON body)."""
         return await self._rest.handle(method, path, params=params, body=body, content_type=content_type)
 
+    async def handle_decoded(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: Mapping[str, str] | None = None,
+        body: bytes | None = None,
+        content_type: str | None = None,
+    ) -> tuple[int, bytes | Obj]:
+        """`handle` for an in-process caller: an answer that is one object comes decoded (a private
+        dict, as decoding the body would give), any other as the JSON body."""
+        return await self._rest.handle_decoded(
+            method, path, params=params, body=body, content_type=content_type
+        )
+
     async def open_watch(
         self, path: str, params: Mapping[str, str] | None = None, *, decoded: bool = False
     ) -> MemoryWatch:

@@ -17,11 +17,14 @@ from vgpu_scheduler.cluster import api
 from vgpu_scheduler.cluster.api import Obj
 from vgpu_scheduler.cluster.errors import ApiError, success_status
 from vgpu_scheduler.cluster.memory import lifecycle, reads, statuses, writes
-from vgpu_scheduler.cluster.memory.codec import decode, encode, list_bytes, single_bytes
+from vgpu_scheduler.cluster.memory.codec import decode, encode, list_bytes, out, single_bytes
 from vgpu_scheduler.cluster.memory.fanout import WatchHub
 from vgpu_scheduler.cluster.memory.faults import FaultInjector
-from vgpu_scheduler.cluster.memory.store import ObjectStore
+from vgpu_scheduler.cluster.memory.store import ObjectStore, Stored
 from vgpu_scheduler.cluster.memory.watch import MemoryWatch
+
+_Answer = bytes | tuple[api.ResourceType, Stored]
+"""What `_dispatch` answers: a body already encoded, or one stored object of a resource type."""
 
 _PATCH_TYPES = {"application/merge-patch+json": "merge", "application/json-patch+json": "json"}
 
@@ -45,6 +48,42 @@ class RestFrontend:
         content_type: str | None = None,
     ) -> tuple[int, bytes]:
         """Serve one non-watch REST request; returns (HTTP status, JSON body)."""
+        status, answer = await self._serve(method, path, params=params, body=body, content_type=content_type)
+        if isinstance(answer, bytes):
+            return status, answer
+        rt, stored = answer
+        return status, single_bytes(rt, stored)
+
+    async def handle_decoded(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: Mapping[str, str] | None = None,
+        body: bytes | None = None,
+        content_type: str | None = None,
+    ) -> tuple[int, bytes | Obj]:
+        """`handle` for an in-process caller that decodes the answer anyway: an answer that is one
+        stored object comes as the dict decoding its bytes would give (kind and apiVersion first),
+        made without splicing those bytes first; any other answer comes as bytes."""
+        status, answer = await self._serve(method, path, params=params, body=body, content_type=content_type)
+        if isinstance(answer, bytes):
+            return status, answer
+        rt, stored = answer
+        if rt is api.EVENTS_V1:
+            return status, out(rt, stored)
+        obj: Obj = {"kind": rt.kind, "apiVersion": rt.api_version, **stored.decoded()}
+        return status, obj
+
+    async def _serve(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: Mapping[str, str] | None,
+        body: bytes | None,
+        content_type: str | None,
+    ) -> tuple[int, _Answer]:
         params = params or {}
         try:
             info = api.parse_path(path)
@@ -53,7 +92,9 @@ class RestFrontend:
             verb = _verb(method, info)
             res = info.rt.plural + (f"/{info.subresource}" if info.subresource else "")
             self.request_log.append((verb, method, path))
-            await self.faults.before_request(verb, res)
+            faults = self.faults
+            if faults.faults or faults.latency:  # nothing armed (most requests): no coroutine to run
+                await faults.before_request(verb, res)
             return self._dispatch(verb, info, params=params, body=body, ctype=content_type)
         except ApiError as exc:
             return exc.status, encode(exc.body)
@@ -91,7 +132,9 @@ class RestFrontend:
         params: Mapping[str, str],
         body: bytes | None,
         ctype: str | None,
-    ) -> tuple[int, bytes]:
+    ) -> tuple[int, _Answer]:
+        """(status, answer): the answer is one stored object (the caller encodes or decodes it)
+        or a body already encoded."""
         store = self.store
         rt, ns, name, sub = info.rt, info.namespace, info.name, info.subresource
         if (
@@ -102,7 +145,7 @@ class RestFrontend:
             raise statuses.no_such_resource()
         if verb == "get":
             assert name is not None
-            return 200, single_bytes(rt, store.get(rt, ns, name))
+            return 200, (rt, store.get(rt, ns, name))
         if verb == "list":
             items, meta = reads.list_objects(
                 store,
@@ -124,12 +167,12 @@ class RestFrontend:
             if rt.namespaced and ns is None:
                 raise ApiError.make(405, "the server does not allow this method on the requested resource")
             obj = _json_object(body, rt.kind)
-            return 201, single_bytes(rt, writes.create(store, rt, namespace=ns, obj=obj))
+            return 201, (rt, writes.create(store, rt, namespace=ns, obj=obj))
         assert name is not None
         if verb == "update":
             obj = _json_object(body, rt.kind)
             stored = writes.update(store, rt, namespace=ns, name=name, obj=obj, subresource=sub)
-            return 200, single_bytes(rt, stored)
+            return 200, (rt, stored)
         if verb == "patch":
             patch_type = _PATCH_TYPES.get((ctype or "").split(";")[0].strip())
             if patch_type is None:
@@ -145,7 +188,7 @@ class RestFrontend:
             stored = writes.patch(
                 store, rt, namespace=ns, name=name, patch=patch, patch_type=patch_type, subresource=sub
             )
-            return 200, single_bytes(rt, stored)
+            return 200, (rt, stored)
         if verb == "delete":
             opts = _json_object(body, "DeleteOptions") if body else {}
             grace = opts.get("gracePeriodSeconds")
@@ -153,7 +196,7 @@ class RestFrontend:
                 grace = statuses.parse_int(params["gracePeriodSeconds"], "gracePeriodSeconds")
             pre = opts.get("preconditions") or {}
             stored = lifecycle.delete(store, rt, namespace=ns, name=name, grace=grace, preconditions=pre)
-            return 200, single_bytes(rt, stored)
+            return 200, (rt, stored)
         raise ApiError.make(405, "the server does not allow this method on the requested resource")
 
 

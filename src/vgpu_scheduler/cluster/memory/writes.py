@@ -122,6 +122,10 @@ def patch(
     base: Obj
     if rt is api.EVENTS_V1:
         base = decode(single_bytes(rt, current))
+    elif isinstance(patch, dict) and patch_type == "merge" and not ("kind" in patch or "apiVersion" in patch):
+        # What merging into the object as a GET shows it gives once kind and apiVersion are
+        # dropped again below, without that copy (stored objects carry neither).
+        base = old
     else:
         base = {"kind": rt.kind, "apiVersion": rt.api_version, **old}  # as a GET shows it
     try:
