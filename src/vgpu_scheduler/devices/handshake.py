@@ -14,6 +14,7 @@ registration loop passes `now` and performs the writes.
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 from collections.abc import Mapping
 from datetime import datetime, timedelta, tzinfo
 from typing import Any
@@ -42,9 +43,11 @@ def format_timestamp(now: datetime, tz: tzinfo | None = None) -> str:
     return now.strftime("%Y-%m-%d %H:%M:%S")
 
 
+@lru_cache(maxsize=64)
 def parse_timestamp(text: str, tz: tzinfo | None = None) -> datetime | None:
     """The instant a `YYYY-MM-DD HH:MM:SS` wall-clock time in `tz` names, or None if Go's
-    `time.Parse(time.DateTime, ...)` would reject `text`."""
+    `time.Parse(time.DateTime, ...)` would reject `text`. Kept for a few texts: a registration
+    pass stamps every node with the same time, so the next pass reads one text thousands of times."""
     m = _DATETIME_RE.fullmatch(text)
     if m is None:
         return None
