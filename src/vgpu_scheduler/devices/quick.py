@@ -12,6 +12,7 @@ every case).
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Sequence
 
 from vgpu_scheduler.devices.protocol import QuickJudge
@@ -44,7 +45,8 @@ def _text(counts: Counts) -> str:
             R.CARD_COMPUTE_UNITS_EXHAUSTED: units,
             R.ALLOCATED_CARDS_INSUFFICIENT_REQUEST: collected,
         }
-        text = R.gen_reason({reason: n for reason, n in named.items() if n}, total)
+        # Interned: the engine caches these texts for thousands of nodes (`VerdictGroup.put`).
+        text = sys.intern(R.gen_reason({reason: n for reason, n in named.items() if n}, total))
         if len(_texts) >= _MAX_TEXTS:
             _texts.clear()
         _texts[counts] = text
@@ -125,8 +127,8 @@ def plain_judge(
                     collected += 1
                 if remaining == 0:
                     return ""
-        return _text(
-            (health, types, uuids, slicing, memory, core, exclusive, units, collected, len(positions))
-        )
+        counts = (health, types, uuids, slicing, memory, core, exclusive, units, collected, len(positions))
+        text = _texts.get(counts)  # `_text`, inline once known
+        return text if text is not None else _text(counts)
 
     return judge

@@ -40,6 +40,21 @@ DEFAULT_MAX_ENTRIES = 500_000
 
 PodFingerprint = tuple[Hashable, ...]
 
+
+class _Hashed(tuple):  # type: ignore[type-arg]
+    """A fingerprint that hashes once: it nests the pod's requests (dataclasses, hashed field by
+    field), and every decision looks its groups up by it. Equal to (and hashing as) the plain tuple."""
+
+    _hash: int
+
+    def __new__(cls, items: tuple[Hashable, ...]) -> _Hashed:
+        self = super().__new__(cls, items)
+        self._hash = tuple.__hash__(self)
+        return self
+
+    def __hash__(self) -> int:
+        return self._hash
+
 V = TypeVar("V")
 """What is cached per node: a not-fit reason here, a fit's node score in `engine/fitcache.py`."""
 
@@ -56,7 +71,7 @@ def pod_fingerprint(requests: Sequence[ContainerRequests], n_init: int, ctx: Pod
             vendor = ctx.vendors.get(key)
             if vendor is not None:
                 filters.append((key, ctx.filters(vendor)))
-    return (
+    return _Hashed((
         tuple(tuple(creq.items()) for creq in requests),
         n_init,
         ctx.namespace,
@@ -66,7 +81,7 @@ def pod_fingerprint(requests: Sequence[ContainerRequests], n_init: int, ctx: Pod
         ctx.weights,
         ctx.n_init,
         ctx.quota is not None,
-    )
+    ))
 
 
 def quota_token(quota: QuotaManager, namespace: str) -> int | None:
@@ -180,6 +195,9 @@ class VerdictCache(Generic[V]):
         self._groups: OrderedDict[Hashable, VerdictGroup[V]] = OrderedDict()
         self._size = 0
         self._tick = 0
+        self.setups: dict[str, object] = {}
+        """The decisions' per-pod setup by pod uid (`engine.decide`; it bounds it), kept with the
+        state it was worked out for."""
 
     def group(self, fingerprint: Hashable, token: int | None) -> VerdictGroup[V]:
         """The group of a pod fingerprint (made most recently used), emptied if the quota moved."""
