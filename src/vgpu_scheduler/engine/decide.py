@@ -352,6 +352,31 @@ def decide(
     first, so a pod filtered again is never counted twice. The decision itself is not recorded:
     the caller calls `state.reserve(pod, chosen)` and then patches the pod.
     """
+    decision = _decide(
+        pod, node_names, state, default_node_policy=default_node_policy,
+        default_gpu_policy=default_gpu_policy, now=now, evaluate_all=evaluate_all,
+        deprioritized=deprioritized, requests=requests, walk_failed=walk_failed, observe=observe,
+    )
+    if isinstance(decision, Chosen):
+        # A pod that fits is bound, not filtered again (as a rule): only waiting pods keep a setup.
+        state.verdicts.setups.pop(objects.uid(pod), None)
+    return decision
+
+
+def _decide(
+    pod: Mapping[str, Any],
+    node_names: Sequence[str],
+    state: SchedulerState,
+    *,
+    default_node_policy: str,
+    default_gpu_policy: str,
+    now: int,
+    evaluate_all: bool,
+    deprioritized: Callable[[str], bool] | None,
+    requests: Sequence[ContainerRequests] | None,
+    walk_failed: bool,
+    observe: bool,
+) -> Decision:
     vendors = state.vendors
     if requests is None:
         requests = pod_requests(pod, vendors)
