@@ -162,7 +162,14 @@ def plain_judge(
     ) -> str | None:
         """`judge` of a pod pinned to some device uuids, on most nodes none of them: there every
         device fails the health check or else the uuid check, whatever its usage."""
-        if (cordoned and cordon_aware) or not pinned_to.isdisjoint(_ids_at(devices, positions)):
+        if cordoned and cordon_aware:
+            return judge(devices, usage, positions, cordoned)
+        known = _inventories.get(id(positions))  # `_ids_at`, inline once known
+        if known is not None and known[0] is positions and known[1] is devices:
+            ids = known[2]
+        else:
+            ids = _ids_at(devices, positions)
+        if not pinned_to.isdisjoint(ids):
             return judge(devices, usage, positions, cordoned)
         unhealthy = 0
         for pos in positions:
