@@ -261,20 +261,20 @@ MAX_POD_SETUPS = 4096
 def _pod_setup(
     pod: Mapping[str, Any], requests: Sequence[ContainerRequests], state: SchedulerState, gpu_policy: str
 ) -> _PodSetup | Error:
-    """The pod's setup (fit context, fingerprint, needs): kept while the caller passes the pod at
-    the same uid and resourceVersion (so the same content: the objects may be copies) with the
-    same `requests` object (`PodRequestsMemo`'s, a new one when the pod changes), and the
-    namespace's quota role is the same. A pod filtered again while it waits (~40 us of setup per
-    decision) reuses it; a caller computing `requests` afresh each time never does."""
+    """The pod's setup (fit context, fingerprint, needs). The one kept (`_keep`) serves while the
+    caller passes the pod at the same uid and resourceVersion (so the same content: the objects
+    may be copies) with the same `requests` object (`PodRequestsMemo`'s, a new one when the pod
+    changes), and the namespace's quota role is the same. A pod filtered again while it waits
+    (~40 us of setup per decision) reuses it; a caller computing `requests` afresh never does."""
     meta = pod.get("metadata")
-    rv = meta.get("resourceVersion") if isinstance(meta, Mapping) else None
-    uid = meta.get("uid") if isinstance(meta, Mapping) else None
-    memo = state.verdicts.setups
+    rv = uid = None
+    if isinstance(meta, dict):  # a Mapping of another kind: not kept
+        rv, uid = meta.get("resourceVersion"), meta.get("uid")
     namespace = objects.namespace(pod)
     # A namespace without a managed limit fits any amount: no quota step, and the verdict may come
     # from the order-free check (`Vendor.quick_verdict`).
     quota = state.quota if state.quota.has_limits(namespace) else None
-    known = memo.get(uid) if isinstance(uid, str) and isinstance(rv, str) and uid and rv else None
+    known = state.verdicts.setups.get(uid) if type(uid) is str and type(rv) is str else None
     if (
         isinstance(known, _PodSetup) and known.requests is requests
         and known.resource_version == rv and known.gpu_policy == gpu_policy and known.quota is quota
@@ -287,18 +287,25 @@ def _pod_setup(
         ctx = pod_fit_context(pod, vendors=vendors, default_policy=gpu_policy, quota=quota, n_init=n_init)
     except ScoringWeightsError as exc:
         return Error(f"calcScore failed {exc} for pod {name}")
-    setup = _PodSetup(
-        requests=requests, resource_version=rv if isinstance(rv, str) else "",
+    return _PodSetup(
+        requests=requests, resource_version=rv if type(rv) is str else "",
         gpu_policy=gpu_policy, quota=quota, uid=uid, name=name, n_init=n_init, ctx=ctx,
         fingerprint=pod_fingerprint(requests, n_init, ctx), needs=_needs(requests, vendors),
         asked=_asked(requests), scored=bool(_scoring_vendors(requests, vendors)),
         best_fit=ctx.policy == BEST_FIT and not ctx.numa_bind,
     )
-    if setup.resource_version and uid:
-        if uid not in memo and len(memo) >= MAX_POD_SETUPS:
-            del memo[next(iter(memo))]  # the oldest: insertion order
-        memo[uid] = setup
-    return setup
+
+
+def _keep(setup: _PodSetup, state: SchedulerState, decision: Decision) -> Decision:
+    """`decision`, keeping the setup of a pod that fits nowhere: it waits, and is filtered again on
+    every cluster event (a pod that fits is bound; it keeps no setup)."""
+    if isinstance(decision, NoFit) and setup.resource_version and setup.uid:
+        memo = state.verdicts.setups
+        if memo.get(setup.uid) is not setup:
+            if setup.uid not in memo and len(memo) >= MAX_POD_SETUPS:
+                del memo[next(iter(memo))]  # the oldest: insertion order
+            memo[setup.uid] = setup
+    return decision
 
 
 # ---------------------------------------------------------------------------------------------
@@ -352,31 +359,6 @@ def decide(
     first, so a pod filtered again is never counted twice. The decision itself is not recorded:
     the caller calls `state.reserve(pod, chosen)` and then patches the pod.
     """
-    decision = _decide(
-        pod, node_names, state, default_node_policy=default_node_policy,
-        default_gpu_policy=default_gpu_policy, now=now, evaluate_all=evaluate_all,
-        deprioritized=deprioritized, requests=requests, walk_failed=walk_failed, observe=observe,
-    )
-    if isinstance(decision, Chosen):
-        # A pod that fits is bound, not filtered again (as a rule): only waiting pods keep a setup.
-        state.verdicts.setups.pop(objects.uid(pod), None)
-    return decision
-
-
-def _decide(
-    pod: Mapping[str, Any],
-    node_names: Sequence[str],
-    state: SchedulerState,
-    *,
-    default_node_policy: str,
-    default_gpu_policy: str,
-    now: int,
-    evaluate_all: bool,
-    deprioritized: Callable[[str], bool] | None,
-    requests: Sequence[ContainerRequests] | None,
-    walk_failed: bool,
-    observe: bool,
-) -> Decision:
     vendors = state.vendors
     if requests is None:
         requests = pod_requests(pod, vendors)
@@ -397,7 +379,7 @@ def _decide(
     eligible = ledger.nodes_with(asked)
     if evaluate_all or best_fit:
         candidates, unregistered = ledger.partition(node_names)
-        return _decide_all(
+        return _keep(setup, state, _decide_all(
             requests,
             n_init,
             pod,
@@ -409,10 +391,10 @@ def _decide(
             now=now,
             deprioritized=deprioritized,
             placement=best_fit,
-        )
+        ))
     if setup.scored:
         candidates, unregistered = _registered(state, node_names)
-        return _decide_bounded(
+        return _keep(setup, state, _decide_bounded(
             requests,
             n_init,
             pod,
@@ -425,7 +407,7 @@ def _decide(
             deprioritized=deprioritized,
             eligible=eligible,
             needs=needs,
-        )
+        ))
 
     verdicts = state.verdicts.group(setup.fingerprint, quota_token(state.quota, ctx.namespace))
     skipped: list[str] = []
@@ -463,11 +445,6 @@ def _decide(
         verdicts.put(node, gen, result.reason)
         return result.reason
 
-    def fit_or_reason(node: str) -> NodeFit | str:
-        result = verdict_of(node)
-        assert result is not None
-        return result
-
     # The snapshot's candidates were registered and distinct: the same names need no partition
     # (a node removed since is in the ledger's changes, and sends the decision to the walk).
     snapshot = verdicts.snapshot
@@ -484,7 +461,7 @@ def _decide(
         )
         if isinstance(answer, NoFit):
             failed, counts = snapshot.lend()
-            return NoFit(failed, counts, snapshot)
+            return _keep(setup, state, NoFit(failed, counts, snapshot))
         if answer is not None:
             best, fit = answer
             return _chosen(
@@ -507,7 +484,8 @@ def _decide(
         if deprioritized is not None and deprioritized(node):
             deferred.append(node)
             continue
-        result = fit_or_reason(node)
+        result = verdict_of(node)
+        assert result is not None  # a candidate: registered
         if isinstance(result, NodeFit):
             return _chosen(
                 node, result, ledger.score(node), {node: ledger.score(node)}, failed=failed, now=now,
@@ -519,7 +497,8 @@ def _decide(
     if len(skipped) < len(hopeless):  # some were passed over: skipped in the walk's order
         skipped = [n for n in _ordered(ledger, candidates, descending) if n in hopeless]
     for node in deferred + skipped:
-        result = fit_or_reason(node)
+        result = verdict_of(node)
+        assert result is not None  # a candidate: registered
         if isinstance(result, NodeFit):
             if node in skipped:  # cannot happen if the summary bounds are right
                 log.error("node %s was skipped as hopeless but fits pod %s; choosing it", node, name)
@@ -531,7 +510,7 @@ def _decide(
     # Every candidate was evaluated and none fits: what the next decision of this fingerprint
     # over the same candidates starts from.
     verdicts.snapshot = Snapshot(candidates, {node: failed[node] for node in candidates}, ledger.tick)
-    return NoFit(failed)
+    return _keep(setup, state, NoFit(failed))
 
 
 def _decide_from_snapshot(

@@ -40,21 +40,6 @@ DEFAULT_MAX_ENTRIES = 500_000
 
 PodFingerprint = tuple[Hashable, ...]
 
-
-class _Hashed(tuple):  # type: ignore[type-arg]
-    """A fingerprint that hashes once: it nests the pod's requests (dataclasses, hashed field by
-    field), and every decision looks its groups up by it. Equal to (and hashing as) the plain tuple."""
-
-    _hash: int
-
-    def __new__(cls, items: tuple[Hashable, ...]) -> _Hashed:
-        self = super().__new__(cls, items)
-        self._hash = tuple.__hash__(self)
-        return self
-
-    def __hash__(self) -> int:
-        return self._hash
-
 V = TypeVar("V")
 """What is cached per node: a not-fit reason here, a fit's node score in `engine/fitcache.py`."""
 
@@ -71,7 +56,7 @@ def pod_fingerprint(requests: Sequence[ContainerRequests], n_init: int, ctx: Pod
             vendor = ctx.vendors.get(key)
             if vendor is not None:
                 filters.append((key, ctx.filters(vendor)))
-    return _Hashed((
+    return (
         tuple(tuple(creq.items()) for creq in requests),
         n_init,
         ctx.namespace,
@@ -81,7 +66,7 @@ def pod_fingerprint(requests: Sequence[ContainerRequests], n_init: int, ctx: Pod
         ctx.weights,
         ctx.n_init,
         ctx.quota is not None,
-    ))
+    )
 
 
 def quota_token(quota: QuotaManager, namespace: str) -> int | None:
