@@ -1,6 +1,6 @@
 """The decision's per-pod setup (`engine.decide._pod_setup`) is kept per pod version: reused while
 the pod, its requests object, the GPU policy default and the namespace's quota role stay, redone
-on any change, kept only for a pod that fits nowhere, and bounded."""
+on any change, kept only while the pod fits nowhere, and bounded."""
 
 from __future__ import annotations
 
@@ -92,11 +92,11 @@ def test_every_decision_is_that_of_a_state_without_kept_setups(
     calls: list[tuple[str | None, int, str, bool, bool]],
 ) -> None:
     """Pod versions, policies and quota changes in any order: each decision equals the one a
-    fresh state makes (no stale setup); a pod keeps one setup once it had to wait."""
+    fresh state makes (no stale setup); a pod keeps one setup while it waits."""
     s, memo = cluster(), PodRequestsMemo(VENDORS)
     rv = 1
     p = pending(str(rv))
-    quota_on = waited = False
+    quota_on = False
     for uuid, mem, gpu_policy, quota, new_version in calls:
         if new_version:
             rv += 1
@@ -110,9 +110,8 @@ def test_every_decision_is_that_of_a_state_without_kept_setups(
         got = run(s, p, memo, gpu_policy)
         assert outcome(got) == fresh(p, gpu_policy, quota_on)
         s.forget("uid-p")  # not bound: the next call starts from the same usage
-        # Kept once it fits nowhere (it waits); a pod that fits is bound, and keeps none.
-        assert len(s.verdicts.setups) == (1 if waited or isinstance(got, NoFit) else 0)
-        waited = waited or isinstance(got, NoFit)
+        # Kept while it fits nowhere (it waits); dropped once it fits (it is bound).
+        assert len(s.verdicts.setups) == (1 if isinstance(got, NoFit) else 0)
 
 
 def test_setups_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -298,13 +298,15 @@ def _pod_setup(
 
 def _keep(setup: _PodSetup, state: SchedulerState, decision: Decision) -> Decision:
     """`decision`, keeping the setup of a pod that fits nowhere: it waits, and is filtered again on
-    every cluster event (a pod that fits is bound; it keeps no setup)."""
-    if isinstance(decision, NoFit) and setup.resource_version and setup.uid:
-        memo = state.verdicts.setups
-        if memo.get(setup.uid) is not setup:
-            if setup.uid not in memo and len(memo) >= MAX_POD_SETUPS:
-                del memo[next(iter(memo))]  # the oldest: insertion order
-            memo[setup.uid] = setup
+    every cluster event. A pod that fits is bound: its setup is dropped."""
+    memo = state.verdicts.setups
+    if not isinstance(decision, NoFit):
+        if memo:
+            memo.pop(setup.uid, None)
+    elif setup.resource_version and setup.uid and memo.get(setup.uid) is not setup:
+        if setup.uid not in memo and len(memo) >= MAX_POD_SETUPS:
+            del memo[next(iter(memo))]  # the oldest: insertion order
+        memo[setup.uid] = setup
     return decision
 
 
@@ -464,10 +466,10 @@ def decide(
             return _keep(setup, state, NoFit(failed, counts, snapshot))
         if answer is not None:
             best, fit = answer
-            return _chosen(
+            return _keep(setup, state, _chosen(
                 best, fit, ledger.score(best), {best: ledger.score(best)}, failed={}, now=now,
                 vendors=vendors, pod=pod,
-            )
+            ))
         verdicts.snapshot = None
 
     candidates, unregistered = _registered(state, node_names)
@@ -487,10 +489,10 @@ def decide(
         result = verdict_of(node)
         assert result is not None  # a candidate: registered
         if isinstance(result, NodeFit):
-            return _chosen(
+            return _keep(setup, state, _chosen(
                 node, result, ledger.score(node), {node: ledger.score(node)}, failed=failed, now=now,
                 vendors=vendors, pod=pod, ledger=ledger,
-            )
+            ))
         failed[node] = result
     # Nothing free fits: the deferred nodes in the same order, then the skipped ones, which still
     # need their exact reasons.
@@ -502,10 +504,10 @@ def decide(
         if isinstance(result, NodeFit):
             if node in skipped:  # cannot happen if the summary bounds are right
                 log.error("node %s was skipped as hopeless but fits pod %s; choosing it", node, name)
-            return _chosen(
+            return _keep(setup, state, _chosen(
                 node, result, ledger.score(node), {node: ledger.score(node)}, failed=failed, now=now,
                 vendors=vendors, pod=pod, ledger=ledger,
-            )
+            ))
         failed[node] = result
     # Every candidate was evaluated and none fits: what the next decision of this fingerprint
     # over the same candidates starts from.
