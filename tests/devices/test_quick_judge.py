@@ -3,13 +3,23 @@ request in `devices/quick.py`) answers exactly as the ladder's `quick_verdict` d
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.builders import device, device_request, pod
+from vgpu_scheduler.devices import quick
+from vgpu_scheduler.devices.protocol import QuickJudge
 from vgpu_scheduler.devices.registry import build
-from vgpu_scheduler.engine.fit import pod_fit_context
-from vgpu_scheduler.model import PERCENTAGE_UNSET, DeviceInfo, DeviceUsage, MigPlacement, MigProfile
+from vgpu_scheduler.engine.fit import PodFitContext, pod_fit_context
+from vgpu_scheduler.model import (
+    PERCENTAGE_UNSET,
+    ContainerDeviceRequest,
+    DeviceInfo,
+    DeviceUsage,
+    MigPlacement,
+    MigProfile,
+)
 from vgpu_scheduler.wire import keys
 
 VENDORS = build()
@@ -78,3 +88,51 @@ def test_judge_answers_as_the_ladder(
     expected = NV.quick_verdict(request, devs, usage, positions, ctx=ctx, cordoned=cordon)
     judge = NV.quick_judge(request, ctx)
     assert (None if judge is None else judge(devs, usage, positions, cordon)) == expected
+
+
+def _pinned_judge(uuids: str) -> tuple[PodFitContext, ContainerDeviceRequest, QuickJudge]:
+    ctx = pod_fit_context(pod(annotations={keys.USE_GPUUUID: uuids}), vendors=VENDORS)
+    request = device_request(1, mem=1000)
+    judge = NV.quick_judge(request, ctx)
+    assert judge is not None
+    return ctx, request, judge
+
+
+def test_pinned_judge_reads_health_and_usage_on_every_call() -> None:
+    """The pinned fast path remembers a node's device ids, never its health or usage."""
+    ctx, request, judge = _pinned_judge("GPU-9")
+    devs = [device(f"GPU-{i}", index=i, count=4, devmem=8000, devcore=100, health=True) for i in range(4)]
+    usage = [DeviceUsage() for _ in devs]
+    positions = [0, 1, 2, 3]
+    for step in range(3):
+        if step == 1:
+            usage[2].mig_conflict = True
+        if step == 2:
+            devs[0].health = False
+        expected = NV.quick_verdict(request, devs, usage, positions, ctx=ctx, cordoned=frozenset())
+        assert judge(devs, usage, positions, frozenset()) == expected
+    assert "2/4" in expected  # two unhealthy devices counted by the last call
+
+
+def test_pinned_judge_follows_the_devices_object() -> None:
+    """The same positions list over another inventory (one holding the pinned uuid) is judged
+    on that inventory, not on the ids remembered for the first."""
+    ctx, request, judge = _pinned_judge("GPU-1")
+    positions = [0, 1]
+    for ids in (("GPU-7", "GPU-8"), ("GPU-0", "GPU-1"), ("GPU-7", "GPU-8")):
+        devs = [device(uuid, index=i, count=4, devmem=8000, devcore=100, health=True)
+                for i, uuid in enumerate(ids)]
+        usage = [DeviceUsage() for _ in devs]
+        expected = NV.quick_verdict(request, devs, usage, positions, ctx=ctx, cordoned=frozenset())
+        assert judge(devs, usage, positions, frozenset()) == expected
+
+
+def test_remembered_inventories_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(quick, "_MAX_INVENTORIES", 8)
+    monkeypatch.setattr(quick, "_inventories", {})
+    _, _, judge = _pinned_judge("GPU-9")
+    devs = [device("GPU-0", count=4, devmem=8000, devcore=100, health=True)]
+    usage = [DeviceUsage()]
+    for _ in range(50):
+        judge(devs, usage, [0], frozenset())
+        assert len(quick._inventories) <= 8

@@ -12,6 +12,7 @@ every case).
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Sequence
 
 from vgpu_scheduler.devices.protocol import QuickJudge
@@ -44,11 +45,33 @@ def _text(counts: Counts) -> str:
             R.CARD_COMPUTE_UNITS_EXHAUSTED: units,
             R.ALLOCATED_CARDS_INSUFFICIENT_REQUEST: collected,
         }
-        text = R.gen_reason({reason: n for reason, n in named.items() if n}, total)
+        # Interned: the engine caches these texts for thousands of nodes (`VerdictGroup.put`).
+        text = sys.intern(R.gen_reason({reason: n for reason, n in named.items() if n}, total))
         if len(_texts) >= _MAX_TEXTS:
             _texts.clear()
         _texts[counts] = text
     return text
+
+
+_MAX_INVENTORIES = 1 << 14
+"""Nodes whose device ids `_ids_at` remembers (more than a fleet's: cleared when full)."""
+
+_inventories: dict[int, tuple[Sequence[int], Sequence[DeviceInfo], frozenset[str]]] = {}
+
+
+def _ids_at(devices: Sequence[DeviceInfo], positions: Sequence[int]) -> frozenset[str]:
+    """The ids of the devices at `positions`, remembered per `positions` object: the engine passes
+    each node's own list (`NodeView.positions`, made once per inventory, like `devices`), so every
+    pod judging the node shares one set. The objects themselves are kept, so an id is never
+    another list's."""
+    entry = _inventories.get(id(positions))
+    if entry is not None and entry[0] is positions and entry[1] is devices:
+        return entry[2]
+    ids = frozenset(devices[pos].id for pos in positions)
+    if len(_inventories) >= _MAX_INVENTORIES:
+        _inventories.clear()
+    _inventories[id(positions)] = (positions, devices, ids)
+    return ids
 
 
 def plain_judge(
@@ -125,8 +148,36 @@ def plain_judge(
                     collected += 1
                 if remaining == 0:
                     return ""
-        return _text(
-            (health, types, uuids, slicing, memory, core, exclusive, units, collected, len(positions))
-        )
+        counts = (health, types, uuids, slicing, memory, core, exclusive, units, collected, len(positions))
+        text = _texts.get(counts)  # `_text`, inline once known
+        return text if text is not None else _text(counts)
 
-    return judge
+    if use_uuids is None or type_ok is not None:
+        return judge
+    pinned_to = use_uuids
+
+    def pinned(
+        devices: Sequence[DeviceInfo], usage: Sequence[DeviceUsage], positions: Sequence[int],
+        cordoned: frozenset[str],
+    ) -> str | None:
+        """`judge` of a pod pinned to some device uuids, on most nodes none of them: there every
+        device fails the health check or else the uuid check, whatever its usage."""
+        if cordoned and cordon_aware:
+            return judge(devices, usage, positions, cordoned)
+        known = _inventories.get(id(positions))  # `_ids_at`, inline once known
+        if known is not None and known[0] is positions and known[1] is devices:
+            ids = known[2]
+        else:
+            ids = _ids_at(devices, positions)
+        if not pinned_to.isdisjoint(ids):
+            return judge(devices, usage, positions, cordoned)
+        unhealthy = 0
+        for pos in positions:
+            if not devices[pos].health or usage[pos].mig_conflict:
+                unhealthy += 1
+        total = len(positions)
+        counts = (unhealthy, 0, total - unhealthy, 0, 0, 0, 0, 0, 0, total)
+        text = _texts.get(counts)
+        return text if text is not None else _text(counts)
+
+    return pinned

@@ -64,7 +64,14 @@ from vgpu_scheduler.engine.ranking import Ranking, Run, score_runs
 from vgpu_scheduler.engine.requests import pod_has_device_requests, pod_requests
 from vgpu_scheduler.engine.scores import ScoringWeightsError
 from vgpu_scheduler.engine.state import SchedulerState
-from vgpu_scheduler.engine.verdicts import FITS, Snapshot, VerdictGroup, pod_fingerprint, quota_token
+from vgpu_scheduler.engine.verdicts import (
+    FITS,
+    PodFingerprint,
+    Snapshot,
+    VerdictGroup,
+    pod_fingerprint,
+    quota_token,
+)
 from vgpu_scheduler.model import PERCENTAGE_UNSET, ContainerRequests, MigAllocation, PodDevices
 from vgpu_scheduler.wire import keys, objects
 from vgpu_scheduler.wire.allocation import AllocationError
@@ -224,6 +231,86 @@ def _may_fit(needs: tuple[_Need, ...], s: NodeSummary) -> bool:
 
 
 # ---------------------------------------------------------------------------------------------
+# Per-pod setup
+
+
+@dataclass(slots=True, frozen=True)
+class _PodSetup:
+    """What a decision works out of the pod alone, kept per pod object version (`_pod_setup`)."""
+
+    requests: Sequence[ContainerRequests]
+    resource_version: str
+    gpu_policy: str
+    quota: QuotaCheck | None
+    uid: str
+    name: str
+    n_init: int
+    ctx: PodFitContext
+    fingerprint: PodFingerprint
+    needs: tuple[_Need, ...]
+    asked: tuple[str, ...]
+    scored: bool
+    """Some vendor asked may score nodes (`_scoring_vendors`)."""
+    best_fit: bool
+
+
+MAX_POD_SETUPS = 4096
+"""Pods whose setup is kept (the pending ones are retried on every cluster event)."""
+
+
+def _pod_setup(
+    pod: Mapping[str, Any], requests: Sequence[ContainerRequests], state: SchedulerState, gpu_policy: str
+) -> _PodSetup | Error:
+    """The pod's setup (fit context, fingerprint, needs). The one kept (`_keep`) serves while the
+    caller passes the pod at the same uid and resourceVersion (so the same content: the objects
+    may be copies) with the same `requests` object (`PodRequestsMemo`'s, a new one when the pod
+    changes), and the namespace's quota role is the same. A pod filtered again while it waits
+    (~40 us of setup per decision) reuses it; a caller computing `requests` afresh never does."""
+    meta = pod.get("metadata")
+    rv = uid = None
+    if isinstance(meta, dict):  # a Mapping of another kind: not kept
+        rv, uid = meta.get("resourceVersion"), meta.get("uid")
+    namespace = objects.namespace(pod)
+    # A namespace without a managed limit fits any amount: no quota step, and the verdict may come
+    # from the order-free check (`Vendor.quick_verdict`).
+    quota = state.quota if state.quota.has_limits(namespace) else None
+    known = state.verdicts.setups.get(uid) if type(uid) is str and type(rv) is str else None
+    if (
+        isinstance(known, _PodSetup) and known.requests is requests
+        and known.resource_version == rv and known.gpu_policy == gpu_policy and known.quota is quota
+    ):
+        return known
+    vendors = state.vendors
+    uid, _, name = pod_key(pod)
+    n_init = init_container_count(pod)
+    try:
+        ctx = pod_fit_context(pod, vendors=vendors, default_policy=gpu_policy, quota=quota, n_init=n_init)
+    except ScoringWeightsError as exc:
+        return Error(f"calcScore failed {exc} for pod {name}")
+    return _PodSetup(
+        requests=requests, resource_version=rv if type(rv) is str else "",
+        gpu_policy=gpu_policy, quota=quota, uid=uid, name=name, n_init=n_init, ctx=ctx,
+        fingerprint=pod_fingerprint(requests, n_init, ctx), needs=_needs(requests, vendors),
+        asked=_asked(requests), scored=bool(_scoring_vendors(requests, vendors)),
+        best_fit=ctx.policy == BEST_FIT and not ctx.numa_bind,
+    )
+
+
+def _keep(setup: _PodSetup, state: SchedulerState, decision: Decision) -> Decision:
+    """`decision`, keeping the setup of a pod that fits nowhere: it waits, and is filtered again on
+    every cluster event. A pod that fits is bound: its setup is dropped."""
+    memo = state.verdicts.setups
+    if not isinstance(decision, NoFit):
+        if memo:
+            memo.pop(setup.uid, None)
+    elif setup.resource_version and setup.uid and memo.get(setup.uid) is not setup:
+        if setup.uid not in memo and len(memo) >= MAX_POD_SETUPS:
+            del memo[next(iter(memo))]  # the oldest: insertion order
+        memo[setup.uid] = setup
+    return decision
+
+
+# ---------------------------------------------------------------------------------------------
 # Live path
 
 
@@ -279,32 +366,22 @@ def decide(
         requests = pod_requests(pod, vendors)
     if not pod_has_device_requests(requests):
         return NoRequest()
-    uid, _, name = pod_key(pod)
-    state.forget(uid)
-    n_init = init_container_count(pod)
-    # A namespace without a managed limit fits any amount: no quota step, and the verdict may come
-    # from the order-free check (`Vendor.quick_verdict`).
-    quota = state.quota if state.quota.has_limits(objects.namespace(pod)) else None
-    try:
-        ctx = pod_fit_context(
-            pod, vendors=vendors, default_policy=default_gpu_policy, quota=quota, n_init=n_init
-        )
-    except ScoringWeightsError as exc:
-        return Error(f"calcScore failed {exc} for pod {name}")
-    annotations = pod_annotations(pod)
-    policy = node_policy(annotations, default_node_policy)
+    setup = _pod_setup(pod, requests, state, default_gpu_policy)
+    if isinstance(setup, Error):
+        return setup
+    state.forget(setup.uid)
+    n_init, ctx, name, needs, asked = setup.n_init, setup.ctx, setup.name, setup.needs, setup.asked
+    policy = node_policy(ctx.annotations, default_node_policy)
     descending = policy == BINPACK
     ledger = state.ledger
 
-    best_fit = ctx.policy == BEST_FIT and not ctx.numa_bind
+    best_fit = setup.best_fit
     if best_fit and observe:
         state.demand.observe(requests)
-    needs = _needs(requests, vendors)
-    asked = _asked(requests)
     eligible = ledger.nodes_with(asked)
     if evaluate_all or best_fit:
         candidates, unregistered = ledger.partition(node_names)
-        return _decide_all(
+        return _keep(setup, state, _decide_all(
             requests,
             n_init,
             pod,
@@ -316,10 +393,10 @@ def decide(
             now=now,
             deprioritized=deprioritized,
             placement=best_fit,
-        )
-    if _scoring_vendors(requests, vendors):
+        ))
+    if setup.scored:
         candidates, unregistered = _registered(state, node_names)
-        return _decide_bounded(
+        return _keep(setup, state, _decide_bounded(
             requests,
             n_init,
             pod,
@@ -332,11 +409,9 @@ def decide(
             deprioritized=deprioritized,
             eligible=eligible,
             needs=needs,
-        )
+        ))
 
-    verdicts = state.verdicts.group(
-        pod_fingerprint(requests, n_init, ctx), quota_token(state.quota, ctx.namespace)
-    )
+    verdicts = state.verdicts.group(setup.fingerprint, quota_token(state.quota, ctx.namespace))
     skipped: list[str] = []
     deferred: list[str] = []
 
@@ -345,9 +420,11 @@ def decide(
 
     current, entries = ledger.current, verdicts.entries
 
-    def fit_or_reason(node: str) -> NodeFit | str:
+    def verdict_of(node: str) -> NodeFit | str | None:
+        """The node's fit or reason; None when it is not registered (any more)."""
         known = current(node)
-        assert known is not None
+        if known is None:
+            return None
         gen, view = known
         entry = entries.get(node)  # `verdicts.get`, inline: this runs for every node changed
         if entry is not None and entry[0] == gen:
@@ -358,7 +435,10 @@ def decide(
         if judge is not None:  # most nodes do not fit: their reason without evaluate_node's setup
             reason = judge(view)
             if reason:
-                verdicts.put(node, gen, reason)
+                if entry is None:
+                    verdicts.put(node, gen, reason)
+                else:  # `put` of a node already counted, inline; the judge's texts are interned
+                    entries[node] = (gen, reason)
                 return reason
         result = evaluate_node(requests, n_init, view, pod, ctx=ctx)
         if isinstance(result, NodeFit):
@@ -373,7 +453,7 @@ def decide(
     if snapshot is not None and snapshot.candidates == node_names:
         answer = _decide_from_snapshot(
             snapshot,
-            fit_or_reason,
+            verdict_of,
             ledger=ledger,
             needs=needs,
             eligible=eligible,
@@ -383,13 +463,13 @@ def decide(
         )
         if isinstance(answer, NoFit):
             failed, counts = snapshot.lend()
-            return NoFit(failed, counts, snapshot)
+            return _keep(setup, state, NoFit(failed, counts, snapshot))
         if answer is not None:
             best, fit = answer
-            return _chosen(
+            return _keep(setup, state, _chosen(
                 best, fit, ledger.score(best), {best: ledger.score(best)}, failed={}, now=now,
                 vendors=vendors, pod=pod,
-            )
+            ))
         verdicts.snapshot = None
 
     candidates, unregistered = _registered(state, node_names)
@@ -406,36 +486,38 @@ def decide(
         if deprioritized is not None and deprioritized(node):
             deferred.append(node)
             continue
-        result = fit_or_reason(node)
+        result = verdict_of(node)
+        assert result is not None  # a candidate: registered
         if isinstance(result, NodeFit):
-            return _chosen(
+            return _keep(setup, state, _chosen(
                 node, result, ledger.score(node), {node: ledger.score(node)}, failed=failed, now=now,
                 vendors=vendors, pod=pod, ledger=ledger,
-            )
+            ))
         failed[node] = result
     # Nothing free fits: the deferred nodes in the same order, then the skipped ones, which still
     # need their exact reasons.
     if len(skipped) < len(hopeless):  # some were passed over: skipped in the walk's order
         skipped = [n for n in _ordered(ledger, candidates, descending) if n in hopeless]
     for node in deferred + skipped:
-        result = fit_or_reason(node)
+        result = verdict_of(node)
+        assert result is not None  # a candidate: registered
         if isinstance(result, NodeFit):
             if node in skipped:  # cannot happen if the summary bounds are right
                 log.error("node %s was skipped as hopeless but fits pod %s; choosing it", node, name)
-            return _chosen(
+            return _keep(setup, state, _chosen(
                 node, result, ledger.score(node), {node: ledger.score(node)}, failed=failed, now=now,
                 vendors=vendors, pod=pod, ledger=ledger,
-            )
+            ))
         failed[node] = result
     # Every candidate was evaluated and none fits: what the next decision of this fingerprint
     # over the same candidates starts from.
     verdicts.snapshot = Snapshot(candidates, {node: failed[node] for node in candidates}, ledger.tick)
-    return NoFit(failed)
+    return _keep(setup, state, NoFit(failed))
 
 
 def _decide_from_snapshot(
     snapshot: Snapshot,
-    fit_or_reason: Callable[[str], NodeFit | str],
+    verdict_of: Callable[[str], NodeFit | str | None],
     *,
     ledger: DeviceLedger,
     needs: tuple[_Need, ...],
@@ -456,17 +538,16 @@ def _decide_from_snapshot(
     changed = ledger.changed_since(snapshot.tick)
     if changed is None:
         return None
-    verdicts = snapshot.verdicts
     for node in set(changed):
-        if node not in verdicts:
+        old = snapshot.verdicts.get(node)  # re-read: `set` may replace a lent dict
+        if old is None:
             continue  # not a candidate
-        if node not in ledger:
+        result = verdict_of(node)
+        if result is None:
             return None  # removed: the walk names it unregistered
-        result = fit_or_reason(node)
-        if isinstance(result, NodeFit):
-            snapshot.set(node, FITS)
-        else:
-            snapshot.set(node, result)
+        verdict = FITS if isinstance(result, NodeFit) else result
+        if verdict != old:
+            snapshot.set(node, verdict)
     snapshot.tick = ledger.tick
     if not snapshot.fitting:
         return NoFit(snapshot.verdicts)  # the caller answers with `snapshot.lend()`
@@ -486,7 +567,7 @@ def _decide_from_snapshot(
     category, _, node = min(map(walk_rank, snapshot.fitting))
     if category == 2:  # cannot happen if the summary bounds are right
         log.error("node %s was skipped as hopeless but fits; choosing it", node)
-    result = fit_or_reason(node)
+    result = verdict_of(node)
     if not isinstance(result, NodeFit):  # the snapshot disagrees with the verdicts: walk
         return None
     return node, result

@@ -121,7 +121,9 @@ def _judge(
     nums = req.nums
 
     def verdict(node: NodeView) -> str | None:
-        positions = node.positions(key)
+        positions = node._positions.get(key)  # `node.positions(key)`, inline once known
+        if positions is None:
+            positions = node.positions(key)
         if nums > len(positions) and not vendor.may_exceed_devices(req, node.devices, positions, ctx):
             return R.NODE_INSUFFICIENT_DEVICE  # HAMi's pre-check before Fit
         return None if judge is None else judge(node.devices, node.usage, positions, node.cordoned)

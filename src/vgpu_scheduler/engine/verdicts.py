@@ -180,6 +180,9 @@ class VerdictCache(Generic[V]):
         self._groups: OrderedDict[Hashable, VerdictGroup[V]] = OrderedDict()
         self._size = 0
         self._tick = 0
+        self.setups: dict[str, object] = {}
+        """The decisions' per-pod setup by pod uid (`engine.decide`; it bounds it), kept with the
+        state it was worked out for."""
 
     def group(self, fingerprint: Hashable, token: int | None) -> VerdictGroup[V]:
         """The group of a pod fingerprint (made most recently used), emptied if the quota moved."""
