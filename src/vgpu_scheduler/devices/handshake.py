@@ -14,9 +14,9 @@ registration loop passes `now` and performs the writes.
 from __future__ import annotations
 
 import re
-from functools import lru_cache
 from collections.abc import Mapping
 from datetime import datetime, timedelta, tzinfo
+from functools import lru_cache
 from typing import Any
 
 from vgpu_scheduler.devices.protocol import Health
