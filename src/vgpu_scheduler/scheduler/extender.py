@@ -354,7 +354,7 @@ class Extender:
             return _echo(node_names)
         # Only a pod the informer knows may reserve devices: a filter for a pod that exists nowhere
         # would otherwise hold devices no real pod can use until the sweep.
-        known = await self._known_pod(namespace, name, uid)
+        known = self._cached_with_uid(namespace, name, uid) or await self._known_pod(namespace, name, uid)
         if known is None:
             self.stats.filters_unknown_pod += 1
             outcome.set("error", "pod_unknown")
@@ -420,13 +420,20 @@ class Extender:
         log.info("filter %s/%s: chose node %s", namespace, name, decision.node)
         return FilterAnswer(node_names=[decision.node])
 
+    def _cached_with_uid(self, namespace: str, name: str, uid: str) -> dict[str, Any] | None:
+        """The cached pod with this uid (any, when `uid` is empty), else None."""
+        pod = self.cached_pod(namespace, name)
+        if pod is not None and (not uid or objects.uid(pod) == uid):
+            return pod
+        return None
+
     async def _known_pod(self, namespace: str, name: str, uid: str) -> dict[str, Any] | None:
         """The cached pod with this uid, waiting up to `pod_wait` for the watch to deliver it."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.pod_wait
         while True:
-            pod = self.cached_pod(namespace, name)
-            if pod is not None and (not uid or pod_key(pod)[0] == uid):
+            pod = self._cached_with_uid(namespace, name, uid)
+            if pod is not None:
                 return pod
             if loop.time() >= deadline or uid in self._deleted:
                 return None
