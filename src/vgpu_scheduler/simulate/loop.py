@@ -712,9 +712,8 @@ class _Reasons:
 
 
 def _extender_args(pod: Obj, names_json: bytes, pod_json: bytes | None = None) -> bytes:
-    """`{"Pod": pod, "Nodes": null, "NodeNames": names}` as msgspec encodes it, with the names' JSON
-    (up to one per node) reused from the verdict cache instead of encoded every cycle, and the
-    pod's when the caller has it (`pod_json`, the encoding of `pod`)."""
+    """`{"Pod": pod, "Nodes": null, "NodeNames": names}` as msgspec encodes it, from the names'
+    JSON and the pod's when the caller has it (`pod_json`, the encoding of `pod`)."""
     if pod_json is None:
         pod_json = _encode(pod)
     return b'{"Pod":' + pod_json + b',"Nodes":null,"NodeNames":' + names_json + b"}"

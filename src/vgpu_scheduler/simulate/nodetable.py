@@ -214,10 +214,14 @@ class FilterResult:
     feasible: Sequence[str]
     feasible_set: frozenset[str]
     failed: Mapping[str, str]
-    names_json: bytes
-    """`feasible` as a JSON array (what the ExtenderArgs body carries)."""
     positions: Sequence[int] = ()
     """The positions of `feasible` in the table's `order` (ascending, as `feasible` is)."""
+
+    @property
+    def names_json(self) -> bytes:
+        """`feasible` as a JSON array (what an ExtenderArgs body carries). Encoded on demand: the
+        in-process extender takes the names themselves, so most cycles never need it."""
+        return _encode(self.feasible)
 
 
 class _Verdicts:
@@ -225,8 +229,8 @@ class _Verdicts:
     predicates that do not read NodeInfo, with the node's `inputs_generation` it holds for."""
 
     __slots__ = (
-        "epoch", "failed", "feasible", "feasible_set", "generations", "names_json", "positions",
-        "reasons", "static", "static_generations",
+        "epoch", "failed", "feasible", "feasible_set", "generations", "positions", "reasons", "static",
+        "static_generations",
     )
 
     def __init__(self, n: int) -> None:
@@ -239,7 +243,6 @@ class _Verdicts:
         self.positions: list[int] = []
         self.feasible_set: frozenset[str] = frozenset()
         self.failed: dict[str, str] = {}
-        self.names_json = b"[]"
 
 
 class VerdictCache:
@@ -271,7 +274,7 @@ class VerdictCache:
         if entry.epoch != table.epoch:
             self._update(entry, pod)
         return FilterResult(
-            entry.feasible, entry.feasible_set, entry.failed, entry.names_json, entry.positions
+            entry.feasible, entry.feasible_set, entry.failed, entry.positions
         )
 
     def _key(self, pod: Mapping[str, Any], pod_id: str | None) -> Hashable | None:
@@ -343,7 +346,6 @@ class VerdictCache:
         feasible = list(map(names.__getitem__, fits))
         entry.feasible, entry.failed, entry.positions = feasible, failed, fits
         entry.feasible_set = frozenset(feasible)
-        entry.names_json = _encode(feasible)
 
     def _layout_names(self) -> list[str]:
         """The names of `table.order`, kept per layout."""
