@@ -6,8 +6,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
+
 from tests.builders import gpu_pod
 from tests.scheduler.conftest import Stack
+from vgpu_scheduler.scheduler import extender as extender_module
 
 Obj = dict[str, Any]
 
@@ -65,3 +68,19 @@ async def test_the_names_given_are_not_changed(stack: Stack) -> None:
     big = await stack.create(gpu_pod("big", mem=1024 * 1024))
     await stack.extender.filter_pod(big, names)
     assert names == ["n2", "n1"]
+
+
+async def test_a_no_fit_answer_is_encoded_once(stack: Stack, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its FailedNodes (one entry per node: thousands) serve the events' texts and the answer."""
+    calls: list[object] = []
+    real = extender_module.encode_filter_result
+
+    def counting(**kwargs: Any) -> bytes:
+        calls.append(kwargs.get("failed"))
+        return real(**kwargs)
+
+    monkeypatch.setattr(extender_module, "encode_filter_result", counting)
+    p = await stack.create(gpu_pod("big", mem=1024 * 1024))
+    answer = await stack.filter({"Pod": p, "NodeNames": ["n1", "n2"]})
+    assert sorted(answer["FailedNodes"]) == ["n1", "n2"]
+    assert len(calls) == 1 and calls[0]

@@ -165,6 +165,8 @@ class FilterAnswer:
     node_names: list[str] | None = None
     error: str = ""
     no_fit: NoFit | None = None
+    body: bytes | None = field(default=None, compare=False)
+    """The encoding, when already made (a no-fit answer's FailedNodes: thousands of entries)."""
 
     @property
     def failed(self) -> Mapping[str, str] | None:
@@ -173,6 +175,8 @@ class FilterAnswer:
 
     def encoded(self) -> bytes:
         """The ExtenderFilterResult body (a no-fit one reuses its snapshot's encoding)."""
+        if self.body is not None:
+            return self.body
         if self.no_fit is not None:
             return encode_no_fit(self.no_fit)
         return encode_filter_result(node_names=self.node_names, error=self.error)
@@ -397,10 +401,11 @@ class Extender:
             self.requeue.refused(uid, namespace, name)
             counts = failed_type_counts(decision.failed, decision.reason_counts)
             outcome.set("nofit", _main_reason(counts, decision.failed))
-            answer = FilterAnswer(no_fit=decision)
-            if not self._discards_events:
-                self._record_failure(pod, self._failure_texts_of(decision, answer.encoded()))
-            return answer
+            if self._discards_events:
+                return FilterAnswer(no_fit=decision)
+            body = encode_no_fit(decision)  # encoded once: the events' texts are kept by it
+            self._record_failure(pod, self._failure_texts_of(decision, body))
+            return FilterAnswer(no_fit=decision, body=body)
         if busy is not None and busy(decision.node) and not is_pod_group_member(pod):
             # Busy nodes rank last, so every node that fits is about to be locked or is locked
             # by another live bind: a bind there would only fail on contention. Fail now, with
