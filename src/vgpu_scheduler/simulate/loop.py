@@ -6,8 +6,9 @@ HAMi scheduler, and the loop is kube-scheduler:
 
 1. pop the next pod from the `SchedulingQueue` (priority, then arrival; backoff in simulated time);
 2. run the provider's predicates on every node (the informer's Node objects + a `NodeInfo` per node);
-3. POST the feasible node names to the extender's filter as a real `ExtenderArgs` body and take the
-   single node it answers;
+3. ask the extender's filter about the feasible node names and take the single node it answers:
+   in process its typed verb (`Extender.filter_pod`, the same decision as `/filter` without the
+   JSON), or a real `ExtenderArgs` body POSTed to a running server (`HttpExtender`);
 4. bind through the extender (`ExtenderBindingArgs`): node lock, pod patch, Binding. A pod asking
    for none of the extender's managed resources never reaches the extender (kube-scheduler's
    `IsInterested`): the provider's priorities choose among the feasible nodes and the loop posts
