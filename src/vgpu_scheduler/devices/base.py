@@ -26,6 +26,7 @@ from vgpu_scheduler.devices import resources as res
 from vgpu_scheduler.devices.protocol import (
     FitResult,
     Health,
+    MemoryShortfall,
     NodeBound,
     NodeLockSpec,
     Obj,
@@ -33,7 +34,7 @@ from vgpu_scheduler.devices.protocol import (
     QuickJudge,
     ResourceNames,
 )
-from vgpu_scheduler.devices.quick import plain_judge
+from vgpu_scheduler.devices.quick import plain_judge, short_of_memory
 from vgpu_scheduler.model import (
     PERCENTAGE_UNSET,
     ContainerDevice,
@@ -352,13 +353,9 @@ class GenericVendor:
         ) -> str | None:
             return self.quick_verdict(request, devices, usage, positions, ctx=ctx, cordoned=cordoned)
 
-        cls = type(self)
-        if cls.ladder is not GenericVendor.ladder or cls.quick_verdict is not GenericVendor.quick_verdict:
-            return full  # a vendor's own ladder
-        filters = ctx.filters(self)
-        assert isinstance(filters, SelectionFilters)
-        if ctx.mutex or request.type != self.key:
-            return full
+        filters = self._plain_filters(request, ctx)
+        if filters is None:
+            return full  # a vendor's own ladder, a mutex, or another type's request
         by_pct = request.mem_percentage_req != PERCENTAGE_UNSET and request.memreq == 0
         return plain_judge(
             nums=request.nums,
@@ -372,6 +369,32 @@ class GenericVendor:
             nouse_uuids=filters.nouse_uuids,
             fallback=full,
         )
+
+    def _plain_filters(self, request: ContainerDeviceRequest, ctx: PodFitContext) -> SelectionFilters | None:
+        """The pod's selection filters when `request` goes through the generic ladder's own steps
+        (`devices/quick.py`), else None (a vendor's own ladder, a mutex, another type)."""
+        cls = type(self)
+        if cls.ladder is not GenericVendor.ladder or cls.quick_verdict is not GenericVendor.quick_verdict:
+            return None
+        filters = ctx.filters(self)
+        assert isinstance(filters, SelectionFilters)
+        if ctx.mutex or request.type != self.key:
+            return None
+        return filters
+
+    def memory_shortfall(self, request: ContainerDeviceRequest, ctx: PodFitContext) -> MemoryShortfall | None:
+        if (self.groups_by_numa and ctx.numa_bind) or (self.checks_quota and ctx.quota is not None) or (
+            self.topology_aware and ctx.topology
+        ):
+            return None
+        filters = self._plain_filters(request, ctx)
+        if filters is None or filters.types_active or filters.use_uuids is not None:
+            return None
+        if filters.nouse_uuids is not None:
+            return None
+        if request.mem_percentage_req != PERCENTAGE_UNSET and request.memreq == 0:
+            return None  # the memory asked depends on each device
+        return MemoryShortfall(max(request.memreq, 0), short_of_memory)
 
     def may_exceed_devices(
         self, request: ContainerDeviceRequest, devices: Sequence[DeviceInfo], positions: Sequence[int],

@@ -39,6 +39,16 @@ cordoned)."""
 
 
 @dataclass(slots=True, frozen=True)
+class MemoryShortfall:
+    """A request's verdict on a node no device of which has `need` memory free, while every device
+    of the node is of the request's vendor, healthy, uncordoned, MIG-free and has a free slot: then
+    every device fails the memory check and the reason is `text(device count)` (`memory_shortfall`)."""
+
+    need: int
+    text: Callable[[int], str]
+
+
+@dataclass(slots=True, frozen=True)
 class VendorFlags:
     """The command-line flags vendors read (§1.2): the two gates and the legacy resource names."""
 
@@ -300,6 +310,12 @@ class Vendor(Protocol):
     def quick_judge(self, request: ContainerDeviceRequest, ctx: PodFitContext) -> QuickJudge | None:
         """`quick_verdict` of `request` for the pod of `ctx` with the pod's part worked out once (the
         engine judges thousands of nodes per pod); None when that verdict is always None."""
+        ...
+
+    def memory_shortfall(self, request: ContainerDeviceRequest, ctx: PodFitContext) -> MemoryShortfall | None:
+        """The verdict of `request` on a node whose usable devices all lack its memory, from the
+        node's summary instead of a device walk (the engine meets thousands of such nodes for a pod
+        asking more memory than any device has free); None when the verdict is not that simple."""
         ...
 
     def may_exceed_devices(

@@ -53,6 +53,13 @@ def _text(counts: Counts) -> str:
     return text
 
 
+def short_of_memory(devices: int) -> str:
+    """The plain judge's verdict on a node whose `devices` are all healthy, uncordoned and with a
+    free slot, none with the request's memory free: each fails the memory check, the first one
+    it meets."""
+    return _text((0, 0, 0, 0, devices, 0, 0, 0, 0, devices))
+
+
 _MAX_INVENTORIES = 1 << 14
 """Nodes whose device ids `_ids_at` remembers (more than a fleet's: cleared when full)."""
 

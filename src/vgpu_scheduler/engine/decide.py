@@ -51,9 +51,16 @@ from dataclasses import dataclass, field
 from itertools import filterfalse
 from typing import Any
 
-from vgpu_scheduler.devices.protocol import QuotaCheck, Vendors
+from vgpu_scheduler.devices.protocol import MemoryShortfall, QuotaCheck, Vendors
 from vgpu_scheduler.engine.bounds import ScoreBounds, score_bounds
-from vgpu_scheduler.engine.fit import NodeFit, PodFitContext, evaluate_node, node_judge, pod_fit_context
+from vgpu_scheduler.engine.fit import (
+    NodeFit,
+    PodFitContext,
+    evaluate_node,
+    node_judge,
+    node_shortfall,
+    pod_fit_context,
+)
 from vgpu_scheduler.engine.fitcache import fit_key
 from vgpu_scheduler.engine.ledger import DeviceLedger, NodeSummary
 from vgpu_scheduler.engine.nodeview import DeviceUsage, NodeView
@@ -498,8 +505,9 @@ def decide(
     # need their exact reasons.
     if len(skipped) < len(hopeless):  # some were passed over: skipped in the walk's order
         skipped = [n for n in _ordered(ledger, candidates, descending) if n in hopeless]
+    short = node_shortfall(ctx, requests, n_init) if skipped else None
     for node in deferred + skipped:
-        result = verdict_of(node)
+        result = (short is not None and _short_of_memory(short, ledger, node)) or verdict_of(node)
         assert result is not None  # a candidate: registered
         if isinstance(result, NodeFit):
             if node in skipped:  # cannot happen if the summary bounds are right
@@ -513,6 +521,27 @@ def decide(
     # over the same candidates starts from.
     verdicts.snapshot = Snapshot(candidates, {node: failed[node] for node in candidates}, ledger.tick)
     return _keep(setup, state, NoFit(failed))
+
+
+def _short_of_memory(short: tuple[str, int, MemoryShortfall], ledger: DeviceLedger, node: str) -> str | None:
+    """The node's reason from its summary when no usable device has the memory asked and every
+    device is usable (`Vendor.memory_shortfall`): what the judge would find device by device,
+    without the walk over them. None when the summary does not settle it."""
+    key, nums, shortfall = short
+    view = ledger.view(node)
+    if view is None or view.cordoned:
+        return None
+    summary = ledger.summary(node)
+    devices = len(view.devices)
+    if (
+        summary.has_mig
+        or summary.slot_free_devices != devices
+        or summary.max_free_mem >= shortfall.need
+        or nums > devices
+        or len(view.positions(key)) != devices
+    ):
+        return None
+    return shortfall.text(devices)
 
 
 def _decide_from_snapshot(

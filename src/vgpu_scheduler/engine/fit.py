@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vgpu_scheduler.devices.protocol import FitResult as FitResult
+from vgpu_scheduler.devices.protocol import MemoryShortfall, QuotaCheck, UsageError, Vendor, Vendors
 from vgpu_scheduler.devices.protocol import PodFitContext as PodFitContext
-from vgpu_scheduler.devices.protocol import QuotaCheck, UsageError, Vendor, Vendors
 from vgpu_scheduler.engine.nodeview import NodeView
 from vgpu_scheduler.engine.policy import (
     DEFAULT_GPU_POLICY,
@@ -90,6 +90,23 @@ def node_judge(ctx: PodFitContext, requests: Sequence[ContainerRequests], n_init
     """`quick_verdict` of the pod as a function of the node, worked out once per pod (cached like
     the plan); None when that verdict is always None."""
     return _prepared(ctx, requests, n_init)[1]
+
+
+def node_shortfall(
+    ctx: PodFitContext, requests: Sequence[ContainerRequests], n_init: int
+) -> tuple[str, int, MemoryShortfall] | None:
+    """(vendor key, devices asked, `Vendor.memory_shortfall`) of a pod whose order-free verdict
+    judges one request (`node_judge`), when its vendor offers one; else None."""
+    plan = _prepared(ctx, requests, n_init)[0]
+    if len(plan.init) + len(plan.app) != 1:
+        return None
+    creq = requests[(plan.init or plan.app)[0]]
+    if len(creq) != 1:
+        return None
+    ((key, req),) = creq.items()
+    vendor = ctx.vendors.get(key)
+    shortfall = None if vendor is None else vendor.memory_shortfall(req, ctx)
+    return None if shortfall is None else (key, req.nums, shortfall)
 
 
 def _prepared(
