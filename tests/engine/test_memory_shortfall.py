@@ -49,6 +49,21 @@ def pending(mem: int, gpus: int) -> dict[str, Any]:
                       containers=[gpu_container("c", gpus=gpus, mem=mem)])
 
 
+def count_summary_verdicts(mp: pytest.MonkeyPatch) -> list[str]:
+    """The reasons decide takes from node summaries from now on (the list grows)."""
+    calls: list[str] = []
+    real = decide_module._short_of_memory
+
+    def counted(*args: Any) -> str | None:
+        reason = real(*args)
+        if reason is not None:
+            calls.append(reason)
+        return reason
+
+    mp.setattr(decide_module, "_short_of_memory", counted)
+    return calls
+
+
 def run(pod: dict[str, Any], state: SchedulerState, names: list[str]) -> Decision:
     return decide(pod, names, state, default_node_policy="binpack", default_gpu_policy="spread", now=0)
 
@@ -64,17 +79,8 @@ def test_the_summary_verdict_is_the_judges(
     nodes: list[list[tuple[bool, int, int, int, int]]], cordons: list[bool], mem: int, gpus: int
 ) -> None:
     names = [f"n{n}" for n in range(len(nodes))]
-    calls: list[str] = []
-    real = decide_module._short_of_memory
-
-    def counted(*args: Any) -> str | None:
-        reason = real(*args)
-        if reason is not None:
-            calls.append(reason)
-        return reason
-
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(decide_module, "_short_of_memory", counted)
+        calls = count_summary_verdicts(mp)
         fast = run(pending(mem, gpus), build_state(nodes, cordons[: len(nodes)]), names)
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(decide_module, "_short_of_memory", lambda *args: None)
@@ -87,17 +93,8 @@ def test_the_summary_verdict_is_the_judges(
 
 def test_a_pod_asking_more_memory_than_any_device_has_free_is_judged_from_summaries() -> None:
     nodes = [[(True, 4, 8000, 6000, 2), (True, 4, 8000, 0, 0)]] * 3
-    calls: list[str] = []
-    real = decide_module._short_of_memory
-
-    def counted(*args: Any) -> str | None:
-        reason = real(*args)
-        if reason is not None:
-            calls.append(reason)
-        return reason
-
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(decide_module, "_short_of_memory", counted)
+        calls = count_summary_verdicts(mp)
         answer = run(pending(9000, 1), build_state(nodes, [False] * 3), ["n0", "n1", "n2"])
     assert calls and len(calls) == 3
     assert isinstance(answer, NoFit)

@@ -97,16 +97,26 @@ def node_shortfall(
 ) -> tuple[str, int, MemoryShortfall] | None:
     """(vendor key, devices asked, `Vendor.memory_shortfall`) of a pod whose order-free verdict
     judges one request (`node_judge`), when its vendor offers one; else None."""
-    plan = _prepared(ctx, requests, n_init)[0]
+    single = _single_request(requests, _prepared(ctx, requests, n_init)[0])
+    if single is None:
+        return None
+    key, req = single
+    vendor = ctx.vendors.get(key)
+    shortfall = None if vendor is None else vendor.memory_shortfall(req, ctx)
+    return None if shortfall is None else (key, req.nums, shortfall)
+
+
+def _single_request(
+    requests: Sequence[ContainerRequests], plan: ContainerPlan
+) -> tuple[str, ContainerDeviceRequest] | None:
+    """(vendor key, request) of a pod with one container asking one vendor, else None."""
     if len(plan.init) + len(plan.app) != 1:
         return None
     creq = requests[(plan.init or plan.app)[0]]
     if len(creq) != 1:
         return None
     ((key, req),) = creq.items()
-    vendor = ctx.vendors.get(key)
-    shortfall = None if vendor is None else vendor.memory_shortfall(req, ctx)
-    return None if shortfall is None else (key, req.nums, shortfall)
+    return key, req
 
 
 def _prepared(
@@ -125,12 +135,10 @@ def _judge(
     ctx: PodFitContext, requests: Sequence[ContainerRequests], plan: ContainerPlan
 ) -> NodeJudge | None:
     """The order-free verdict applies to one container asking one vendor (see `quick_verdict`)."""
-    if len(plan.init) + len(plan.app) != 1:
+    single = _single_request(requests, plan)
+    if single is None:
         return None
-    creq = requests[(plan.init or plan.app)[0]]
-    if len(creq) != 1:
-        return None
-    ((key, req),) = creq.items()
+    key, req = single
     vendor = ctx.vendors.get(key)
     if vendor is None:
         return lambda node: DEVICE_TYPE_NOT_FOUND
