@@ -342,9 +342,7 @@ class GenericVendor:
         """`quick_verdict` with the request's part worked out once: the ladder's own steps for a
         plain request (`devices/quick.py`), else the ladder itself; None when the ladder's quick
         answer is always None (an order-dependent step applies)."""
-        if (self.groups_by_numa and ctx.numa_bind) or (self.checks_quota and ctx.quota is not None) or (
-            self.topology_aware and ctx.topology
-        ):
+        if self._order_dependent(ctx):
             return None
 
         def full(
@@ -370,6 +368,14 @@ class GenericVendor:
             fallback=full,
         )
 
+    def _order_dependent(self, ctx: PodFitContext) -> bool:
+        """A step of this vendor's ladder for the pod of `ctx` reads the devices taken before (NUMA
+        grouping, quota, topology): no order-free verdict then."""
+        return bool(
+            (self.groups_by_numa and ctx.numa_bind) or (self.checks_quota and ctx.quota is not None)
+            or (self.topology_aware and ctx.topology)
+        )
+
     def _plain_filters(self, request: ContainerDeviceRequest, ctx: PodFitContext) -> SelectionFilters | None:
         """The pod's selection filters when `request` goes through the generic ladder's own steps
         (`devices/quick.py`), else None (a vendor's own ladder, a mutex, another type)."""
@@ -383,15 +389,13 @@ class GenericVendor:
         return filters
 
     def memory_shortfall(self, request: ContainerDeviceRequest, ctx: PodFitContext) -> MemoryShortfall | None:
-        if (self.groups_by_numa and ctx.numa_bind) or (self.checks_quota and ctx.quota is not None) or (
-            self.topology_aware and ctx.topology
-        ):
+        if self._order_dependent(ctx):
             return None
         filters = self._plain_filters(request, ctx)
-        if filters is None or filters.types_active or filters.use_uuids is not None:
+        if filters is None or filters.types_active:
             return None
-        if filters.nouse_uuids is not None:
-            return None
+        if filters.use_uuids is not None or filters.nouse_uuids is not None:
+            return None  # a device may fail the uuid check before its memory
         if request.mem_percentage_req != PERCENTAGE_UNSET and request.memreq == 0:
             return None  # the memory asked depends on each device
         return MemoryShortfall(max(request.memreq, 0), short_of_memory)
