@@ -400,6 +400,13 @@ class GenericVendor:
             return None  # the memory asked depends on each device
         return MemoryShortfall(max(request.memreq, 0), short_of_memory)
 
+    def pinned_devices(self, request: ContainerDeviceRequest, ctx: PodFitContext) -> frozenset[str] | None:
+        if self._order_dependent(ctx):
+            return None
+        filters = self._plain_filters(request, ctx)
+        # The ladder checks health (with MIG conflicts), then type, then uuid, before any usage.
+        return None if filters is None else filters.use_uuids
+
     def may_exceed_devices(
         self, request: ContainerDeviceRequest, devices: Sequence[DeviceInfo], positions: Sequence[int],
         ctx: PodFitContext,

@@ -318,6 +318,14 @@ class Vendor(Protocol):
         asking more memory than any device has free); None when the verdict is not that simple."""
         ...
 
+    def pinned_devices(self, request: ContainerDeviceRequest, ctx: PodFitContext) -> frozenset[str] | None:
+        """The device ids `request` is restricted to (the pod's use-uuid filter) when the vendor's
+        verdict on a node holding none of them reads only that node's inventory (devices, health,
+        cordon, MIG conflict flags), never its usage; else None. The engine then re-judges such a
+        node for the pod only when its inventory changed (most retries of a pinned pod otherwise
+        re-judge every node whose usage moved)."""
+        ...
+
     def may_exceed_devices(
         self, request: ContainerDeviceRequest, devices: Sequence[DeviceInfo], positions: Sequence[int],
         ctx: PodFitContext,

@@ -58,6 +58,7 @@ from vgpu_scheduler.engine.fit import (
     PodFitContext,
     evaluate_node,
     node_judge,
+    node_pins,
     node_shortfall,
     pod_fit_context,
 )
@@ -259,6 +260,8 @@ class _PodSetup:
     scored: bool
     """Some vendor asked may score nodes (`_scoring_vendors`)."""
     best_fit: bool
+    pins: frozenset[str] | None
+    """`engine.fit.node_pins`: on a node with none of these devices the verdict reads no usage."""
 
 
 MAX_POD_SETUPS = 4096
@@ -300,6 +303,7 @@ def _pod_setup(
         fingerprint=pod_fingerprint(requests, n_init, ctx), needs=_needs(requests, vendors),
         asked=_asked(requests), scored=bool(_scoring_vendors(requests, vendors)),
         best_fit=ctx.policy == BEST_FIT and not ctx.numa_bind,
+        pins=node_pins(ctx, requests, n_init),
     )
 
 
@@ -426,6 +430,10 @@ def decide(
     judge = verdicts.judge(lambda: node_judge(ctx, requests, n_init))
 
     current, entries = ledger.current, verdicts.entries
+    pins = setup.pins
+    # A pod pinned to some devices: elsewhere, a verdict holds while the node's inventory does.
+    holders = ledger.holders(pins) if pins is not None else None
+    inventory_tick = ledger.inventory_tick
 
     def verdict_of(node: str) -> NodeFit | str | None:
         """The node's fit or reason; None when it is not registered (any more)."""
@@ -434,8 +442,12 @@ def decide(
             return None
         gen, view = known
         entry = entries.get(node)  # `verdicts.get`, inline: this runs for every node changed
-        if entry is not None and entry[0] == gen:
-            return entry[1]
+        if entry is not None:
+            if entry[0] == gen:
+                return entry[1]
+            if holders is not None and node not in holders and inventory_tick(node) <= entry[0]:
+                entries[node] = (gen, entry[1])
+                return entry[1]
         fit = fitted.get(node)
         if fit is not None:
             return fit
@@ -461,6 +473,7 @@ def decide(
         answer = _decide_from_snapshot(
             snapshot,
             verdict_of,
+            _changed_since(ledger, snapshot.tick, holders),
             ledger=ledger,
             needs=needs,
             eligible=eligible,
@@ -544,9 +557,24 @@ def _short_of_memory(short: tuple[str, int, MemoryShortfall], ledger: DeviceLedg
     return shortfall.text(devices)
 
 
+def _changed_since(ledger: DeviceLedger, tick: int, holders: frozenset[str] | None) -> Iterable[str] | None:
+    """The nodes whose verdict may have changed since `tick` (repeats possible; None when no
+    longer known): those whose generation moved, or for a pod pinned to the devices of `holders`,
+    the holders whose generation moved and the nodes whose inventory changed."""
+    if holders is None:
+        return ledger.changed_since(tick)
+    changed = ledger.inventory_changed_since(tick)
+    if changed is None:
+        return None
+    generation = ledger.generation
+    changed.extend(node for node in holders if generation(node) > tick)
+    return changed
+
+
 def _decide_from_snapshot(
     snapshot: Snapshot,
     verdict_of: Callable[[str], NodeFit | str | None],
+    changed: Iterable[str] | None,
     *,
     ledger: DeviceLedger,
     needs: tuple[_Need, ...],
@@ -560,11 +588,12 @@ def _decide_from_snapshot(
     fit, or None when the walk must run (snapshot too old, or a choice the caller wants the walk's
     `failed` for).
 
+    `changed`: the nodes to re-evaluate (`_changed_since`).
+
     The walk visits free nodes that may fit in policy order, then busy ones, then the skipped
     ones, and takes the first that fits; so among the nodes that fit, the chosen one is the least
     by (that category, policy order), whatever the nodes that do not fit.
     """
-    changed = ledger.changed_since(snapshot.tick)
     if changed is None:
         return None
     for node in set(changed):

@@ -106,6 +106,20 @@ def node_shortfall(
     return None if shortfall is None else (key, req.nums, shortfall)
 
 
+def node_pins(
+    ctx: PodFitContext, requests: Sequence[ContainerRequests], n_init: int
+) -> frozenset[str] | None:
+    """`Vendor.pinned_devices` of a pod whose order-free verdict judges one request (`node_judge`):
+    on a node holding none of these ids, the pod's verdict reads only the node's inventory (the
+    NodeInsufficientDevice pre-check included); else None."""
+    single = _single_request(requests, _prepared(ctx, requests, n_init)[0])
+    if single is None:
+        return None
+    key, req = single
+    vendor = ctx.vendors.get(key)
+    return None if vendor is None else vendor.pinned_devices(req, ctx)
+
+
 def _single_request(
     requests: Sequence[ContainerRequests], plan: ContainerPlan
 ) -> tuple[str, ContainerDeviceRequest] | None:

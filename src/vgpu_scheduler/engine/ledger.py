@@ -9,6 +9,9 @@ score-ordered index of the nodes, a lazily refreshed `NodeSummary` that lets the
 nodes that cannot possibly fit, and a per-node *generation*: a number that changes whenever
 anything a fit reads on that node may have changed (inventory, cordon/annotations, usage, MIG
 placements, conflict flags), so a verdict computed at one generation is still valid at the same one.
+A second, sparser log records the *inventory* changes alone (devices, health, cordon, annotations,
+registration, touches and conflict flags flipping: everything but plain usage), for verdicts that
+read no usage on most nodes (`inventory_changed_since`, `holders`).
 It also groups the nodes by *bound class* (`bound_classes`): what the vendors' score bounds read of
 a node's annotations, worked out once per registration, so a decision bounds each class once
 instead of each node (`decide._decide_bounded`).
@@ -66,6 +69,7 @@ class _Node:
         "conflicts",
         "gen",
         "index",
+        "inventory_tick",
         "score",
         "summary",
         "total",
@@ -93,6 +97,8 @@ class _Node:
         self.score = 0.0
         self.summary: NodeSummary | None = None
         self.gen = 0
+        self.inventory_tick = 0
+        """The generation of the node's last inventory change (see module doc)."""
         self.bound_class: Hashable = ()
 
     def compute_score(self) -> float:
@@ -142,6 +148,11 @@ class DeviceLedger:
         # reader can ask which nodes changed since a tick it saw (`changed_since`).
         self._changes: list[str] = []
         self._changes_start = 0
+        # (tick, node) of each inventory change after `_changes_start`, oldest first.
+        self._inventory_log: list[tuple[int, str]] = []
+        # Device id -> the registered nodes listing it, and `holders` answers since a node came or went.
+        self._by_device: dict[str, set[str]] = {}
+        self._holders: dict[frozenset[str], frozenset[str]] = {}
         # Registered nodes grouped by their set of device types (few groups: one per node model),
         # and the answers of `nodes_with` since the groups last changed.
         self._by_types: dict[frozenset[str], set[str]] = {}
@@ -173,6 +184,7 @@ class DeviceLedger:
             old.view.annotations = annotations
             old.summary = None
             self._bump(old)
+            self._log_inventory(old)
             self._reclass(node_name, old)
             return
         view = NodeView(node_name, list(devices), [DeviceUsage() for _ in devices], cordoned, annotations)
@@ -192,7 +204,13 @@ class DeviceLedger:
             self._unorder(old.score, name)
             del self._nodes[name]
             if new is None:
-                self._log_change(name)  # readers of changed_since learn it is gone
+                # Readers of changed_since and inventory_changed_since learn it is gone.
+                self._inventory_log.append((self._log_change(name), name))
+            for dev in old.view.devices:
+                holding = self._by_device[dev.id]
+                holding.discard(name)
+                if not holding:
+                    del self._by_device[dev.id]
             group = self._by_types[old.types]
             group.discard(name)
             _unorder(self._group_order[old.types], old.score, name)
@@ -203,7 +221,10 @@ class DeviceLedger:
         if new is not None:
             new.score = new.compute_score()
             self._bump(new)
+            self._log_inventory(new)
             self._nodes[name] = new
+            for dev in new.view.devices:
+                self._by_device.setdefault(dev.id, set()).add(name)
             insort(self._order, (new.score, name))
             insort(self._desc, (-new.score, name))
             self._by_types.setdefault(new.types, set()).add(name)
@@ -212,6 +233,7 @@ class DeviceLedger:
         self._with.clear()
         self._groups_with.clear()
         self._classes_with.clear()
+        self._holders.clear()
 
     def _reclass(self, name: str, node: _Node) -> None:
         """Put a registered node in the group of its bound class (after its annotations were set)."""
@@ -245,8 +267,10 @@ class DeviceLedger:
         self._by_node.setdefault(alloc.node, set()).add(alloc.uid)
         node = self._nodes.get(alloc.node)
         if node is not None:
-            self._apply(node, alloc, +1)
+            flipped = self._apply(node, alloc, +1)
             self._rescore(alloc.node, node)
+            if flipped:
+                self._log_inventory(node)
         return old
 
     def remove_pod(self, uid: str) -> PodAllocation | None:
@@ -261,8 +285,10 @@ class DeviceLedger:
                 del self._by_node[alloc.node]
         node = self._nodes.get(alloc.node)
         if node is not None:
-            self._apply(node, alloc, -1)
+            flipped = self._apply(node, alloc, -1)
             self._rescore(alloc.node, node)
+            if flipped:
+                self._log_inventory(node)
         return alloc
 
     def rebuild_from(self, pods: Iterable[PodAllocation]) -> None:
@@ -286,9 +312,15 @@ class DeviceLedger:
         node = self._nodes.get(node_name)
         if node is not None:
             self._bump(node)
+            self._log_inventory(node)
 
     def _bump(self, node: _Node) -> None:
         node.gen = self._log_change(node.view.name)
+
+    def _log_inventory(self, node: _Node) -> None:
+        """Record the node's latest generation as an inventory change too."""
+        node.inventory_tick = node.gen
+        self._inventory_log.append((node.gen, node.view.name))
 
     def _log_change(self, name: str) -> int:
         """A new tick, logged as a change of node `name`."""
@@ -296,6 +328,7 @@ class DeviceLedger:
         if len(self._changes) >= MAX_CHANGES:  # older readers start afresh (changed_since: None)
             self._changes = []
             self._changes_start = self._tick - 1
+            self._inventory_log = []
         self._changes.append(name)
         return self._tick
 
@@ -314,11 +347,13 @@ class DeviceLedger:
             insort(self._desc, (-score, name))
 
     @staticmethod
-    def _apply(node: _Node, alloc: PodAllocation, sign: int) -> None:
-        """Add (sign=+1) or take back (sign=-1) one pod's contribution to a node; never below 0."""
+    def _apply(node: _Node, alloc: PodAllocation, sign: int) -> bool:
+        """Add (sign=+1) or take back (sign=-1) one pod's contribution to a node; never below 0.
+        True when some device's conflict flag flipped (an inventory change, see module doc)."""
         devices = node.view.devices
         usage = node.view.usage
         index = node.index
+        flipped = False
         mig_gpus = {m.gpu_uuid for m in alloc.mig}
         for containers in alloc.devices.values():
             for container in containers:
@@ -344,13 +379,13 @@ class DeviceLedger:
                     total.usedcores += cores
                     if devices[i].mode == MIG_MODE and dev.uuid not in mig_gpus:
                         # A MIG device used without a placement fails closed (§5.2).
-                        _conflict(node, i, sign)
+                        flipped = _conflict(node, i, sign) or flipped
         for m in alloc.mig:
             i = index.get(m.gpu_uuid)
             if i is None:
                 continue
             if devices[i].mode != MIG_MODE:
-                _conflict(node, i, sign)
+                flipped = _conflict(node, i, sign) or flipped
                 continue
             taken = usage[i].mig_taken
             entry = (m.profile, m.placement)
@@ -358,6 +393,7 @@ class DeviceLedger:
                 taken.append(entry)
             elif entry in taken:
                 taken.remove(entry)
+        return flipped
 
     # -- reads -----------------------------------------------------------------------------------
 
@@ -458,6 +494,27 @@ class DeviceLedger:
             return None
         return self._changes[tick - self._changes_start :]
 
+    def inventory_changed_since(self, tick: int) -> list[str] | None:
+        """The nodes whose inventory changed (see module doc), or that were removed, after `tick`
+        (repeats possible); None when that is no longer known."""
+        if tick < self._changes_start or tick > self._tick:
+            return None
+        log = self._inventory_log
+        return [name for _, name in log[bisect_left(log, (tick + 1,)):]]
+
+    def inventory_tick(self, node_name: str) -> int:
+        """The generation of the node's last inventory change (0 for unknown nodes)."""
+        node = self._nodes.get(node_name)
+        return node.inventory_tick if node is not None else 0
+
+    def holders(self, ids: frozenset[str]) -> frozenset[str]:
+        """The registered nodes with a device of one of `ids` (kept until a node comes or goes)."""
+        found = self._holders.get(ids)
+        if found is None:
+            by_device = self._by_device
+            found = self._holders[ids] = frozenset().union(*(by_device.get(i, ()) for i in ids))
+        return found
+
     def current(self, node_name: str) -> tuple[int, NodeView] | None:
         """(generation, live view) of a registered node, in one lookup (see `generation`, `view`)."""
         node = self._nodes.get(node_name)
@@ -546,9 +603,12 @@ def _by_score(order: list[tuple[float, str]], descending: bool) -> Iterator[tupl
         end = start
 
 
-def _conflict(node: _Node, i: int, sign: int) -> None:
+def _conflict(node: _Node, i: int, sign: int) -> bool:
+    """Count one conflict on device `i` in or out; True when its flag flipped."""
     node.conflicts[i] = max(node.conflicts[i] + sign, 0)
-    node.view.usage[i].mig_conflict = node.conflicts[i] > 0
+    usage = node.view.usage[i]
+    was, usage.mig_conflict = usage.mig_conflict, node.conflicts[i] > 0
+    return was != usage.mig_conflict
 
 
 def _with_pod(
