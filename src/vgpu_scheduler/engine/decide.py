@@ -260,8 +260,6 @@ class _PodSetup:
     scored: bool
     """Some vendor asked may score nodes (`_scoring_vendors`)."""
     best_fit: bool
-    pins: frozenset[str] | None
-    """`engine.fit.node_pins`: on a node with none of these devices the verdict reads no usage."""
 
 
 MAX_POD_SETUPS = 4096
@@ -303,7 +301,6 @@ def _pod_setup(
         fingerprint=pod_fingerprint(requests, n_init, ctx), needs=_needs(requests, vendors),
         asked=_asked(requests), scored=bool(_scoring_vendors(requests, vendors)),
         best_fit=ctx.policy == BEST_FIT and not ctx.numa_bind,
-        pins=node_pins(ctx, requests, n_init),
     )
 
 
@@ -430,7 +427,7 @@ def decide(
     judge = verdicts.judge(lambda: node_judge(ctx, requests, n_init))
 
     current, entries = ledger.current, verdicts.entries
-    pins = setup.pins
+    pins = verdicts.pins(lambda: node_pins(ctx, requests, n_init))
     # A pod pinned to some devices: elsewhere, a verdict holds while the node's inventory does.
     holders = ledger.holders(pins) if pins is not None else None
     inventory_tick = ledger.inventory_tick

@@ -133,7 +133,7 @@ class Snapshot:
 class VerdictGroup(Generic[V]):
     """The cached not-fit reasons (or other per-node values) of one pod fingerprint, per node."""
 
-    __slots__ = ("_cache", "_judge", "entries", "last_used", "quota_token", "ranking", "snapshot")
+    __slots__ = ("_cache", "_judge", "_pins", "entries", "last_used", "quota_token", "ranking", "snapshot")
 
     def __init__(self, cache: VerdictCache[V], token: int | None) -> None:
         # None once evicted or cleared: later puts are dropped so the cache's size stays exact.
@@ -145,6 +145,7 @@ class VerdictGroup(Generic[V]):
         self.ranking: Ranking | None = None
         """Fit-score groups: the visit order of the pod's decisions (`engine/ranking.py`)."""
         self._judge: tuple[NodeJudge | None] | None = None
+        self._pins: tuple[frozenset[str] | None] | None = None
 
     def judge(self, make: Callable[[], NodeJudge | None]) -> NodeJudge | None:
         """The pods' node judge (`engine.fit.node_judge`), made once per group: what it reads of a
@@ -152,6 +153,12 @@ class VerdictGroup(Generic[V]):
         if self._judge is None:
             self._judge = (make(),)
         return self._judge[0]
+
+    def pins(self, make: Callable[[], frozenset[str] | None]) -> frozenset[str] | None:
+        """The pods' pinned devices (`engine.fit.node_pins`), made once per group like `judge`."""
+        if self._pins is None:
+            self._pins = (make(),)
+        return self._pins[0]
 
     def get(self, node: str, generation: int) -> V | None:
         """The value cached for `node` at `generation`, else None."""
