@@ -1,8 +1,9 @@
 """A pod pinned to some devices (`nvidia.com/use-gpuuuid`): on a node holding none of them its
 verdict reads only the node's inventory (`Vendor.pinned_devices`), so `decide` re-judges such a node
 only when the ledger logs an inventory change there (`DeviceLedger.inventory_changed_since`,
-`inventory_tick`). Over random sequences of usage, conflict, cordon, health and registration
-changes, every decision equals the one a state without cached verdicts makes."""
+`inventory_tick`), and pinned pods of one class share those verdicts (`engine/pinned.py`). Over
+random sequences of usage, conflict, cordon, health and registration changes and pods of several
+classes, every decision equals the one a state without cached verdicts makes."""
 
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ from vgpu_scheduler.wire import keys
 VENDORS = build()
 NODES = ["n0", "n1", "n2", "n3"]
 DEVICES = 2
+TYPES = ("NVIDIA-A100", "NVIDIA-H100")
 
 
 def dev_id(node: str, i: int) -> str:
@@ -34,7 +36,8 @@ def dev_id(node: str, i: int) -> str:
 
 def register(state: SchedulerState, node: str, healthy: tuple[bool, ...] = (True,) * DEVICES,
              cordoned: frozenset[str] = frozenset()) -> None:
-    infos = [device(dev_id(node, i), index=i, count=2, devmem=8000, health=h) for i, h in enumerate(healthy)]
+    infos = [device(dev_id(node, i), index=i, count=2, devmem=8000, health=h, type=TYPES[i % 2])
+             for i, h in enumerate(healthy)]
     state.set_node_devices(node, infos, cordoned)
 
 
@@ -45,14 +48,17 @@ def fleet() -> SchedulerState:
     return state
 
 
-def pinned(ids: list[str], gpus: int = 1, mem: int = 3000, uid: str = "p") -> dict[str, Any]:
-    return pod_object(uid, namespace="team", uid=uid, phase="Pending",
-                      annotations={keys.USE_GPUUUID: ",".join(ids)},
+def pinned(ids: list[str], gpus: int = 1, mem: int = 3000, uid: str = "p", gpu_type: str | None = None
+           ) -> dict[str, Any]:
+    annotations = {keys.USE_GPUUUID: ",".join(ids)}
+    if gpu_type is not None:
+        annotations[keys.USE_GPUTYPE] = gpu_type
+    return pod_object(uid, namespace="team", uid=uid, phase="Pending", annotations=annotations,
                       containers=[gpu_container("c", gpus=gpus, mem=mem)])
 
 
-def run(pod: dict[str, Any], state: SchedulerState) -> Decision:
-    return decide(pod, NODES, state, default_node_policy="binpack", default_gpu_policy="spread", now=0)
+def run(pod: dict[str, Any], state: SchedulerState, names: list[str] = NODES) -> Decision:
+    return decide(pod, names, state, default_node_policy="binpack", default_gpu_policy="spread", now=0)
 
 
 def outcome(d: Decision) -> Any:
@@ -163,11 +169,12 @@ op_st = st.one_of(
     st.tuples(st.just("health"), node_st, dev_st),
     st.tuples(st.just("drop"), node_st),
     st.tuples(st.just("decide"), st.lists(st.tuples(node_st, dev_st), min_size=1, max_size=2),
-              st.integers(1, 2), st.sampled_from([1000, 5000, 9000])),
+              st.integers(1, 3), st.sampled_from([1000, 5000, 9000]), st.sampled_from([None, "A100", "H100"]),
+              st.sets(node_st)),
 )
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=300, deadline=None)
 @given(ops=st.lists(op_st, min_size=1, max_size=25))
 def test_every_pinned_decision_is_that_of_a_state_without_cached_verdicts(ops: list[tuple[Any, ...]]) -> None:
     state = fleet()
@@ -190,8 +197,10 @@ def test_every_pinned_decision_is_that_of_a_state_without_cached_verdicts(ops: l
         elif kind == "drop":
             state.remove_node(op[1])
         elif kind == "decide":
-            _, pins, gpus, mem = op
-            pod = pinned([dev_id(node, i) for node, i in pins], gpus, mem, uid=f"p{gpus}{mem}")
+            _, pins, gpus, mem, gpu_type, left_out = op
+            ids = [dev_id(node, i) for node, i in pins]
+            pod = pinned(ids, gpus, mem, uid=f"p{'-'.join(ids)}{gpus}{mem}{gpu_type}", gpu_type=gpu_type)
+            names = [node for node in NODES if node not in left_out]
             reference = copy.deepcopy(state)
             reference.verdicts.clear()
-            assert outcome(run(pod, state)) == outcome(run(pod, reference))
+            assert outcome(run(pod, state, names)) == outcome(run(pod, reference, names))

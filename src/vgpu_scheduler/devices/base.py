@@ -30,6 +30,7 @@ from vgpu_scheduler.devices.protocol import (
     NodeBound,
     NodeLockSpec,
     Obj,
+    Pinned,
     PodFitContext,
     QuickJudge,
     ResourceNames,
@@ -400,12 +401,16 @@ class GenericVendor:
             return None  # the memory asked depends on each device
         return MemoryShortfall(max(request.memreq, 0), short_of_memory)
 
-    def pinned_devices(self, request: ContainerDeviceRequest, ctx: PodFitContext) -> frozenset[str] | None:
+    def pinned_devices(self, request: ContainerDeviceRequest, ctx: PodFitContext) -> Pinned | None:
         if self._order_dependent(ctx):
             return None
         filters = self._plain_filters(request, ctx)
-        # The ladder checks health (with MIG conflicts), then type, then uuid, before any usage.
-        return None if filters is None else filters.use_uuids
+        if filters is None or filters.use_uuids is None:
+            return None
+        # The ladder checks health (with MIG conflicts), cordon, type, then uuid, before any usage;
+        # before it, the device-count pre-check reads the count and the mode filter.
+        elsewhere = (self.key, request.nums, filters.use_types, filters.nouse_types, filters.mode)
+        return Pinned(filters.use_uuids, elsewhere)
 
     def may_exceed_devices(
         self, request: ContainerDeviceRequest, devices: Sequence[DeviceInfo], positions: Sequence[int],

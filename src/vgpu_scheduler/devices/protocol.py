@@ -49,6 +49,16 @@ class MemoryShortfall:
 
 
 @dataclass(slots=True, frozen=True)
+class Pinned:
+    """A request restricted to some device ids (the pod's use-uuid filter, `Vendor.pinned_devices`)."""
+
+    ids: frozenset[str]
+    elsewhere: Hashable
+    """Equal for two requests whose verdicts agree on every node holding none of either's ids
+    (what the verdict there reads of the request: its count and type filters, not its uuids)."""
+
+
+@dataclass(slots=True, frozen=True)
 class VendorFlags:
     """The command-line flags vendors read (§1.2): the two gates and the legacy resource names."""
 
@@ -318,12 +328,12 @@ class Vendor(Protocol):
         asking more memory than any device has free); None when the verdict is not that simple."""
         ...
 
-    def pinned_devices(self, request: ContainerDeviceRequest, ctx: PodFitContext) -> frozenset[str] | None:
+    def pinned_devices(self, request: ContainerDeviceRequest, ctx: PodFitContext) -> Pinned | None:
         """The device ids `request` is restricted to (the pod's use-uuid filter) when the vendor's
         verdict on a node holding none of them reads only that node's inventory (devices, health,
         cordon, MIG conflict flags), never its usage; else None. The engine then re-judges such a
         node for the pod only when its inventory changed (most retries of a pinned pod otherwise
-        re-judge every node whose usage moved)."""
+        re-judge every node whose usage moved), and shares those verdicts between pinned pods."""
         ...
 
     def may_exceed_devices(

@@ -65,6 +65,7 @@ from vgpu_scheduler.engine.fit import (
 from vgpu_scheduler.engine.fitcache import fit_key
 from vgpu_scheduler.engine.ledger import DeviceLedger, NodeSummary
 from vgpu_scheduler.engine.nodeview import DeviceUsage, NodeView
+from vgpu_scheduler.engine.pinned import pinned_verdicts
 from vgpu_scheduler.engine.placement import cheapest
 from vgpu_scheduler.engine.podinfo import init_container_count, pod_annotations, pod_key
 from vgpu_scheduler.engine.policy import BEST_FIT
@@ -427,9 +428,9 @@ def decide(
     judge = verdicts.judge(lambda: node_judge(ctx, requests, n_init))
 
     current, entries = ledger.current, verdicts.entries
-    pins = verdicts.pins(lambda: node_pins(ctx, requests, n_init))
+    pinned = verdicts.pins(lambda: node_pins(ctx, requests, n_init))
     # A pod pinned to some devices: elsewhere, a verdict holds while the node's inventory does.
-    holders = ledger.holders(pins) if pins is not None else None
+    holders = ledger.holders(pinned.ids) if pinned is not None else None
     inventory_tick = ledger.inventory_tick
 
     def verdict_of(node: str) -> NodeFit | str | None:
@@ -488,6 +489,17 @@ def decide(
                 vendors=vendors, pod=pod,
             ))
         verdicts.snapshot = None
+    elif pinned is not None and holders is not None and judge is not None:
+        # A new pinned pod (or new candidates): its reasons from its class's, if it fits nowhere.
+        candidates, unregistered = _registered(state, node_names)
+        found = None if unregistered else pinned_verdicts(
+            state.verdicts.elsewhere.current(pinned.elsewhere, ledger), candidates, holders,
+            ledger=ledger, judge=judge, verdict_of=verdict_of,
+        )
+        if found is not None:
+            snapshot = verdicts.snapshot = Snapshot(candidates, found, ledger.tick)
+            failed, counts = snapshot.lend()
+            return _keep(setup, state, NoFit(failed, counts, snapshot))
 
     candidates, unregistered = _registered(state, node_names)
     failed = dict.fromkeys(unregistered, NODE_UNREGISTERED)

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vgpu_scheduler.devices.protocol import FitResult as FitResult
-from vgpu_scheduler.devices.protocol import MemoryShortfall, QuotaCheck, UsageError, Vendor, Vendors
+from vgpu_scheduler.devices.protocol import MemoryShortfall, Pinned, QuotaCheck, UsageError, Vendor, Vendors
 from vgpu_scheduler.devices.protocol import PodFitContext as PodFitContext
 from vgpu_scheduler.engine.nodeview import NodeView
 from vgpu_scheduler.engine.policy import (
@@ -106,9 +106,7 @@ def node_shortfall(
     return None if shortfall is None else (key, req.nums, shortfall)
 
 
-def node_pins(
-    ctx: PodFitContext, requests: Sequence[ContainerRequests], n_init: int
-) -> frozenset[str] | None:
+def node_pins(ctx: PodFitContext, requests: Sequence[ContainerRequests], n_init: int) -> Pinned | None:
     """`Vendor.pinned_devices` of a pod whose order-free verdict judges one request (`node_judge`):
     on a node holding none of these ids, the pod's verdict reads only the node's inventory (the
     NodeInsufficientDevice pre-check included); else None."""

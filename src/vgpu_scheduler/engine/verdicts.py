@@ -31,7 +31,9 @@ from collections import Counter, OrderedDict
 from collections.abc import Callable, Hashable, Sequence
 from typing import Generic, TypeVar, cast
 
+from vgpu_scheduler.devices.protocol import Pinned
 from vgpu_scheduler.engine.fit import NodeJudge, PodFitContext
+from vgpu_scheduler.engine.pinned import ElsewhereCache
 from vgpu_scheduler.engine.quota import QuotaManager
 from vgpu_scheduler.engine.ranking import Ranking
 from vgpu_scheduler.model import ContainerRequests
@@ -145,7 +147,7 @@ class VerdictGroup(Generic[V]):
         self.ranking: Ranking | None = None
         """Fit-score groups: the visit order of the pod's decisions (`engine/ranking.py`)."""
         self._judge: tuple[NodeJudge | None] | None = None
-        self._pins: tuple[frozenset[str] | None] | None = None
+        self._pins: tuple[Pinned | None] | None = None
 
     def judge(self, make: Callable[[], NodeJudge | None]) -> NodeJudge | None:
         """The pods' node judge (`engine.fit.node_judge`), made once per group: what it reads of a
@@ -154,7 +156,7 @@ class VerdictGroup(Generic[V]):
             self._judge = (make(),)
         return self._judge[0]
 
-    def pins(self, make: Callable[[], frozenset[str] | None]) -> frozenset[str] | None:
+    def pins(self, make: Callable[[], Pinned | None]) -> Pinned | None:
         """The pods' pinned devices (`engine.fit.node_pins`), made once per group like `judge`."""
         if self._pins is None:
             self._pins = (make(),)
@@ -190,6 +192,8 @@ class VerdictCache(Generic[V]):
         self.setups: dict[str, object] = {}
         """The decisions' per-pod setup by pod uid (`engine.decide`; it bounds it), kept with the
         state it was worked out for."""
+        self.elsewhere = ElsewhereCache()
+        """Pinned pods' verdicts on the nodes holding none of their devices (`engine/pinned.py`)."""
 
     def group(self, fingerprint: Hashable, token: int | None) -> VerdictGroup[V]:
         """The group of a pod fingerprint (made most recently used), emptied if the quota moved."""
@@ -219,6 +223,7 @@ class VerdictCache(Generic[V]):
                 self._size -= 1
 
     def clear(self) -> None:
+        self.elsewhere.clear()
         for group in self._groups.values():
             group._cache = None
             group.snapshot = None
