@@ -244,6 +244,24 @@ def test_serialisation_is_byte_identical_and_canonical() -> None:
     assert [p["name"] for p in parsed["pods"]] == ["b", "a", "c"]  # lists keep input order
 
 
+def test_serialisation_is_the_indenting_encoders() -> None:
+    """What `json.dumps` with indent 2 writes, whatever the values: exponent floats, escapes,
+    non-ASCII text, empty containers, integer keys, big integers."""
+    report = {
+        "floats": [1e-05, 1e16, 1.5e300, 0.1, -0.0, 123456789012345678.0, 2.0],
+        "text": "tab\t\u2028\x7f\x00\b\f\x01\x1f/\\\"é",
+        "empty": [[], {}, [1, []], {"x": {}}],
+        "ints": {2: 1, 10: 2},
+        "big": 10**30,
+        "nested": {"z": [{"b": True, "a": None}], "a": "ü"},
+    }
+    want = json.dumps(report, sort_keys=True, indent=2, ensure_ascii=False, separators=(",", ": ")) + "\n"
+    assert dumps_report(report) == want
+    assert dumps_report(sample_report()) == json.dumps(
+        sample_report(), sort_keys=True, indent=2, ensure_ascii=False, separators=(",", ": ")
+    ) + "\n"
+
+
 def test_serialisation_rejects_non_finite_numbers() -> None:
     with pytest.raises(ValueError, match="Out of range float"):
         dumps_report(sample_report(makespan=math.inf))

@@ -43,11 +43,12 @@ built and tested without the engine.
 
 from __future__ import annotations
 
-import io
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
+
+import msgspec
 
 from vgpu_scheduler.model import PERCENTAGE_UNSET, ContainerDeviceRequest
 from vgpu_scheduler.wire import objects
@@ -256,13 +257,9 @@ def build_report(
 def dumps_report(report: Mapping[str, Any]) -> str:
     """Canonical text: sorted keys, 2-space indent, UTF-8 kept, trailing newline; NaN/inf rejected.
 
-    The encoder's pieces go to a buffer as they come: `json.dumps` first lists them all (one small
-    string per key, value and indent), which at 50,000 pods peaked at several times the text."""
-    encoder = json.JSONEncoder(
-        sort_keys=True, indent=2, ensure_ascii=False, allow_nan=False, separators=(",", ": ")
-    )
-    out = io.StringIO()
-    for piece in encoder.iterencode(report):
-        out.write(piece)
-    out.write("\n")
-    return out.getvalue()
+    The standard library's C encoder writes it compact (its key order, float and string forms,
+    the NaN check); msgspec then only re-indents those tokens, copying each as it is: byte for
+    byte what `json.dumps(..., indent=2)` gives, without its pure-Python indenting encoder (seconds
+    for a 50,000-pod report)."""
+    compact = json.dumps(report, sort_keys=True, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+    return msgspec.json.format(compact.encode(), indent=2).decode() + "\n"
