@@ -433,6 +433,16 @@ async def test_writer_latest_value_wins_and_never_overlaps(env: Env) -> None:
     await writer.close()
 
 
+async def test_writer_picks_the_oldest_writes_one_per_node_and_none_in_flight(env: Env) -> None:
+    writer = NodeAnnotationWriter(env.client, "example.com/k", concurrency=2)
+    for name, key in [("n1", "a"), ("n1", "b"), ("n2", "a"), ("n3", "a"), ("n4", "a")]:
+        writer._queued[(name, key)] = "v"
+    assert writer._next_writes(2) == [("n1", "a"), ("n2", "a")]
+    writer._inflight.add("n1")
+    assert writer._next_writes(3) == [("n2", "a"), ("n3", "a"), ("n4", "a")]
+    assert writer._next_writes(0) == []
+
+
 # ------------------------------------------------------------------ the loop
 
 
