@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import sys
 from collections import Counter, OrderedDict
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from typing import Generic, TypeVar, cast
 
 from vgpu_scheduler.devices.protocol import Pinned
@@ -40,7 +40,21 @@ from vgpu_scheduler.model import ContainerRequests
 
 DEFAULT_MAX_ENTRIES = 500_000
 
-PodFingerprint = tuple[Hashable, ...]
+
+
+class PodFingerprint(tuple[Hashable, ...]):
+    """A tuple that hashes its items once: it keys the verdict groups on every decision of a
+    waiting pod, and its items (request dataclasses, filters) hash in Python."""
+
+    _hash: int
+
+    def __new__(cls, items: Iterable[Hashable]) -> PodFingerprint:
+        self = super().__new__(cls, items)
+        self._hash = tuple.__hash__(self)
+        return self
+
+    def __hash__(self) -> int:
+        return self._hash
 
 V = TypeVar("V")
 """What is cached per node: a not-fit reason here, a fit's node score in `engine/fitcache.py`."""
@@ -58,7 +72,7 @@ def pod_fingerprint(requests: Sequence[ContainerRequests], n_init: int, ctx: Pod
             vendor = ctx.vendors.get(key)
             if vendor is not None:
                 filters.append((key, ctx.filters(vendor)))
-    return (
+    return PodFingerprint((
         tuple(tuple(creq.items()) for creq in requests),
         n_init,
         ctx.namespace,
@@ -68,7 +82,7 @@ def pod_fingerprint(requests: Sequence[ContainerRequests], n_init: int, ctx: Pod
         ctx.weights,
         ctx.n_init,
         ctx.quota is not None,
-    )
+    ))
 
 
 def quota_token(quota: QuotaManager, namespace: str) -> int | None:
