@@ -457,7 +457,8 @@ def decide(
                 else:  # `put` of a node already counted, inline; the judge's texts are interned
                     entries[node] = (gen, reason)
                 return reason
-        result = evaluate_node(requests, n_init, view, pod, ctx=ctx)
+        # The group's judge is the pod's (`VerdictGroup.judge`): it was just run, or is None.
+        result = evaluate_node(requests, n_init, view, pod, ctx=ctx, judged=True)
         if isinstance(result, NodeFit):
             fitted[node] = result
             return result

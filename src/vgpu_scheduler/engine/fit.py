@@ -83,13 +83,17 @@ NodeJudge = Callable[[NodeView], str | None]
 
 def plan_of(ctx: PodFitContext, requests: Sequence[ContainerRequests], n_init: int) -> ContainerPlan:
     """Which containers ask for devices (cached: the same requests are fitted on every node)."""
-    return _prepared(ctx, requests, n_init)[0]
+    return _prepared(ctx, requests, n_init).plan
 
 
 def node_judge(ctx: PodFitContext, requests: Sequence[ContainerRequests], n_init: int) -> NodeJudge | None:
     """`quick_verdict` of the pod as a function of the node, worked out once per pod (cached like
-    the plan); None when that verdict is always None."""
-    return _prepared(ctx, requests, n_init)[1]
+    the plan, on first use); None when that verdict is always None."""
+    prepared = _prepared(ctx, requests, n_init)
+    if not prepared.judged:
+        prepared.judge = _judge(ctx, requests, prepared.plan)
+        prepared.judged = True
+    return prepared.judge
 
 
 def node_shortfall(
@@ -97,7 +101,7 @@ def node_shortfall(
 ) -> tuple[str, int, MemoryShortfall] | None:
     """(vendor key, devices asked, `Vendor.memory_shortfall`) of a pod whose order-free verdict
     judges one request (`node_judge`), when its vendor offers one; else None."""
-    single = _single_request(requests, _prepared(ctx, requests, n_init)[0])
+    single = _single_request(requests, plan_of(ctx, requests, n_init))
     if single is None:
         return None
     key, req = single
@@ -110,7 +114,7 @@ def node_pins(ctx: PodFitContext, requests: Sequence[ContainerRequests], n_init:
     """`Vendor.pinned_devices` of a pod whose order-free verdict judges one request (`node_judge`):
     on a node holding none of these ids, the pod's verdict reads only the node's inventory (the
     NodeInsufficientDevice pre-check included); else None."""
-    single = _single_request(requests, _prepared(ctx, requests, n_init)[0])
+    single = _single_request(requests, plan_of(ctx, requests, n_init))
     if single is None:
         return None
     key, req = single
@@ -131,16 +135,28 @@ def _single_request(
     return key, req
 
 
-def _prepared(
-    ctx: PodFitContext, requests: Sequence[ContainerRequests], n_init: int
-) -> tuple[ContainerPlan, NodeJudge | None]:
-    for reqs, n, plan, judge in ctx._plans:
-        if reqs is requests and n == n_init:
-            return plan, judge
-    plan = ContainerPlan.of(requests, n_init)
-    judge = _judge(ctx, requests, plan)
-    ctx._plans.append((requests, n_init, plan, judge))
-    return plan, judge
+class _Prepared:
+    """What a pod's requests give once, kept in its context: the plan, and the judge on first use
+    (a pod decided from its group's verdicts never needs its own)."""
+
+    __slots__ = ("judge", "judged", "n_init", "plan", "requests")
+
+    def __init__(self, requests: Sequence[ContainerRequests], n_init: int) -> None:
+        self.requests = requests
+        self.n_init = n_init
+        self.plan = ContainerPlan.of(requests, n_init)
+        self.judge: NodeJudge | None = None
+        self.judged = False
+
+
+def _prepared(ctx: PodFitContext, requests: Sequence[ContainerRequests], n_init: int) -> _Prepared:
+    for prepared in ctx._plans:
+        if prepared.requests is requests and prepared.n_init == n_init:
+            assert isinstance(prepared, _Prepared)
+            return prepared
+    prepared = _Prepared(requests, n_init)
+    ctx._plans.append(prepared)
+    return prepared
 
 
 def _judge(
@@ -411,12 +427,14 @@ def evaluate_node(
     default_policy: str = DEFAULT_GPU_POLICY,
     weights: Weights | None = None,
     quota: QuotaCheck | None = None,
+    judged: bool = False,
 ) -> NodeFit | NodeFailure:
     """Fit every container of a pod on `node` (never mutated) — §5.4.
 
     Pass a prebuilt `ctx` (from `pod_fit_context`) when evaluating many nodes for one pod; else
     it is built from `pod`, `vendors` and the keyword arguments. `requests` is `pod_requests(...)`:
-    one entry per container, the first `n_init` being init containers.
+    one entry per container, the first `n_init` being init containers. `judged`: the caller ran
+    the pod's `node_judge` on this node and it gave no reason (it is not run again).
     """
     if ctx is None:
         ctx = pod_fit_context(
@@ -424,7 +442,7 @@ def evaluate_node(
             weights=weights, quota=quota, n_init=n_init,
         )
     # Most evaluations are of nodes that do not fit: the order-free verdict first, without copies.
-    quick = quick_verdict(requests, n_init, node, ctx)
+    quick = None if judged else quick_verdict(requests, n_init, node, ctx)
     if quick:
         return NodeFailure(quick)
     plan = plan_of(ctx, requests, n_init)
@@ -479,7 +497,7 @@ def quick_verdict(
     common pod: one container asking one vendor whose verdict does not depend on the device
     order (the same checks `_fit_container` runs first); "" when such a pod fits, None when
     this cannot tell."""
-    judge = _prepared(ctx, requests, n_init)[1]
+    judge = node_judge(ctx, requests, n_init)
     return None if judge is None else judge(node)
 
 
