@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from tests import builders
 from vgpu_scheduler.cluster.store import Store
 from vgpu_scheduler.simulate.loop import _extender_args
-from vgpu_scheduler.simulate.nodetable import NodeTable, ScoreCache, VerdictCache
+from vgpu_scheduler.simulate.nodetable import NameSet, NodeTable, ScoreCache, VerdictCache
 from vgpu_scheduler.simulate.predicates import pod_filter_key
 from vgpu_scheduler.simulate.providers import (
     CLUSTER_AUTOSCALER_PROVIDER,
@@ -107,7 +107,9 @@ def _check(
             failed[slot.name] = reason
     assert list(got.feasible) == feasible
     assert got.failed == failed
-    assert got.feasible_set == set(feasible)
+    assert [slot.name in got.feasible_set for slot in table.order] == [
+        slot.name in feasible for slot in table.order
+    ]
     assert got.names_json == msgspec.json.encode(feasible)
     for slot in table.order:
         assert scores.score(p, slot) == provider.score(p, slot.node, slot.info)
@@ -306,3 +308,9 @@ def test_pending_pods_share_equal_failed_nodes_and_not_the_answer_bodies() -> No
     counts = [sys.getrefcount(b) for b in (*bodies, control)]
     assert counts[0] == counts[1] == counts[2]  # what is kept holds no answer body alive
     assert sim._shared_failed({"n1": "x"}) == {"n1": "x"}  # tolerant readings pass through
+
+
+def test_a_name_set_answers_membership_of_its_names() -> None:
+    names = NameSet(["a", "b"])
+    assert "a" in names and "b" in names
+    assert "c" not in names and 1 not in names

@@ -206,13 +206,29 @@ class NodeTable:
         return self._slots.get(node_name)
 
 
+class NameSet:
+    """Membership in a list of names, its set made on the first question: most cycles never ask
+    (a pod that fits nowhere), and a set of thousands of names costs more than the rest of them."""
+
+    __slots__ = ("_set", "names")
+
+    def __init__(self, names: Sequence[str]) -> None:
+        self.names = names
+        self._set: frozenset[str] | None = None
+
+    def __contains__(self, name: object) -> bool:
+        if self._set is None:
+            self._set = frozenset(self.names)
+        return name in self._set
+
+
 @dataclass(slots=True)
 class FilterResult:
     """One cycle's predicate outcome, shared with the cache: read only (the cache replaces these
     objects when the verdicts change, it never changes them)."""
 
     feasible: Sequence[str]
-    feasible_set: frozenset[str]
+    feasible_set: NameSet
     failed: Mapping[str, str]
     positions: Sequence[int] = ()
     """The positions of `feasible` in the table's `order` (ascending, as `feasible` is)."""
@@ -241,7 +257,7 @@ class _Verdicts:
         self.static: list[str | None] = [None] * n
         self.feasible: list[str] = []
         self.positions: list[int] = []
-        self.feasible_set: frozenset[str] = frozenset()
+        self.feasible_set = NameSet(self.feasible)
         self.failed: dict[str, str] = {}
 
 
@@ -345,7 +361,7 @@ class VerdictCache:
         fits = list(compress(range(len(names)), map(is_, reasons, repeat(None))))
         feasible = list(map(names.__getitem__, fits))
         entry.feasible, entry.failed, entry.positions = feasible, failed, fits
-        entry.feasible_set = frozenset(feasible)
+        entry.feasible_set = NameSet(feasible)
 
     def _layout_names(self) -> list[str]:
         """The names of `table.order`, kept per layout."""
