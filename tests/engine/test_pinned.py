@@ -35,10 +35,10 @@ def dev_id(node: str, i: int) -> str:
 
 
 def register(state: SchedulerState, node: str, healthy: tuple[bool, ...] = (True,) * DEVICES,
-             cordoned: frozenset[str] = frozenset()) -> None:
+             cordoned: frozenset[str] = frozenset(), annotations: dict[str, str] | None = None) -> None:
     infos = [device(dev_id(node, i), index=i, count=2, devmem=8000, health=h, type=TYPES[i % 2])
              for i, h in enumerate(healthy)]
-    state.set_node_devices(node, infos, cordoned)
+    state.set_node_devices(node, infos, cordoned, annotations)
 
 
 def fleet() -> SchedulerState:
@@ -101,16 +101,18 @@ def test_usage_is_not_an_inventory_change_but_a_conflict_flag_is() -> None:
     assert ledger.inventory_changed_since(tick) == ["b"]
 
 
-def test_cordon_touch_and_removal_are_inventory_changes() -> None:
+def test_cordon_and_removal_are_inventory_changes_annotations_and_touches_are_not() -> None:
     ledger = DeviceLedger()
     devices = [device("a-g0"), device("a-g1", index=1)]
     ledger.set_node_devices("a", devices)
     ledger.set_node_devices("b", [device("b-g0")])
     tick = ledger.tick
-    ledger.set_node_devices("a", devices, frozenset({"a-g0"}))
+    ledger.set_node_devices("a", devices, annotations={"example.com/k": "v"})
     ledger.touch("b")
+    assert ledger.inventory_changed_since(tick) == []
+    ledger.set_node_devices("a", devices, frozenset({"a-g0"}))
     ledger.remove_node("a")
-    assert ledger.inventory_changed_since(tick) == ["a", "b", "a"]
+    assert ledger.inventory_changed_since(tick) == ["a", "a"]
     assert ledger.inventory_tick("a") == 0
     assert ledger.inventory_changed_since(ledger.tick + 1) is None
 
@@ -168,6 +170,8 @@ op_st = st.one_of(
     st.tuples(st.just("cordon"), node_st, st.booleans()),
     st.tuples(st.just("health"), node_st, dev_st),
     st.tuples(st.just("drop"), node_st),
+    st.tuples(st.just("annotate"), node_st, st.integers(0, 3)),
+    st.tuples(st.just("touch"), node_st),
     st.tuples(st.just("decide"), st.lists(st.tuples(node_st, dev_st), min_size=1, max_size=2),
               st.integers(1, 3), st.sampled_from([1000, 5000, 9000]), st.sampled_from([None, "A100", "H100"]),
               st.sets(node_st)),
@@ -196,6 +200,10 @@ def test_every_pinned_decision_is_that_of_a_state_without_cached_verdicts(ops: l
             register(state, op[1], tuple(health[op[1]]))
         elif kind == "drop":
             state.remove_node(op[1])
+        elif kind == "annotate":
+            register(state, op[1], tuple(health[op[1]]), annotations={"example.com/k": str(op[2])})
+        elif kind == "touch":
+            state.ledger.touch(op[1])
         elif kind == "decide":
             _, pins, gpus, mem, gpu_type, left_out = op
             ids = [dev_id(node, i) for node, i in pins]

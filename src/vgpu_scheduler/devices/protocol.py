@@ -331,7 +331,8 @@ class Vendor(Protocol):
     def pinned_devices(self, request: ContainerDeviceRequest, ctx: PodFitContext) -> Pinned | None:
         """The device ids `request` is restricted to (the pod's use-uuid filter) when the vendor's
         verdict on a node holding none of them reads only that node's inventory (devices, health,
-        cordon, MIG conflict flags), never its usage; else None. The engine then re-judges such a
+        cordon, MIG conflict flags), never its usage, annotations or the vendor's own state noted
+        at filter time (`DeviceLedger.touch`); else None. The engine then re-judges such a
         node for the pod only when its inventory changed (most retries of a pinned pod otherwise
         re-judge every node whose usage moved), and shares those verdicts between pinned pods."""
         ...

@@ -9,9 +9,9 @@ score-ordered index of the nodes, a lazily refreshed `NodeSummary` that lets the
 nodes that cannot possibly fit, and a per-node *generation*: a number that changes whenever
 anything a fit reads on that node may have changed (inventory, cordon/annotations, usage, MIG
 placements, conflict flags), so a verdict computed at one generation is still valid at the same one.
-A second, sparser log records the *inventory* changes alone (devices, health, cordon, annotations,
-registration, touches and conflict flags flipping: everything but plain usage), for verdicts that
-read no usage on most nodes (`inventory_changed_since`, `holders`).
+A second, sparser log records the *inventory* changes alone (devices and their health, cordon,
+registration, and conflict flags flipping; not usage, annotations or touches), for verdicts that
+read nothing else on most nodes (`inventory_changed_since`, `holders`).
 It also groups the nodes by *bound class* (`bound_classes`): what the vendors' score bounds read of
 a node's annotations, worked out once per registration, so a decision bounds each class once
 instead of each node (`decide._decide_bounded`).
@@ -180,11 +180,13 @@ class DeviceLedger:
         annotations = dict(annotations or {})
         old = self._nodes.get(node_name)
         if old is not None and old.view.devices == devices:
+            recordoned = old.view.cordoned != cordoned
             old.view.cordoned = cordoned
             old.view.annotations = annotations
             old.summary = None
             self._bump(old)
-            self._log_inventory(old)
+            if recordoned:
+                self._log_inventory(old)
             self._reclass(node_name, old)
             return
         view = NodeView(node_name, list(devices), [DeviceUsage() for _ in devices], cordoned, annotations)
@@ -312,7 +314,6 @@ class DeviceLedger:
         node = self._nodes.get(node_name)
         if node is not None:
             self._bump(node)
-            self._log_inventory(node)
 
     def _bump(self, node: _Node) -> None:
         node.gen = self._log_change(node.view.name)
