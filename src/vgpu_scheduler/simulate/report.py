@@ -50,6 +50,7 @@ from typing import Any, NamedTuple
 
 import msgspec
 
+from vgpu_scheduler.cluster.transport import gc_paused
 from vgpu_scheduler.model import PERCENTAGE_UNSET, ContainerDeviceRequest
 from vgpu_scheduler.wire import objects
 
@@ -261,5 +262,10 @@ def dumps_report(report: Mapping[str, Any]) -> str:
     the NaN check); msgspec then only re-indents those tokens, copying each as it is: byte for
     byte what `json.dumps(..., indent=2)` gives, without its pure-Python indenting encoder (seconds
     for a 50,000-pod report)."""
-    compact = json.dumps(report, sort_keys=True, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+    # The encoder allocates a list per object; the collector paused, those allocations do not
+    # make it walk the simulation's heap over and over (2.7 s of a 5,000-node report, not 0.1).
+    with gc_paused():
+        compact = json.dumps(
+            report, sort_keys=True, ensure_ascii=False, allow_nan=False, separators=(",", ":")
+        )
     return msgspec.json.format(compact.encode(), indent=2).decode() + "\n"
