@@ -255,6 +255,43 @@ async def test_node_merge_patch_response_matches_fixture(
     assert json.dumps(_no_managed(got)) == json.dumps(_no_managed(want))
 
 
+async def test_write_without_answer_writes_the_same_and_answers_nothing(
+    client: KubeClient, cluster: MemoryCluster
+) -> None:
+    cluster.create("nodes", node_object("n1", typed=True))
+    before = cluster.resource_version
+    assert await client.patch_node("n1", {"metadata": {"annotations": {"x": "1"}}}, answer=False) == {}
+    written = await client.get_node("n1")
+    assert written["metadata"]["annotations"] == {"x": "1"}
+    assert written["metadata"]["resourceVersion"] == str(before + 1) == str(cluster.resource_version)
+    cluster.create("pods", api_pod("a"))
+    assert await client.create("pods", api_pod("b"), answer=False) == {}
+    assert (await client.get_pod("default", "b"))["metadata"]["name"] == "b"
+    status = {"status": {"phase": "Running"}}
+    assert await client.patch("pods", "a", status, "default", subresource="status", answer=False) == {}
+    assert (await client.get_pod("default", "a"))["status"]["phase"] == "Running"
+    uid = (await client.get_pod("default", "b"))["metadata"]["uid"]
+    assert await client.bind_pod("default", "b", uid, "n1", answer=False) == {}
+    assert (await client.get_pod("default", "b"))["spec"]["nodeName"] == "n1"
+
+
+async def test_write_without_answer_still_raises_the_error_status(
+    client: KubeClient, cluster: MemoryCluster, fx: Any
+) -> None:
+    cluster.seed_from_list(fx.pod_list())
+    with pytest.raises(ApiError) as err:
+        await client.patch_pod(
+            "default",
+            "gpu-single",
+            {"metadata": {"resourceVersion": "1", "annotations": {"hami.io/vgpu-node": "gpu-node-1"}}},
+            answer=False,
+        )
+    assert err.value.body == fx.json("api/patch-409-conflict.json")
+    with pytest.raises(ApiError) as err:
+        await client.bind_pod("default", "no-such-pod", "x", "gpu-node-2", answer=False)
+    assert err.value.body == fx.json("api/pods-binding.pod-not-found.response.json")
+
+
 async def test_noop_patch_keeps_resource_version(client: KubeClient, cluster: MemoryCluster) -> None:
     cluster.create("nodes", node_object("n1", labels={"a": "b"}, typed=True))
     before = cluster.resource_version

@@ -296,7 +296,7 @@ class FailingApi:
     async def get_node(self, name: str) -> dict[str, Any]:
         return self.node
 
-    async def patch_node(self, name: str, patch: dict[str, Any]) -> dict[str, Any]:
+    async def patch_node(self, name: str, patch: dict[str, Any], *, answer: bool = True) -> dict[str, Any]:
         self.patches += 1
         raise ApiError(500, status_body(500, "InternalError", "etcdserver: request timed out"))
 
@@ -344,7 +344,7 @@ class ScriptedNodes:
         node["metadata"]["resourceVersion"] = str(self.reads)
         return node
 
-    async def patch_node(self, name: str, patch: dict[str, Any]) -> dict[str, Any]:
+    async def patch_node(self, name: str, patch: dict[str, Any], *, answer: bool = True) -> dict[str, Any]:
         if self.reads < len(self.values):
             raise ApiError(409, status_body(409, "Conflict", "the object has been modified"))
         self.deleted.append(self.values[-1])
@@ -409,7 +409,7 @@ class RecordingApi:
             await self.gate.wait()
         return self.node
 
-    async def patch_node(self, name: str, patch: dict[str, Any]) -> dict[str, Any]:
+    async def patch_node(self, name: str, patch: dict[str, Any], *, answer: bool = True) -> dict[str, Any]:
         self.patches.append(patch)
         if self.conflicts:
             self.conflicts -= 1

@@ -63,7 +63,9 @@ class NodeLockContention(NodeLockError):
 class LockApi(Protocol):
     async def get_node(self, name: str) -> dict[str, Any]: ...
 
-    async def patch_node(self, name: str, patch: dict[str, Any]) -> dict[str, Any]: ...
+    async def patch_node(self, name: str, patch: dict[str, Any], *, answer: bool = True) -> dict[str, Any]:
+        """`answer=False`: the lock never reads what a write answers (see KubeClient)."""
+        ...
 
     async def get_pod(self, namespace: str, name: str) -> dict[str, Any]: ...
 
@@ -234,7 +236,7 @@ class NodeLocker:
                     }
                 }
                 try:
-                    await self._api.patch_node(node_name, patch)
+                    await self._api.patch_node(node_name, patch, answer=False)
                     self.stats.lock_written(node_name, over_another=current is not None)
                     return
                 except ApiError as exc:  # a 409 means a stale read; anything else may pass too
@@ -378,7 +380,7 @@ class NodeLocker:
                     "metadata": {"annotations": {NODE_LOCK: None}, "resourceVersion": _resource_version(node)}
                 }
                 try:
-                    await self._api.patch_node(node_name, patch)
+                    await self._api.patch_node(node_name, patch, answer=False)
                     return
                 except ApiError as exc:
                     if exc.status != 409:

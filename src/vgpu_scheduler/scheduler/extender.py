@@ -91,7 +91,14 @@ class BindApi(Protocol):
     ) -> dict[str, Any]: ...
 
     async def bind_pod(
-        self, namespace: str, name: str, uid: str, node: str, *, resource_version: str | None = None
+        self,
+        namespace: str,
+        name: str,
+        uid: str,
+        node: str,
+        *,
+        resource_version: str | None = None,
+        answer: bool = True,
     ) -> dict[str, Any]: ...
 
 
@@ -671,7 +678,7 @@ class Extender:
             check()
             self.stats.api_calls_in_bind += 1
             await self.api.bind_pod(
-                namespace, name, uid, node, resource_version=objects.resource_version(patched)
+                namespace, name, uid, node, resource_version=objects.resource_version(patched), answer=False
             )
         # A connection error (API server down, --kube-timeout) is a failure like any other: answered
         # in `Error`, and the lock taken before it released, or it would hold the node for 5 min.

@@ -138,7 +138,7 @@ class SimDevicePlugin:
         if written:
             phase = keys.BIND_PHASE_FAILED if error else keys.BIND_PHASE_SUCCESS
             patch = {"metadata": {"annotations": {**written, keys.BIND_PHASE: phase}}}
-            await self.client.patch_pod(namespace, name, patch)
+            await self.client.patch_pod(namespace, name, patch, answer=False)
             if node:
                 await self.locker.release(node, namespace, name)
                 if not error:
@@ -156,7 +156,8 @@ class SimDevicePlugin:
         status: Obj = {"phase": phase}
         if message:
             status.update(reason="UnexpectedAdmissionError", message=message)
-        await self.client.patch("pods", name, {"status": status}, namespace, subresource="status")
+        patch = {"status": status}
+        await self.client.patch("pods", name, patch, namespace, subresource="status", answer=False)
 
     async def finish(self, namespace: str, name: str) -> None:
         """The pod's containers exited 0."""
