@@ -11,7 +11,7 @@ import pytest
 from tests.builders import api_pod
 from tests.builders import node as node_object
 from vgpu_scheduler.cluster import api
-from vgpu_scheduler.cluster.client import KubeClient
+from vgpu_scheduler.cluster.client import JSON_PATCH, KubeClient
 from vgpu_scheduler.cluster.errors import (
     ApiError,
     is_already_exists,
@@ -290,6 +290,23 @@ async def test_write_without_answer_still_raises_the_error_status(
     with pytest.raises(ApiError) as err:
         await client.bind_pod("default", "no-such-pod", "x", "gpu-node-2", answer=False)
     assert err.value.body == fx.json("api/pods-binding.pod-not-found.response.json")
+
+
+async def test_json_patch_is_all_or_nothing(client: KubeClient, cluster: MemoryCluster) -> None:
+    cluster.create("nodes", node_object("n1", annotations={"lock": "mine"}, typed=True))
+    before = cluster.get("nodes", "n1")
+    ops = [
+        {"op": "add", "path": "/metadata/labels", "value": {"a": "b"}},
+        {"op": "test", "path": "/metadata/annotations/lock", "value": "yours"},
+        {"op": "remove", "path": "/metadata/annotations/lock"},
+    ]
+    with pytest.raises(ApiError) as err:
+        await client.patch_node("n1", ops, content_type=JSON_PATCH)
+    assert err.value.status == 422
+    assert cluster.get("nodes", "n1") == before  # the first operation's edit was not kept
+    ops[1]["value"] = "mine"
+    done = await client.patch_node("n1", ops, content_type=JSON_PATCH)
+    assert done["metadata"]["labels"] == {"a": "b"} and "lock" not in done["metadata"]["annotations"]
 
 
 async def test_noop_patch_keeps_resource_version(client: KubeClient, cluster: MemoryCluster) -> None:

@@ -7,7 +7,7 @@ whether that goes over HTTP or into the in-memory cluster.
 from __future__ import annotations
 
 import builtins
-from collections.abc import AsyncGenerator, Mapping
+from collections.abc import AsyncGenerator, Mapping, Sequence
 from typing import Any
 
 from vgpu_scheduler.cluster import api
@@ -256,8 +256,16 @@ class KubeClient:
             meta["resourceVersion"] = resource_version
         return await self.patch_pod(namespace, name, {"metadata": meta})
 
-    async def patch_node(self, name: str, merge_patch: Mapping[str, Any], *, answer: bool = True) -> Obj:
-        return await self.patch(api.NODES, name, merge_patch, answer=answer)
+    async def patch_node(
+        self,
+        name: str,
+        patch: Mapping[str, Any] | Sequence[Mapping[str, Any]],
+        *,
+        answer: bool = True,
+        content_type: str = MERGE_PATCH,
+    ) -> Obj:
+        """A merge patch by default; a JSON patch (a list of operations) with JSON_PATCH."""
+        return await self.patch(api.NODES, name, patch, content_type=content_type, answer=answer)
 
     async def bind_pod(
         self,

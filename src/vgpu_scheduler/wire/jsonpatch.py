@@ -165,9 +165,11 @@ def _require(op: Op, key: str) -> Any:
     return op[key]
 
 
-def apply_patch(doc: Any, ops: Sequence[Op]) -> Any:
-    """Apply RFC 6902 operations to a copy of `doc` and return the result (`doc` is untouched)."""
-    result = copy.deepcopy(doc)
+def apply_patch(doc: Any, ops: Sequence[Op], *, in_place: bool = False) -> Any:
+    """Apply RFC 6902 operations to a copy of `doc` and return the result (`doc` is untouched).
+    `in_place`: `doc` is the caller's private copy, edited instead of copied (left half-patched
+    when an operation fails)."""
+    result = doc if in_place else copy.deepcopy(doc)
     for op in ops:
         kind = op.get("op")
         path = _require(op, "path")
