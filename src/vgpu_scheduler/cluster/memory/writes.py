@@ -126,10 +126,6 @@ def patch(
         # What merging into the object as a GET shows it gives once kind and apiVersion are
         # dropped again below, without that copy (stored objects carry neither).
         base = old
-    elif patch_type == "json":
-        # A JSON patch edits its document in place: a copy of its own, decoded (five times
-        # cheaper than the deep copy the applier would make of `old`).
-        base = {"kind": rt.kind, "apiVersion": rt.api_version, **current.decoded()}
     else:
         base = {"kind": rt.kind, "apiVersion": rt.api_version, **old}  # as a GET shows it
     try:
@@ -138,7 +134,8 @@ def patch(
                 raise ApiError.make(400, "merge patch must be a JSON object")
             new = api.merge_patch(base, patch)
         elif patch_type == "json":
-            new = api.json_patch(base, patch, in_place=True)
+            # Copy on write, like the merge patch: a deep copy of a node costs five decodes.
+            new = api.json_patch(base, patch, share=True)
         else:
             raise ValueError(f"unknown patch type {patch_type!r}")
     except api.PatchError as exc:
