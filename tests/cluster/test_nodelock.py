@@ -300,6 +300,7 @@ def test_probable_lock_is_the_bind_time_in_utc_with_the_pod() -> None:
     assert probable_lock(pod) == format_lock(T0, "ns", "p") == "2026-11-29T21:00:00Z,ns,p"
     assert probable_lock(api_pod("p")) is None
     assert probable_lock(api_pod("p", annotations={BIND_TIME: "soon"})) is None
+    assert probable_lock(api_pod("p", annotations={BIND_TIME: "9" * 30})) is None
 
 
 async def test_retry_waits_for_release(cluster: MemoryCluster, client: KubeClient) -> None:

@@ -160,10 +160,9 @@ def probable_lock(pod: Mapping[str, Any]) -> str | None:
     pod's bind-time and takes the lock in the same second (one clock), here in UTC. None when the
     pod carries no bind-time. Only a guess: `NodeLocker.release(expected=...)` checks it."""
     try:
-        bound_at = int(objects.annotations(pod).get(BIND_TIME, ""))
-    except ValueError:
+        moment = datetime.fromtimestamp(int(objects.annotations(pod).get(BIND_TIME, "")), UTC)
+    except (ValueError, OverflowError, OSError):  # not a number, or no representable time
         return None
-    moment = datetime.fromtimestamp(bound_at, UTC)
     return format_lock(moment, objects.namespace(pod) or "default", objects.name(pod))
 
 

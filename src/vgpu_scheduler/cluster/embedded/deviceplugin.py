@@ -11,10 +11,10 @@ on the wire, for every registered vendor with a to-allocate annotation:
   success` (or `failed`) are merge-patched onto the pod;
 * the node lock `hami.io/mutex.lock` is deleted if it names this pod (`NodeLocker.release`, the same
   code the scheduler uses; first as one guarded write of the value the pod's bind-time says the
-  scheduler wrote, `probable_lock`); a vendor's own lock without holder (`NodeLockSpec.names_holder` false,
-  e.g. Cambricon's) is deleted whatever it holds once that vendor's allocation was consumed without
-  error, as that vendor's plugin does after Allocate (on a failed Allocate it stays until it
-  expires);
+  scheduler wrote, `probable_lock`); a vendor's own lock without holder
+  (`NodeLockSpec.names_holder` false, e.g. Cambricon's) is deleted whatever it holds once that
+  vendor's allocation was consumed without error, as that vendor's plugin does after Allocate (on
+  a failed Allocate it stays until it expires);
 * kubelet then runs the pod: phase `Running`, or `Failed` when the allocation failed (kubelet's
   UnexpectedAdmissionError); a pod with a run time (`DURATION_ANNOTATION`) later goes `Succeeded`.
 
