@@ -11,7 +11,7 @@ import pytest
 from tests.builders import api_pod
 from tests.builders import node as node_object
 from vgpu_scheduler.cluster import api
-from vgpu_scheduler.cluster.client import KubeClient
+from vgpu_scheduler.cluster.client import JSON_PATCH, KubeClient
 from vgpu_scheduler.cluster.errors import (
     ApiError,
     is_already_exists,
@@ -253,6 +253,60 @@ async def test_node_merge_patch_response_matches_fixture(
         {"metadata": {"annotations": {"hami.io/node-handshake": "Requesting_2026-11-29 21:03:30"}}},
     )
     assert json.dumps(_no_managed(got)) == json.dumps(_no_managed(want))
+
+
+async def test_write_without_answer_writes_the_same_and_answers_nothing(
+    client: KubeClient, cluster: MemoryCluster
+) -> None:
+    cluster.create("nodes", node_object("n1", typed=True))
+    before = cluster.resource_version
+    assert await client.patch_node("n1", {"metadata": {"annotations": {"x": "1"}}}, answer=False) == {}
+    written = await client.get_node("n1")
+    assert written["metadata"]["annotations"] == {"x": "1"}
+    assert written["metadata"]["resourceVersion"] == str(before + 1) == str(cluster.resource_version)
+    cluster.create("pods", api_pod("a"))
+    assert await client.create("pods", api_pod("b"), answer=False) == {}
+    assert (await client.get_pod("default", "b"))["metadata"]["name"] == "b"
+    status = {"status": {"phase": "Running"}}
+    assert await client.patch("pods", "a", status, "default", subresource="status", answer=False) == {}
+    assert (await client.get_pod("default", "a"))["status"]["phase"] == "Running"
+    uid = (await client.get_pod("default", "b"))["metadata"]["uid"]
+    assert await client.bind_pod("default", "b", uid, "n1", answer=False) == {}
+    assert (await client.get_pod("default", "b"))["spec"]["nodeName"] == "n1"
+
+
+async def test_write_without_answer_still_raises_the_error_status(
+    client: KubeClient, cluster: MemoryCluster, fx: Any
+) -> None:
+    cluster.seed_from_list(fx.pod_list())
+    with pytest.raises(ApiError) as err:
+        await client.patch_pod(
+            "default",
+            "gpu-single",
+            {"metadata": {"resourceVersion": "1", "annotations": {"hami.io/vgpu-node": "gpu-node-1"}}},
+            answer=False,
+        )
+    assert err.value.body == fx.json("api/patch-409-conflict.json")
+    with pytest.raises(ApiError) as err:
+        await client.bind_pod("default", "no-such-pod", "x", "gpu-node-2", answer=False)
+    assert err.value.body == fx.json("api/pods-binding.pod-not-found.response.json")
+
+
+async def test_json_patch_is_all_or_nothing(client: KubeClient, cluster: MemoryCluster) -> None:
+    cluster.create("nodes", node_object("n1", annotations={"lock": "mine"}, typed=True))
+    before = cluster.get("nodes", "n1")
+    ops = [
+        {"op": "add", "path": "/metadata/labels", "value": {"a": "b"}},
+        {"op": "test", "path": "/metadata/annotations/lock", "value": "yours"},
+        {"op": "remove", "path": "/metadata/annotations/lock"},
+    ]
+    with pytest.raises(ApiError) as err:
+        await client.patch_node("n1", ops, content_type=JSON_PATCH)
+    assert err.value.status == 422
+    assert cluster.get("nodes", "n1") == before  # the first operation's edit was not kept
+    ops[1]["value"] = "mine"
+    done = await client.patch_node("n1", ops, content_type=JSON_PATCH)
+    assert done["metadata"]["labels"] == {"a": "b"} and "lock" not in done["metadata"]["annotations"]
 
 
 async def test_noop_patch_keeps_resource_version(client: KubeClient, cluster: MemoryCluster) -> None:

@@ -20,9 +20,10 @@ from vgpu_scheduler.cluster.nodelock import (
     format_lock,
     format_rfc3339,
     parse_lock,
+    probable_lock,
 )
 from vgpu_scheduler.cluster.transport import MemoryTransport
-from vgpu_scheduler.wire.keys import NODE_LOCK
+from vgpu_scheduler.wire.keys import BIND_TIME, NODE_LOCK
 
 T0 = datetime(2026, 11, 29, 21, 0, 0, tzinfo=UTC)
 
@@ -234,6 +235,74 @@ async def test_release_only_by_the_owner(cluster: MemoryCluster, client: KubeCli
     await locker.release("missing-node", "default", "holder")
 
 
+def _node_requests(cluster: MemoryCluster) -> list[tuple[str, str]]:
+    return [(verb, path) for verb, _, path in cluster.request_log if "/nodes" in path]
+
+
+async def test_release_of_the_expected_value_is_one_write_without_a_read(
+    cluster: MemoryCluster, client: KubeClient
+) -> None:
+    value = format_lock(T0, "default", "holder")
+    cluster.create("nodes", _node("n1", value))
+    cluster.request_log.clear()
+    await NodeLocker(client, now=Clock()).release("n1", "default", "holder", expected=value)
+    assert _lock_of(cluster, "n1") is None
+    assert _node_requests(cluster) == [("patch", "/api/v1/nodes/n1")]
+    await NodeLocker(client, now=Clock()).release("gone", "default", "holder", expected=value)
+    assert _node_requests(cluster)[1:] == [("patch", "/api/v1/nodes/gone")]  # 404: nothing to read
+
+
+@pytest.mark.parametrize(
+    ("held", "released"),
+    [
+        # The guess was wrong but the lock is still this pod's (taken a second later): deleted.
+        pytest.param(format_lock(T0 + timedelta(seconds=1), "default", "holder"), True, id="own, other time"),
+        # Taken over by another pod meanwhile: the guarded write fails, the read says not ours.
+        pytest.param(format_lock(T0, "default", "other"), False, id="another pod's"),
+        # A legacy lock names no owner: released as before (HAMi clears it too).
+        pytest.param(format_rfc3339(T0), True, id="legacy, no owner"),
+        pytest.param(None, False, id="no lock"),
+    ],
+)
+async def test_release_of_an_unexpected_value_falls_back_to_reading_the_node(
+    cluster: MemoryCluster, client: KubeClient, held: str | None, released: bool
+) -> None:
+    cluster.create("nodes", _node("n1", held))
+    before = cluster.get("nodes", "n1")["metadata"]["resourceVersion"]
+    cluster.request_log.clear()
+    expected = format_lock(T0, "default", "holder")
+    await NodeLocker(client, now=Clock()).release("n1", "default", "holder", expected=expected)
+    assert _lock_of(cluster, "n1") == (None if released else held)
+    writes = 2 if released else 1  # the failed guarded write, then the delete read made sure of
+    assert [verb for verb, _ in _node_requests(cluster)] == ["patch", "get", "patch"][:writes + 1]
+    if not released:
+        assert cluster.get("nodes", "n1")["metadata"]["resourceVersion"] == before
+
+
+async def test_an_expected_value_naming_another_pod_is_never_written(
+    cluster: MemoryCluster, client: KubeClient
+) -> None:
+    other = format_lock(T0, "default", "other")
+    cluster.create("nodes", _node("n1", other))
+    cluster.request_log.clear()
+    locker = NodeLocker(client, now=Clock())
+    await locker.release("n1", "default", "holder", expected=other)
+    assert _lock_of(cluster, "n1") == other
+    assert _node_requests(cluster) == [("get", "/api/v1/nodes/n1")]
+    # A forced release judges the value it reads, not a guess: the guess is not tried either.
+    await locker.release("n1", "default", "holder", skip_owner_check=True, expected=other)
+    assert _lock_of(cluster, "n1") is None
+    assert [verb for verb, _ in _node_requests(cluster)] == ["get", "get", "patch"]
+
+
+def test_probable_lock_is_the_bind_time_in_utc_with_the_pod() -> None:
+    pod = api_pod("p", namespace="ns", annotations={BIND_TIME: str(int(T0.timestamp()))})
+    assert probable_lock(pod) == format_lock(T0, "ns", "p") == "2026-11-29T21:00:00Z,ns,p"
+    assert probable_lock(api_pod("p")) is None
+    assert probable_lock(api_pod("p", annotations={BIND_TIME: "soon"})) is None
+    assert probable_lock(api_pod("p", annotations={BIND_TIME: "9" * 30})) is None
+
+
 async def test_retry_waits_for_release(cluster: MemoryCluster, client: KubeClient) -> None:
     cluster.create("pods", _pod("holder"), namespace="default")
     cluster.create("nodes", _node("n1", format_lock(T0, "default", "holder")))
@@ -296,7 +365,7 @@ class FailingApi:
     async def get_node(self, name: str) -> dict[str, Any]:
         return self.node
 
-    async def patch_node(self, name: str, patch: dict[str, Any]) -> dict[str, Any]:
+    async def patch_node(self, name: str, patch: dict[str, Any], *, answer: bool = True) -> dict[str, Any]:
         self.patches += 1
         raise ApiError(500, status_body(500, "InternalError", "etcdserver: request timed out"))
 
@@ -344,7 +413,7 @@ class ScriptedNodes:
         node["metadata"]["resourceVersion"] = str(self.reads)
         return node
 
-    async def patch_node(self, name: str, patch: dict[str, Any]) -> dict[str, Any]:
+    async def patch_node(self, name: str, patch: dict[str, Any], *, answer: bool = True) -> dict[str, Any]:
         if self.reads < len(self.values):
             raise ApiError(409, status_body(409, "Conflict", "the object has been modified"))
         self.deleted.append(self.values[-1])
@@ -409,7 +478,7 @@ class RecordingApi:
             await self.gate.wait()
         return self.node
 
-    async def patch_node(self, name: str, patch: dict[str, Any]) -> dict[str, Any]:
+    async def patch_node(self, name: str, patch: dict[str, Any], *, answer: bool = True) -> dict[str, Any]:
         self.patches.append(patch)
         if self.conflicts:
             self.conflicts -= 1

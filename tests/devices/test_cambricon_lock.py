@@ -124,9 +124,9 @@ class StaleFirstRead:
             return stale
         return await self.client.get_node(name)
 
-    async def patch_node(self, name: str, patch: Obj) -> Obj:
+    async def patch_node(self, name: str, patch: Obj, *, answer: bool = True) -> Obj:
         try:
-            return await self.client.patch_node(name, patch)
+            return await self.client.patch_node(name, patch, answer=answer)
         except ApiError as exc:
             self.conflicts += exc.status == 409
             raise
@@ -169,7 +169,7 @@ class FailingWrites:
     async def get_node(self, name: str) -> Obj:
         return self.node
 
-    async def patch_node(self, name: str, patch: Obj) -> Obj:
+    async def patch_node(self, name: str, patch: Obj, *, answer: bool = True) -> Obj:
         self.patches += 1
         raise ApiError(500, status_body(500, "InternalError", "etcdserver: request timed out"))
 

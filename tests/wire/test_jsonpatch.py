@@ -37,12 +37,41 @@ json_values = st.recursive(
 
 
 @settings(max_examples=200)
-@given(json_values, json_values)
-def test_patch_round_trip(a: Any, b: Any) -> None:
+@given(json_values, json_values, st.booleans())
+def test_patch_round_trip(a: Any, b: Any, share: bool) -> None:
     before = copy.deepcopy(a)
     ops = make_patch(a, b)
-    assert json_equal(apply_patch(a, ops), b)
+    assert json_equal(apply_patch(a, ops, share=share), b)
     assert json_equal(a, before)  # neither function mutates its input
+
+
+@settings(max_examples=200)
+@given(json_values, st.lists(json_values, min_size=1, max_size=4))
+def test_copy_on_write_gives_the_deep_copy_result_and_never_edits_its_input(a: Any, steps: list[Any]) -> None:
+    """A chain of patches (each result the next one's input) with copy-on-write: same results as
+    with a deep copy, and no input of the chain changed by a later patch sharing its parts."""
+    docs, shared, deep = [a], a, copy.deepcopy(a)
+    snapshots = [copy.deepcopy(a)]
+    for target in steps:
+        ops = make_patch(deep, target)
+        deep = apply_patch(deep, ops)
+        shared = apply_patch(shared, ops, share=True)
+        assert json_equal(shared, deep)
+        docs.append(shared)
+        snapshots.append(copy.deepcopy(shared))
+    for doc, snapshot in zip(docs, snapshots, strict=True):
+        assert json_equal(doc, snapshot)
+
+
+def test_copy_on_write_copies_only_the_edited_path() -> None:
+    doc = {"metadata": {"annotations": {"lock": "x", "other": "y"}, "labels": {"a": "b"}}, "spec": {"c": [1]}}
+    path = "/metadata/annotations/lock"
+    ops = [{"op": "test", "path": path, "value": "x"}, {"op": "remove", "path": path}]
+    out = apply_patch(doc, ops, share=True)
+    assert out == {"metadata": {"annotations": {"other": "y"}, "labels": {"a": "b"}}, "spec": {"c": [1]}}
+    assert doc["metadata"]["annotations"] == {"lock": "x", "other": "y"}
+    assert out["spec"] is doc["spec"] and out["metadata"]["labels"] is doc["metadata"]["labels"]
+    assert out is not doc and out["metadata"] is not doc["metadata"]
 
 
 @given(json_values)
@@ -217,8 +246,11 @@ def test_escaping(raw: str, escaped: str) -> None:
         pytest.param({"x": 1}, [{"op": "replace", "path": "", "value": [1]}], [1], id="replace the root"),
     ],
 )
-def test_apply_rfc_examples(doc: Any, ops: list[dict[str, Any]], result: Any) -> None:
-    assert apply_patch(doc, ops) == result
+@pytest.mark.parametrize("share", [False, True], ids=["deep copy", "copy on write"])
+def test_apply_rfc_examples(doc: Any, ops: list[dict[str, Any]], result: Any, share: bool) -> None:
+    before = copy.deepcopy(doc)
+    assert apply_patch(doc, ops, share=share) == result
+    assert doc == before
 
 
 @pytest.mark.parametrize(
@@ -245,6 +277,9 @@ def test_apply_rfc_examples(doc: Any, ops: list[dict[str, Any]], result: Any) ->
         pytest.param({"foo": 1}, {"op": "add", "path": "/foo/x", "value": 1}, id="add under a string"),
     ],
 )
-def test_apply_errors(doc: Any, op: dict[str, Any]) -> None:
+@pytest.mark.parametrize("share", [False, True], ids=["deep copy", "copy on write"])
+def test_apply_errors(doc: Any, op: dict[str, Any], share: bool) -> None:
+    before = copy.deepcopy(doc)
     with pytest.raises(JsonPatchError):
-        apply_patch(doc, [op])
+        apply_patch(doc, [op], share=share)
+    assert doc == before

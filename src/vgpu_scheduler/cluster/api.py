@@ -478,12 +478,13 @@ class PatchError(ValueError):
     """A JSON patch that cannot be applied (bad pointer, failed test)."""
 
 
-def json_patch(target: Any, ops: Any) -> Any:
-    """RFC 6902 JSON patch on a copy of `target` (the webhook's own applier, errors as PatchError)."""
+def json_patch(target: Any, ops: Any, *, share: bool = False) -> Any:
+    """RFC 6902 JSON patch on a copy of `target` (the webhook's own applier, errors as PatchError);
+    `share`: the result shares what the patch leaves alone with `target` (see apply_patch)."""
     if not isinstance(ops, list) or not all(isinstance(op, dict) for op in ops):
         raise PatchError("json patch must be a list of operations")
     try:
-        return apply_patch(target, ops)
+        return apply_patch(target, ops, share=share)
     except JsonPatchError as exc:
         raise PatchError(str(exc)) from exc
 

@@ -7,7 +7,7 @@ whether that goes over HTTP or into the in-memory cluster.
 from __future__ import annotations
 
 import builtins
-from collections.abc import AsyncGenerator, Mapping
+from collections.abc import AsyncGenerator, Mapping, Sequence
 from typing import Any
 
 from vgpu_scheduler.cluster import api
@@ -23,6 +23,10 @@ JSON_PATCH = "application/json-patch+json"
 
 
 class KubeClient:
+    """The write verbs take `answer=False` from a caller that reads nothing of what a success
+    answers: {} comes back then, without decoding the object the server sent (a failure still
+    raises ApiError with its Status)."""
+
     def __init__(self, transport: Transport) -> None:
         self.transport = transport
 
@@ -42,9 +46,10 @@ class KubeClient:
         params: Mapping[str, str] | None = None,
         body: Any = None,
         content_type: str | None = None,
+        answer: bool = True,
     ) -> Obj:
         status, data = await self.transport.request(
-            method, path, params=params, json_body=body, content_type=content_type
+            method, path, params=params, json_body=body, content_type=content_type, answer=answer
         )
         if not 200 <= status < 300:
             raise ApiError(status, data)
@@ -165,11 +170,16 @@ class KubeClient:
             await stream.aclose()  # close the connection now, not when the generator is collected
 
     async def create(
-        self, resource: str | ResourceType, obj: Mapping[str, Any], namespace: str | None = None
+        self,
+        resource: str | ResourceType,
+        obj: Mapping[str, Any],
+        namespace: str | None = None,
+        *,
+        answer: bool = True,
     ) -> Obj:
         rt = api.resource_type(resource)
         ns = namespace or (objects.namespace(obj) if rt.namespaced else None)
-        return await self._call("POST", api.resource_path(rt, ns), body=obj)
+        return await self._call("POST", api.resource_path(rt, ns), body=obj, answer=answer)
 
     async def replace(
         self, resource: str | ResourceType, name: str, obj: Mapping[str, Any], namespace: str | None = None
@@ -187,6 +197,7 @@ class KubeClient:
         *,
         subresource: str | None = None,
         content_type: str = MERGE_PATCH,
+        answer: bool = True,
     ) -> Obj:
         """Merge patch by default (RFC 7386: null deletes a key). `metadata.resourceVersion` inside
         the patch is a precondition: the API answers 409 Conflict when the object changed since."""
@@ -196,6 +207,7 @@ class KubeClient:
             api.resource_path(rt, namespace, name, subresource),
             body=patch,
             content_type=content_type,
+            answer=answer,
         )
 
     async def delete(
@@ -226,8 +238,10 @@ class KubeClient:
     async def get_node(self, name: str) -> Obj:
         return await self.get(api.NODES, name)
 
-    async def patch_pod(self, namespace: str, name: str, merge_patch: Mapping[str, Any]) -> Obj:
-        return await self.patch(api.PODS, name, merge_patch, namespace)
+    async def patch_pod(
+        self, namespace: str, name: str, merge_patch: Mapping[str, Any], *, answer: bool = True
+    ) -> Obj:
+        return await self.patch(api.PODS, name, merge_patch, namespace, answer=answer)
 
     async def patch_pod_labels(
         self,
@@ -242,11 +256,26 @@ class KubeClient:
             meta["resourceVersion"] = resource_version
         return await self.patch_pod(namespace, name, {"metadata": meta})
 
-    async def patch_node(self, name: str, merge_patch: Mapping[str, Any]) -> Obj:
-        return await self.patch(api.NODES, name, merge_patch)
+    async def patch_node(
+        self,
+        name: str,
+        patch: Mapping[str, Any] | Sequence[Mapping[str, Any]],
+        *,
+        answer: bool = True,
+        content_type: str = MERGE_PATCH,
+    ) -> Obj:
+        """A merge patch by default; a JSON patch (a list of operations) with JSON_PATCH."""
+        return await self.patch(api.NODES, name, patch, content_type=content_type, answer=answer)
 
     async def bind_pod(
-        self, namespace: str, name: str, uid: str, node: str, *, resource_version: str | None = None
+        self,
+        namespace: str,
+        name: str,
+        uid: str,
+        node: str,
+        *,
+        resource_version: str | None = None,
+        answer: bool = True,
     ) -> Obj:
         """POST pods/binding with the body kube-scheduler's binder sends (fixtures
         extender/binding-api.request.json); answers the 201 Status. A stale uid gives 409.
@@ -262,7 +291,9 @@ class KubeClient:
             "metadata": meta,
             "target": {"apiVersion": "v1", "kind": "Node", "name": node},
         }
-        return await self._call("POST", api.resource_path(api.PODS, namespace, name, "binding"), body=binding)
+        return await self._call(
+            "POST", api.resource_path(api.PODS, namespace, name, "binding"), body=binding, answer=answer
+        )
 
     async def create_event(self, namespace: str, event: Mapping[str, Any]) -> Obj:
         """Create a core/v1 Event (use `create("events.events.k8s.io", ...)` for the new API)."""

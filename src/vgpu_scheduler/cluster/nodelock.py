@@ -19,9 +19,10 @@ import logging
 import random
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
+from vgpu_scheduler.cluster.client import JSON_PATCH, MERGE_PATCH
 from vgpu_scheduler.cluster.errors import ApiError
 from vgpu_scheduler.cluster.lockstats import (
     EXPIRED,
@@ -35,6 +36,7 @@ from vgpu_scheduler.durations import format_go_duration
 from vgpu_scheduler.engine.podinfo import is_terminal
 from vgpu_scheduler.wire import objects
 from vgpu_scheduler.wire.gotime import GoTimeParseError, parse_rfc3339
+from vgpu_scheduler.wire.jsonpatch import escape_token
 from vgpu_scheduler.wire.keys import BIND_PHASE, BIND_PHASE_FAILED, BIND_TIME, NODE_LOCK
 
 log = logging.getLogger(__name__)
@@ -43,6 +45,7 @@ CONFLICT_RETRIES = 5
 RETRY_STRATEGY = "{Duration:100ms Factor:2 Jitter:0.5 Steps:5 Cap:0s}"
 """HAMi's lock-write backoff as Go prints it (%+v of wait.Backoff) in its failure message."""
 CONTENTION_POLL_SECONDS = 0.1
+_LOCK_POINTER = "/metadata/annotations/" + escape_token(NODE_LOCK)
 
 
 class NodeLockError(Exception):
@@ -63,7 +66,17 @@ class NodeLockContention(NodeLockError):
 class LockApi(Protocol):
     async def get_node(self, name: str) -> dict[str, Any]: ...
 
-    async def patch_node(self, name: str, patch: dict[str, Any]) -> dict[str, Any]: ...
+    async def patch_node(
+        self,
+        name: str,
+        patch: dict[str, Any] | list[dict[str, Any]],
+        *,
+        answer: bool = True,
+        content_type: str = MERGE_PATCH,
+    ) -> dict[str, Any]:
+        """`answer=False`: the lock never reads what a write answers (see KubeClient). A list
+        is a JSON patch (content_type JSON_PATCH)."""
+        ...
 
     async def get_pod(self, namespace: str, name: str) -> dict[str, Any]: ...
 
@@ -140,6 +153,17 @@ def dangling_cause(pod: Mapping[str, Any], node_name: str, held: LockValue) -> s
         if failed_bind_started >= int(held.taken_at.timestamp()):
             return HOLDER_BIND_FAILED
     return None
+
+
+def probable_lock(pod: Mapping[str, Any]) -> str | None:
+    """The value the node lock of a pod just bound most likely holds: the scheduler stamps the
+    pod's bind-time and takes the lock in the same second (one clock), here in UTC. None when the
+    pod carries no bind-time. Only a guess: `NodeLocker.release(expected=...)` checks it."""
+    try:
+        moment = datetime.fromtimestamp(int(objects.annotations(pod).get(BIND_TIME, "")), UTC)
+    except (ValueError, OverflowError, OSError):  # not a number, or no representable time
+        return None
+    return format_lock(moment, objects.namespace(pod) or "default", objects.name(pod))
 
 
 def describe_lock(node: Mapping[str, Any]) -> str:
@@ -234,7 +258,7 @@ class NodeLocker:
                     }
                 }
                 try:
-                    await self._api.patch_node(node_name, patch)
+                    await self._api.patch_node(node_name, patch, answer=False)
                     self.stats.lock_written(node_name, over_another=current is not None)
                     return
                 except ApiError as exc:  # a 409 means a stale read; anything else may pass too
@@ -349,14 +373,31 @@ class NodeLocker:
                 await asyncio.sleep(CONTENTION_POLL_SECONDS)
 
     async def release(
-        self, node_name: str, namespace: str, pod: str, *, skip_owner_check: bool = False
+        self,
+        node_name: str,
+        namespace: str,
+        pod: str,
+        *,
+        skip_owner_check: bool = False,
+        expected: str | None = None,
     ) -> None:
         """Delete the lock if this pod holds it (or unconditionally with skip_owner_check).
 
         A lock without an owner (legacy bare time) or one released with skip_owner_check is only
-        deleted while it is still the value first read: one set meanwhile is someone else's."""
+        deleted while it is still the value first read: one set meanwhile is someone else's.
+
+        `expected`: the value this pod's lock probably holds (`probable_lock`); when it names this
+        pod it is tried first, without reading the node (see `_release_exact`), and only if the
+        lock holds anything else is the node read as above."""
         guard = self._local.setdefault(node_name, asyncio.Lock())
         async with guard:
+            if (
+                expected is not None
+                and not skip_owner_check
+                and expected.endswith(f",{namespace},{pod}")
+                and await self._release_exact(node_name, expected)
+            ):
+                return
             first: str | None = None
             for attempt in range(CONFLICT_RETRIES):
                 try:
@@ -378,13 +419,32 @@ class NodeLocker:
                     "metadata": {"annotations": {NODE_LOCK: None}, "resourceVersion": _resource_version(node)}
                 }
                 try:
-                    await self._api.patch_node(node_name, patch)
+                    await self._api.patch_node(node_name, patch, answer=False)
                     return
                 except ApiError as exc:
                     if exc.status != 409:
                         raise
                     await asyncio.sleep(_backoff(attempt))
             log.warning("gave up releasing the lock of node %s after conflicts", node_name)
+
+    async def _release_exact(self, node_name: str, value: str) -> bool:
+        """Delete the lock if it holds exactly `value`, in one write and no read: a JSON patch
+        testing the value before removing it, which the API server applies atomically to the
+        current node (422, nothing written, when the test fails). True when that is settled (lock
+        deleted, or the node gone); False when the lock holds something else or nothing."""
+        ops = [
+            {"op": "test", "path": _LOCK_POINTER, "value": value},
+            {"op": "remove", "path": _LOCK_POINTER},
+        ]
+        try:
+            await self._api.patch_node(node_name, ops, content_type=JSON_PATCH, answer=False)
+        except ApiError as exc:
+            if exc.status == 404:
+                return True
+            if exc.status in (400, 409, 422):  # the test failed (or no annotations at all)
+                return False
+            raise
+        return True
 
 
 def _backoff(attempt: int) -> float:

@@ -182,7 +182,7 @@ class NodeAnnotationWriter:
 
     async def _write(self, node: str, key: str, value: str | None) -> None:
         try:
-            await self.client.patch_node(node, hs.requesting_patch(key, value))
+            await self.client.patch_node(node, hs.requesting_patch(key, value), answer=False)
             self.written += 1
             log.debug("node %s: %s set to %r", node, key, value)
         except ApiError as exc:

@@ -81,7 +81,7 @@ class StampLocker:
             value = format_rfc3339(self._now())
             patch = {"metadata": {"annotations": {key: value}, "resourceVersion": _resource_version(node)}}
             try:
-                await self._api.patch_node(node_name, patch)
+                await self._api.patch_node(node_name, patch, answer=False)
                 return value
             except ApiError as exc:  # a 409: someone wrote the node since our read; read again
                 log.info("node %s lock %s write failed (%s), retrying", node_name, key, exc.message)
@@ -104,7 +104,7 @@ class StampLocker:
                 return
             patch = {"metadata": {"annotations": {key: None}, "resourceVersion": _resource_version(node)}}
             try:
-                await self._api.patch_node(node_name, patch)
+                await self._api.patch_node(node_name, patch, answer=False)
                 return
             except ApiError as exc:
                 if exc.status != 409:

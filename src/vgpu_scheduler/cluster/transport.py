@@ -39,9 +39,14 @@ class Transport(Protocol):
         params: Mapping[str, str] | None = None,
         json_body: Any = None,
         content_type: str | None = None,
+        answer: bool = True,
     ) -> tuple[int, dict[str, Any]]:
         """One request; returns (HTTP status, decoded JSON body). Non-2xx statuses are returned,
-        not raised; a request that got no answer raises ApiConnectionError."""
+        not raised; a request that got no answer raises ApiConnectionError.
+
+        `answer=False`: the caller reads nothing of a 2xx body, so an empty dict may come back
+        instead of it (a write's answer is the whole object: decoding it for nobody is most of
+        what a small write costs the client). A non-2xx body is always decoded."""
         ...
 
     def stream(
@@ -211,6 +216,7 @@ class HttpTransport:
         params: Mapping[str, str] | None = None,
         json_body: Any = None,
         content_type: str | None = None,
+        answer: bool = True,
     ) -> tuple[int, dict[str, Any]]:
         data = None if json_body is None else _encode(json_body)
         ctype = content_type or ("application/json" if data is not None else None)
@@ -240,6 +246,8 @@ class HttpTransport:
             if status == 401 and attempt == 1:
                 await self._auth.invalidate()  # expired token: re-read it once and retry
                 continue
+            if not answer and 200 <= status < 300:
+                return status, {}  # the body was read (the connection is reused), not decoded
             return status, decode_body(raw)
         raise AssertionError("unreachable")
 
@@ -329,17 +337,23 @@ class MemoryTransport:
         params: Mapping[str, str] | None = None,
         json_body: Any = None,
         content_type: str | None = None,
+        answer: bool = True,
     ) -> tuple[int, dict[str, Any]]:
         await asyncio.sleep(0)  # a network call would yield to the loop; keep that interleaving
         body = None if json_body is None else _encode(json_body)
         started = time.perf_counter()
         # One object's answer comes decoded from its stored bytes: the same dict, without first
         # splicing kind and apiVersion into a copy of those bytes.
-        status, answer = await self.cluster.handle_decoded(
-            method, path, params=params, body=body, content_type=content_type or "application/json"
+        status, got = await self.cluster.handle_decoded(
+            method,
+            path,
+            params=params,
+            body=body,
+            content_type=content_type or "application/json",
+            answer=answer,
         )
         self.stats.record(method, status, time.perf_counter() - started)
-        return status, answer if isinstance(answer, dict) else decode_body(answer)
+        return status, got if isinstance(got, dict) else decode_body(got)
 
     async def stream(
         self, path: str, params: Mapping[str, str] | None = None

@@ -91,7 +91,14 @@ class BindApi(Protocol):
     ) -> dict[str, Any]: ...
 
     async def bind_pod(
-        self, namespace: str, name: str, uid: str, node: str, *, resource_version: str | None = None
+        self,
+        namespace: str,
+        name: str,
+        uid: str,
+        node: str,
+        *,
+        resource_version: str | None = None,
+        answer: bool = True,
     ) -> dict[str, Any]: ...
 
 
@@ -652,13 +659,15 @@ class Extender:
 
         def check() -> None:
             """Raise _Refused when this bind must not write any more."""
-            where = f"bind of pod {namespace}/{name} to {node}"
             if chosen is not None and self._pending.get(uid) is not chosen:
-                raise _Refused(f"{where} superseded by a newer filter", kind="superseded")
+                raise _Refused(f"{where()} superseded by a newer filter", kind="superseded")
             if control.caller_gone:
-                raise _Refused(f"{where} abandoned: the caller went away", kind="cancelled")
+                raise _Refused(f"{where()} abandoned: the caller went away", kind="cancelled")
             if asyncio.get_running_loop().time() >= control.deadline:
-                raise _Refused(f"{where} timed out after {self.bind_timeout:g}s", kind="deadline")
+                raise _Refused(f"{where()} timed out after {self.bind_timeout:g}s", kind="deadline")
+
+        def where() -> str:  # formatted only for a refusal: check() runs several times per bind
+            return f"bind of pod {namespace}/{name} to {node}"
 
         message = ""
         exc_seen: Exception | None = None
@@ -671,7 +680,7 @@ class Extender:
             check()
             self.stats.api_calls_in_bind += 1
             await self.api.bind_pod(
-                namespace, name, uid, node, resource_version=objects.resource_version(patched)
+                namespace, name, uid, node, resource_version=objects.resource_version(patched), answer=False
             )
         # A connection error (API server down, --kube-timeout) is a failure like any other: answered
         # in `Error`, and the lock taken before it released, or it would hold the node for 5 min.

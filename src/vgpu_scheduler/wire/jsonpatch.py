@@ -129,11 +129,45 @@ def _resolve(doc: Any, tokens: Sequence[str], pointer: str) -> Any:
     return node
 
 
-def _add(doc: Any, pointer: str, value: Any) -> Any:
+Owned = dict[int, Any]
+"""The containers a copy-on-write patch made (by id; held so that no id is reused meanwhile)."""
+
+
+def _shallow(value: Any, owned: Owned) -> Any:
+    if isinstance(value, dict | list):
+        value = dict(value) if isinstance(value, dict) else list(value)
+        owned[id(value)] = value
+    return value
+
+
+def _parent(doc: Any, tokens: Sequence[str], pointer: str, owned: Owned | None) -> Any:
+    """The container an operation edits, at `tokens` in `doc`. Copy-on-write (`owned` given):
+    every container on the way that this patch has not copied yet is copied first and put in
+    place of the original, so what the patch edits is never shared with the document it read."""
+    if owned is None:
+        return _resolve(doc, tokens, pointer)
+    node = doc
+    for token in tokens:
+        if isinstance(node, dict):
+            if token not in node:
+                raise JsonPatchError(f"path {pointer!r} does not exist")
+            key: Any = token
+        elif isinstance(node, list):
+            key = _index(node, token, pointer, allow_end=False)
+        else:
+            raise JsonPatchError(f"path {pointer!r} does not exist")
+        child = node[key]
+        if id(child) not in owned:
+            child = node[key] = _shallow(child, owned)
+        node = child
+    return node
+
+
+def _add(doc: Any, pointer: str, value: Any, owned: Owned | None = None) -> Any:
     tokens = _tokens(pointer)
     if not tokens:
         return value
-    parent = _resolve(doc, tokens[:-1], pointer)
+    parent = _parent(doc, tokens[:-1], pointer, owned)
     last = tokens[-1]
     if isinstance(parent, dict):
         parent[last] = value
@@ -144,11 +178,11 @@ def _add(doc: Any, pointer: str, value: Any) -> Any:
     return doc
 
 
-def _remove(doc: Any, pointer: str) -> tuple[Any, Any]:
+def _remove(doc: Any, pointer: str, owned: Owned | None = None) -> tuple[Any, Any]:
     tokens = _tokens(pointer)
     if not tokens:
         raise JsonPatchError("cannot remove the whole document")
-    parent = _resolve(doc, tokens[:-1], pointer)
+    parent = _parent(doc, tokens[:-1], pointer, owned)
     last = tokens[-1]
     if isinstance(parent, dict):
         if last not in parent:
@@ -165,22 +199,27 @@ def _require(op: Op, key: str) -> Any:
     return op[key]
 
 
-def apply_patch(doc: Any, ops: Sequence[Op]) -> Any:
-    """Apply RFC 6902 operations to a copy of `doc` and return the result (`doc` is untouched)."""
-    result = copy.deepcopy(doc)
+def apply_patch(doc: Any, ops: Sequence[Op], *, share: bool = False) -> Any:
+    """Apply RFC 6902 operations to a copy of `doc` and return the result (`doc` is untouched).
+
+    `share`: copy on write instead of a deep copy first. The result shares with `doc` everything
+    no operation edits; only the objects and arrays on an edited path are copied (as a merge
+    patch does), which for a small patch of a large document is much cheaper."""
+    owned: Owned | None = {} if share else None
+    result = _shallow(doc, owned) if owned is not None else copy.deepcopy(doc)
     for op in ops:
         kind = op.get("op")
         path = _require(op, "path")
         if not isinstance(path, str):
             raise JsonPatchError(f"path must be a string, not {path!r}")
         if kind == "add":
-            result = _add(result, path, copy.deepcopy(_require(op, "value")))
+            result = _add(result, path, copy.deepcopy(_require(op, "value")), owned)
         elif kind == "remove":
-            result, _ = _remove(result, path)
+            result, _ = _remove(result, path, owned)
         elif kind == "replace":
             _resolve(result, _tokens(path), path)  # the target must exist
-            result, _ = _remove(result, path) if path else (result, None)
-            result = _add(result, path, copy.deepcopy(_require(op, "value")))
+            result, _ = _remove(result, path, owned) if path else (result, None)
+            result = _add(result, path, copy.deepcopy(_require(op, "value")), owned)
         elif kind in ("move", "copy"):
             source = _require(op, "from")
             if not isinstance(source, str):
@@ -188,13 +227,15 @@ def apply_patch(doc: Any, ops: Sequence[Op]) -> Any:
             if kind == "move":
                 if path.startswith(source + "/"):
                     raise JsonPatchError(f"cannot move {source!r} into its own child {path!r}")
-                result, value = _remove(result, source) if source else (None, result)
+                result, value = _remove(result, source, owned) if source else (None, result)
             else:
                 value = copy.deepcopy(_resolve(result, _tokens(source), source))
-            result = _add(result, path, value)
+            result = _add(result, path, value, owned)
         elif kind == "test":
             if not json_equal(_resolve(result, _tokens(path), path), _require(op, "value")):
                 raise JsonPatchError(f"test failed at {path!r}")
         else:
             raise JsonPatchError(f"unknown operation {kind!r}")
+        if owned is not None and id(result) not in owned:
+            result = _shallow(result, owned)  # a new root (moved, or a whole-document add)
     return result

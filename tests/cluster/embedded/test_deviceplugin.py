@@ -72,10 +72,18 @@ def test_requested_counts_init_first() -> None:
     assert requested_counts(pod, NvidiaVendor()) == [1, 0, 2]
 
 
-def _bound_pod(cluster: MemoryCluster, to_allocate: str, gpus: int) -> dict[str, Any]:
+BIND_TIME = "1767225600"  # 2026-01-01T00:00:00Z, when the scheduler took the lock below
+
+
+def _bound_pod(
+    cluster: MemoryCluster, to_allocate: str, gpus: int, *, stamped: bool = False
+) -> dict[str, Any]:
+    """Pod p bound to n1, whose lock it holds; `stamped`: with the bind-time the lock was taken at."""
     lock = {keys.NODE_LOCK: "2026-01-01T00:00:00Z,default,p"}
     cluster.create("nodes", node("n1", annotations=lock))
     annotations = {keys.VGPU_TO_ALLOCATE: to_allocate, keys.BIND_PHASE: "allocating"}
+    if stamped:
+        annotations[keys.BIND_TIME] = BIND_TIME
     ctr = container("c", image="x", limits={"nvidia.com/gpu": gpus})
     cluster.create("pods", pod("p", annotations=annotations, containers=[ctr]))
     cluster.bind("default", "p", "n1")
@@ -108,13 +116,25 @@ async def test_admit_mismatch_fails_pod_and_still_releases_lock() -> None:
     assert keys.NODE_LOCK not in (cluster.get("nodes", "n1")["metadata"].get("annotations") or {})
 
 
-async def test_admit_keeps_another_pods_lock() -> None:
+@pytest.mark.parametrize("stamped", [False, True], ids=["no bind-time", "bind-time"])
+async def test_admit_keeps_another_pods_lock(stamped: bool) -> None:
     cluster = MemoryCluster(seed=1)
-    pod = _bound_pod(cluster, f"{A};", 1)
+    pod = _bound_pod(cluster, f"{A};", 1, stamped=stamped)
     other = {keys.NODE_LOCK: "2026-01-01T00:00:00Z,default,other"}
     cluster.patch("nodes", "n1", {"metadata": {"annotations": other}})
     await SimDevicePlugin(KubeClient(MemoryTransport(cluster))).admit(pod)
     assert cluster.get("nodes", "n1")["metadata"]["annotations"][keys.NODE_LOCK].endswith(",default,other")
+
+
+async def test_admit_releases_the_lock_its_bind_time_names_without_reading_the_node() -> None:
+    cluster = MemoryCluster(seed=1)
+    pod = _bound_pod(cluster, f"{A};", 1, stamped=True)
+    cluster.request_log.clear()
+    assert (await SimDevicePlugin(KubeClient(MemoryTransport(cluster))).admit(pod)).phase == "Running"
+    assert keys.NODE_LOCK not in (cluster.get("nodes", "n1")["metadata"].get("annotations") or {})
+    assert [(verb, path) for verb, _, path in cluster.request_log if "/nodes" in path] == [
+        ("patch", "/api/v1/nodes/n1")
+    ]
 
 
 async def test_background_plugin_admits_bound_allocating_pods() -> None:

@@ -10,10 +10,11 @@ on the wire, for every registered vendor with a to-allocate annotation:
 * the rewritten to-allocate values (consumed entries emptied, e.g. `;`) and `hami.io/bind-phase:
   success` (or `failed`) are merge-patched onto the pod;
 * the node lock `hami.io/mutex.lock` is deleted if it names this pod (`NodeLocker.release`, the same
-  code the scheduler uses); a vendor's own lock without holder (`NodeLockSpec.names_holder` false,
-  e.g. Cambricon's) is deleted whatever it holds once that vendor's allocation was consumed without
-  error, as that vendor's plugin does after Allocate (on a failed Allocate it stays until it
-  expires);
+  code the scheduler uses; first as one guarded write of the value the pod's bind-time says the
+  scheduler wrote, `probable_lock`); a vendor's own lock without holder
+  (`NodeLockSpec.names_holder` false, e.g. Cambricon's) is deleted whatever it holds once that
+  vendor's allocation was consumed without error, as that vendor's plugin does after Allocate (on
+  a failed Allocate it stays until it expires);
 * kubelet then runs the pod: phase `Running`, or `Failed` when the allocation failed (kubelet's
   UnexpectedAdmissionError); a pod with a run time (`DURATION_ANNOTATION`) later goes `Succeeded`.
 
@@ -34,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 from vgpu_scheduler.cluster.client import KubeClient
 from vgpu_scheduler.cluster.embedded.runtime import InvalidDurationError, duration_seconds
 from vgpu_scheduler.cluster.errors import ApiError
-from vgpu_scheduler.cluster.nodelock import NodeLocker
+from vgpu_scheduler.cluster.nodelock import NodeLocker, probable_lock
 from vgpu_scheduler.cluster.reflector import Reflector
 from vgpu_scheduler.cluster.stamplock import StampLocker
 from vgpu_scheduler.cluster.transport import MemoryTransport
@@ -138,9 +139,11 @@ class SimDevicePlugin:
         if written:
             phase = keys.BIND_PHASE_FAILED if error else keys.BIND_PHASE_SUCCESS
             patch = {"metadata": {"annotations": {**written, keys.BIND_PHASE: phase}}}
-            await self.client.patch_pod(namespace, name, patch)
+            await self.client.patch_pod(namespace, name, patch, answer=False)
             if node:
-                await self.locker.release(node, namespace, name)
+                # The value the scheduler most likely wrote is deleted without reading the node
+                # first (HAMi's plugin reads it: the same outcome, one request fewer).
+                await self.locker.release(node, namespace, name, expected=probable_lock(pod))
                 if not error:
                     await self._release_vendor_locks(node, consumed)
         result = Admission("Failed", error) if error else Admission("Running")
@@ -156,7 +159,8 @@ class SimDevicePlugin:
         status: Obj = {"phase": phase}
         if message:
             status.update(reason="UnexpectedAdmissionError", message=message)
-        await self.client.patch("pods", name, {"status": status}, namespace, subresource="status")
+        patch = {"status": status}
+        await self.client.patch("pods", name, patch, namespace, subresource="status", answer=False)
 
     async def finish(self, namespace: str, name: str) -> None:
         """The pod's containers exited 0."""

@@ -183,11 +183,13 @@ class MemoryCluster:
         params: Mapping[str, str] | None = None,
         body: bytes | None = None,
         content_type: str | None = None,
+        answer: bool = True,
     ) -> tuple[int, bytes | Obj]:
         """`handle` for an in-process caller: an answer that is one object comes decoded (a private
-        dict, as decoding the body would give), any other as the JSON body."""
+        dict, as decoding the body would give), any other as the JSON body. `answer=False`: the
+        caller ignores a success's body; {} comes instead (an error's body still comes)."""
         return await self._rest.handle_decoded(
-            method, path, params=params, body=body, content_type=content_type
+            method, path, params=params, body=body, content_type=content_type, answer=answer
         )
 
     async def open_watch(

@@ -62,14 +62,19 @@ class RestFrontend:
         params: Mapping[str, str] | None = None,
         body: bytes | None = None,
         content_type: str | None = None,
+        answer: bool = True,
     ) -> tuple[int, bytes | Obj]:
         """`handle` for an in-process caller that decodes the answer anyway: an answer that is one
         stored object comes as the dict decoding its bytes would give (kind and apiVersion first),
-        made without splicing those bytes first; any other answer comes as bytes."""
-        status, answer = await self._serve(method, path, params=params, body=body, content_type=content_type)
-        if isinstance(answer, bytes):
-            return status, answer
-        rt, stored = answer
+        made without splicing those bytes first; any other answer comes as bytes. With
+        `answer=False` a success comes as {}: the caller reads none of it (the request is served
+        all the same; only decoding the object for nobody is left out)."""
+        status, served = await self._serve(method, path, params=params, body=body, content_type=content_type)
+        if not answer and 200 <= status < 300:
+            return status, {}
+        if isinstance(served, bytes):
+            return status, served
+        rt, stored = served
         if rt is api.EVENTS_V1:
             return status, out(rt, stored)
         obj: Obj = {"kind": rt.kind, "apiVersion": rt.api_version, **stored.decoded()}
