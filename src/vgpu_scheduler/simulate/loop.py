@@ -348,7 +348,7 @@ class Simulation:
                 await self._finish(payload)
                 cluster_event = "PodDelete"
             else:
-                await self.client.create("pods", payload)
+                await self.client.create("pods", payload, answer=False)
                 arrived.append(pod_key(payload))
         if arrived or cluster_event:
             await self.settle()
@@ -360,7 +360,7 @@ class Simulation:
             self.queue.move_all_to_active_on_event(self.clock.now, cluster_event)
 
     async def _add_node(self, node: Obj) -> None:
-        await self.client.create("nodes", node)
+        await self.client.create("nodes", node, answer=False)
         name = str((node.get("metadata") or {}).get("name") or "")
         await self.settle()
         # The node informer wakes the registration loop; wait for its pass to register the node.
