@@ -39,6 +39,11 @@ more for the pod's own allocation. The chosen
 node is touched (new generation) once the vendors' PatchAnnotations ran, as they may note state a
 later fit there reads.
 
+A pod pinned to device uuids (`Vendor.pinned_devices`) fits at most the nodes holding them; on the
+others its verdict reads only their inventory. Its snapshot is re-checked against those holders and
+the nodes whose inventory changed (`DeviceLedger.inventory_changed_since`), and a new one takes the
+verdicts its class shares on the other nodes (`engine/pinned.py`) instead of walking them.
+
 `evaluate_all=True` runs the fit on every node (for the event listing all fitting nodes, and for the
 tests proving both paths choose the same node and devices).
 """
