@@ -207,13 +207,17 @@ async def test_bad_selectors_are_400(client: KubeClient) -> None:
     assert err.value.status == 400
 
 
+STALE_PATCH = {"metadata": {"resourceVersion": "1", "annotations": {"hami.io/vgpu-node": "gpu-node-1"}}}
+"""A merge patch whose resourceVersion precondition the fixture pod no longer meets (409)."""
+
+
 async def test_merge_patch_precondition_conflict(client: KubeClient, cluster: MemoryCluster, fx: Any) -> None:
     cluster.seed_from_list(fx.pod_list())
     with pytest.raises(ApiError) as err:
         await client.patch_pod(
             "default",
             "gpu-single",
-            {"metadata": {"resourceVersion": "1", "annotations": {"hami.io/vgpu-node": "gpu-node-1"}}},
+            STALE_PATCH,
         )
     assert is_conflict(err.value)
     assert err.value.body == fx.json("api/patch-409-conflict.json")
@@ -283,7 +287,7 @@ async def test_write_without_answer_still_raises_the_error_status(
         await client.patch_pod(
             "default",
             "gpu-single",
-            {"metadata": {"resourceVersion": "1", "annotations": {"hami.io/vgpu-node": "gpu-node-1"}}},
+            STALE_PATCH,
             answer=False,
         )
     assert err.value.body == fx.json("api/patch-409-conflict.json")
