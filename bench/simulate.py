@@ -10,14 +10,13 @@ Prints wall time, pods/s (pods bound per wall second) and scheduling cycles; not
 from __future__ import annotations
 
 import argparse
-import asyncio
 import hashlib
 import resource
 import sys
 import time
 
 from vgpu_scheduler.cluster.embedded.fleet import fleet
-from vgpu_scheduler.simulate.loop import SimulationOptions, simulate
+from vgpu_scheduler.simulate.loop import SimulationOptions, run_to_result, simulate
 from vgpu_scheduler.simulate.providers import DEFAULT_PROVIDER, provider_names
 from vgpu_scheduler.simulate.report import dumps_report
 from vgpu_scheduler.simulate.workload import demo_workload
@@ -39,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     cpu_started = time.process_time()
     options = SimulationOptions(provider=args.provider, seed=args.seed)
-    result = asyncio.run(simulate(nodes, pods, options=options))
+    result = run_to_result(simulate(nodes, pods, options=options))
     wall = time.perf_counter() - started
     cpu = time.process_time() - cpu_started
     summary = result.report["summary"]

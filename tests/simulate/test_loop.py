@@ -239,3 +239,17 @@ async def test_settle_asks_for_bookmarks_only_when_an_informer_cannot_see_the_la
         assert sim.process.quotas.stats.bookmarks > bookmarks[2]
     finally:
         await sim.close()
+
+
+def test_run_to_result_hands_back_the_result_and_the_error() -> None:
+    from vgpu_scheduler.simulate.loop import run_to_result
+
+    async def answer() -> dict[str, int]:
+        return {"pods": 3}
+
+    async def fail() -> None:
+        raise ValueError("no fleet")
+
+    assert run_to_result(answer()) == {"pods": 3}
+    with pytest.raises(ValueError, match="no fleet"):
+        run_to_result(fail())

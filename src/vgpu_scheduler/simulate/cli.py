@@ -16,7 +16,6 @@ seconds, the simulation in simulated seconds).
 from __future__ import annotations
 
 import argparse
-import asyncio
 import importlib.util
 import os
 import sys
@@ -40,6 +39,7 @@ from vgpu_scheduler.simulate.loop import (
     SimulationOptions,
     SimulationResult,
     arrival_seconds,
+    run_to_result,
 )
 from vgpu_scheduler.simulate.plot import INSTALL_HINT
 from vgpu_scheduler.simulate.providers import DEFAULT_PROVIDER, provider_names
@@ -292,7 +292,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     progress, bar = _progress_callback(show, len(inputs.pods))
     started = time.perf_counter()
     try:
-        result = asyncio.run(_run(inputs, args, progress))
+        result = run_to_result(_run(inputs, args, progress))
     finally:
         if bar is not None:
             bar.close()
