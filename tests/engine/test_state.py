@@ -240,3 +240,17 @@ def test_updates_with_the_same_allocation_inputs_reuse_the_decoded_allocation(mo
     assert sorted(s._decoded) == ["uid-r", "uid-t"]
     s.on_pod(scheduled("t", "n1", "GPU-0,NVIDIA,100,0:;", phase="Succeeded"))
     assert sorted(s._decoded) == ["uid-r"]
+
+
+def test_counted_pods_share_their_node_namespace_and_device_strings() -> None:
+    # Each decoded pod object brings its own copies of these strings; 400,000 counted pods would
+    # keep them all. Built by joining pieces so no two start out as one object.
+    s = state()
+    for name in ("a", "b"):
+        pod = scheduled(name, "".join(["n", "1"]), "".join(["GPU-0", ",NVIDIA,100,0:;"]))
+        pod["metadata"]["namespace"] = "".join(["te", "am"])
+        s.on_pod(pod)
+    a, b = sorted(s.pods(), key=lambda alloc: alloc.name)
+    (dev_a,), (dev_b,) = a.devices[NVIDIA][0], b.devices[NVIDIA][0]
+    assert a.node is b.node and a.namespace is b.namespace
+    assert dev_a.uuid is dev_b.uuid and dev_a.type is dev_b.type

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from sys import intern
 from typing import Any
 
 from vgpu_scheduler.model import ContainerDevice, MigAllocation, PodDevices
@@ -141,7 +142,8 @@ def pod_allocation(
     shrunk = previously_shrunk or init_containers_finished(pod, n_init)
     collapsed = collapse_pod_devices(devices, n_init, app_only=shrunk)
     info = counted_info(pod_annotations(pod), counted_keys)
-    return PodAllocation(uid, namespace, name, node, collapsed, tuple(mig), shrunk, info)
+    # Interned: a fleet has a few namespaces and nodes but one copy of each name per pod object.
+    return PodAllocation(uid, intern(namespace), name, intern(node), collapsed, tuple(mig), shrunk, info)
 
 
 NO_INFO: Mapping[str, str] = {}
