@@ -124,6 +124,31 @@ async def test_dropped_watch_loses_nothing(
     assert ("delete", "default/a") in recorder(r).calls
 
 
+MANAGED = [{"manager": "kubectl", "operation": "Update", "apiVersion": "v1", "fieldsType": "FieldsV1",
+            "fieldsV1": {"f:metadata": {"f:labels": {".": {}, "f:x": {}}}}}]
+
+
+async def test_the_cache_keeps_no_managed_fields(
+    reflector: Callable[..., Reflector], cluster: MemoryCluster
+) -> None:
+    # What kube-scheduler's informers drop too: listed and watched objects alike.
+    listed = api_pod("listed")
+    listed["metadata"]["managedFields"] = MANAGED
+    cluster.create("pods", listed)
+    r = reflector()
+    assert await r.wait_synced(10)
+    await eventually(lambda: cluster.watch_count("pods") == 1, "watch")
+    watched = api_pod("watched")
+    watched["metadata"]["managedFields"] = MANAGED
+    cluster.create("pods", watched)
+    await eventually(lambda: r.store.get("default", "watched") is not None, "watched pod")
+    for name in ("listed", "watched"):
+        cached = r.store.get("default", name)
+        assert cached is not None and "managedFields" not in cached["metadata"]
+        assert cached["metadata"]["name"] == name
+        assert cluster.get("pods", name, "default")["metadata"]["managedFields"] == MANAGED
+
+
 async def test_forced_410_relists_and_emits_missed_deletes(
     reflector: Callable[..., Reflector], cluster: MemoryCluster
 ) -> None:

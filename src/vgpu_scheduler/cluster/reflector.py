@@ -31,6 +31,16 @@ log = logging.getLogger(__name__)
 Obj = dict[str, Any]
 
 
+def _without_managed_fields(obj: Obj) -> Obj:
+    """`obj` without metadata.managedFields, as kube-scheduler's informers keep pods: nothing here
+    reads them, and they are a third of a pod's bytes as kube-apiserver sends it (more once kubelet
+    has updated its status). Edited in place: the reflector owns what its client decoded."""
+    meta = obj.get("metadata")
+    if isinstance(meta, dict):
+        meta.pop("managedFields", None)
+    return obj
+
+
 class Handler(Protocol):
     """Synchronous callbacks (the engine is pure); exceptions are logged and do not stop the reflector."""
 
@@ -194,7 +204,7 @@ class Reflector:
 
     def _replace(self, items: list[Obj], rv: str) -> None:
         self.stats.lists += 1
-        fresh = {api.key_of(o): o for o in items}
+        fresh = {api.key_of(o): _without_managed_fields(o) for o in items}
         # Deletes first: the ledger frees devices before the survivors are re-counted.
         for key in self.store.all_keys():
             if key not in fresh:
@@ -236,7 +246,7 @@ class Reflector:
         if type_ == "BOOKMARK":
             self.stats.bookmarks += 1
         elif type_ in ("ADDED", "MODIFIED"):
-            old = self.store.upsert(obj)
+            old = self.store.upsert(_without_managed_fields(obj))
             if old is None:
                 self._call("on_add", obj)
             else:
