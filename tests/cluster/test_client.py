@@ -130,6 +130,15 @@ async def test_pages_are_a_consistent_snapshot(client: KubeClient, cluster: Memo
     items, list_rv = await client.list_all("pods", page_size=3)
     assert sorted(i["metadata"]["name"] for i in items) == ["p0", "p1", "p2", "p3", "p35", "p5", "p6"]
     assert int(list_rv) == cluster.resource_version
+    # `each` maps every item of every page (as they arrive), and only those.
+    seen: list[str] = []
+
+    def named(item: dict[str, Any]) -> dict[str, Any]:
+        seen.append(item["metadata"]["name"])
+        return {"name": item["metadata"]["name"]}
+
+    mapped, _ = await client.list_all("pods", page_size=3, each=named)
+    assert sorted(seen) == sorted(m["name"] for m in mapped) == ["p0", "p1", "p2", "p3", "p35", "p5", "p6"]
 
 
 async def test_expired_continue_is_410_like_the_fixture(

@@ -7,7 +7,7 @@ whether that goes over HTTP or into the in-memory cluster.
 from __future__ import annotations
 
 import builtins
-from collections.abc import AsyncGenerator, Mapping, Sequence
+from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
 from typing import Any
 
 from vgpu_scheduler.cluster import api
@@ -99,8 +99,12 @@ class KubeClient:
         label_selector: str | None = None,
         field_selector: str | None = None,
         page_size: int = 500,
+        each: Callable[[Obj], Obj] | None = None,
     ) -> tuple[builtins.list[Obj], str]:
         """Every item over all pages, and the list's resourceVersion (watch from there).
+
+        `each`, when given, maps every item as its page arrives: what it drops is freed before the
+        next page is decoded, so the next page reuses that memory.
 
         An expired continue token (410 in the middle) falls back to one unpaginated list, as
         client-go's pager does: the pages already read belong to a snapshot that is gone."""
@@ -118,7 +122,8 @@ class KubeClient:
                     field_selector=field_selector, limit=0)
                 items = []
                 token = None
-            items.extend(page.get("items") or [])
+            page_items = page.get("items") or []
+            items.extend(page_items if each is None else map(each, page_items))
             meta = page.get("metadata") or {}
             rv = str(meta.get("resourceVersion") or rv)
             token = meta.get("continue") or None

@@ -199,12 +199,13 @@ class Reflector:
                 label_selector=self.label_selector,
                 field_selector=self.field_selector,
                 page_size=self.page_size,
+                each=_without_managed_fields,
             )
             self._replace(items, rv)
 
     def _replace(self, items: list[Obj], rv: str) -> None:
         self.stats.lists += 1
-        fresh = {api.key_of(o): _without_managed_fields(o) for o in items}
+        fresh = {api.key_of(o): o for o in items}
         # Deletes first: the ledger frees devices before the survivors are re-counted.
         for key in self.store.all_keys():
             if key not in fresh:
