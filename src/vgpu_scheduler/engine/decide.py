@@ -358,6 +358,9 @@ def decide(
 ) -> Decision:
     """Choose a node among `node_names` for `pod` using the live ledger and quotas.
 
+    `node_names` may be kept for the next decisions (a list passed again is then recognised by
+    identity): the caller must not edit it afterwards, only pass a new one.
+
     `deprioritized(node)` true ranks a node after every other fitting node (lock-aware placement:
     its node lock is held, so a bind there would wait or fail); among themselves such nodes keep
     the policy order. With no such node the choice is exactly HAMi's.
@@ -473,7 +476,7 @@ def decide(
     # The snapshot's candidates were registered and distinct: the same names need no partition
     # (a node removed since is in the ledger's changes, and sends the decision to the walk).
     snapshot = verdicts.snapshot
-    if snapshot is not None and snapshot.candidates == node_names:
+    if snapshot is not None and _same_names(snapshot.candidates, node_names):
         answer = _decide_from_snapshot(
             snapshot,
             verdict_of,
@@ -803,6 +806,13 @@ _LAST_CANDIDATES = ("bounded decisions' candidates",)
 candidates."""
 
 
+def _same_names(known: Sequence[str], node_names: Sequence[str]) -> bool:
+    """`known == node_names`, at once when they are one list: a caller that keeps its candidate
+    list passes the same object call after call (the simulator), and comparing 5,000 names item by
+    item on each decision was ~2 % of a 5,000-node run."""
+    return known is node_names or known == node_names
+
+
 def _registered(state: SchedulerState, node_names: Sequence[str]) -> tuple[list[str], list[str]]:
     """`ledger.partition(node_names)`, without the pass over every name (~20 us for 500) when they
     are the last such decision's candidates (registered and distinct then) and no node was
@@ -810,12 +820,15 @@ def _registered(state: SchedulerState, node_names: Sequence[str]) -> tuple[list[
     ledger = state.ledger
     group = state.fits.group(_LAST_CANDIDATES, None)
     last = group.ranking
-    if last is not None and last.candidates == node_names:
+    if last is not None and _same_names(last.candidates, node_names):
         changed = ledger.changed_since(last.tick)
         if changed is not None and all(node in ledger for node in changed):
             last.tick = ledger.tick
             return last.candidates, []
     candidates, unregistered = ledger.partition(node_names)
+    if not unregistered and isinstance(node_names, list) and len(candidates) == len(node_names):
+        # The caller's own list (the same names): its next call with it is recognised at once.
+        candidates = node_names
     group.ranking = Ranking(candidates, ledger.tick, []) if not unregistered else None
     return candidates, unregistered
 
