@@ -123,3 +123,16 @@ def test_setups_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
         run(s, p, memo)
         assert len(s.verdicts.setups) <= 5
     assert "uid-19" in s.verdicts.setups
+
+
+def test_pods_of_one_shape_share_their_groups_fingerprint_object() -> None:
+    # Each pod's setup has its own fingerprint; keeping the group's own (an equal object) makes the
+    # group lookup of every later decision an identity check rather than an item-by-item compare.
+    s, memo = cluster(), PodRequestsMemo(VENDORS)
+    big = {"mem": 9000}
+    first = pod("a", namespace="team", uid="uid-a", resource_version="1", containers=[ctr(**big)])
+    second = pod("b", namespace="team", uid="uid-b", resource_version="1", containers=[ctr(**big)])
+    assert isinstance(run(s, first, memo), NoFit) and isinstance(run(s, second, memo), NoFit)
+    setup_a, setup_b = s.verdicts.setups["uid-a"], s.verdicts.setups["uid-b"]
+    assert isinstance(setup_a, decide_module._PodSetup) and isinstance(setup_b, decide_module._PodSetup)
+    assert setup_b.fingerprint is setup_a.fingerprint

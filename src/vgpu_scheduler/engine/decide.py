@@ -304,7 +304,8 @@ def _pod_setup(
     return _PodSetup(
         requests=requests, resource_version=rv if type(rv) is str else "",
         gpu_policy=gpu_policy, quota=quota, uid=uid, name=name, n_init=n_init, ctx=ctx,
-        fingerprint=pod_fingerprint(requests, n_init, ctx), needs=_needs(requests, vendors),
+        fingerprint=state.verdicts.canonical(pod_fingerprint(requests, n_init, ctx)),
+        needs=_needs(requests, vendors),
         asked=_asked(requests), scored=bool(_scoring_vendors(requests, vendors)),
         best_fit=ctx.policy == BEST_FIT and not ctx.numa_bind,
     )

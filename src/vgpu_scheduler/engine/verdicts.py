@@ -57,6 +57,7 @@ class PodFingerprint(tuple[Hashable, ...]):
         return self._hash
 
 V = TypeVar("V")
+H = TypeVar("H", bound=Hashable)
 """What is cached per node: a not-fit reason here, a fit's node score in `engine/fitcache.py`."""
 
 
@@ -149,11 +150,15 @@ class Snapshot:
 class VerdictGroup(Generic[V]):
     """The cached not-fit reasons (or other per-node values) of one pod fingerprint, per node."""
 
-    __slots__ = ("_cache", "_judge", "_pins", "entries", "last_used", "quota_token", "ranking", "snapshot")
+    __slots__ = (
+        "_cache", "_judge", "_pins", "entries", "key", "last_used", "quota_token", "ranking", "snapshot"
+    )
 
-    def __init__(self, cache: VerdictCache[V], token: int | None) -> None:
+    def __init__(self, cache: VerdictCache[V], token: int | None, key: Hashable = None) -> None:
         # None once evicted or cleared: later puts are dropped so the cache's size stays exact.
         self._cache: VerdictCache[V] | None = cache
+        self.key = key
+        """The fingerprint object the group is stored under (`VerdictCache.canonical`)."""
         self.quota_token = token
         self.entries: dict[str, tuple[int, V]] = {}
         self.last_used = 0
@@ -209,12 +214,19 @@ class VerdictCache(Generic[V]):
         self.elsewhere = ElsewhereCache()
         """Pinned pods' verdicts on the nodes holding none of their devices (`engine/pinned.py`)."""
 
+    def canonical(self, fingerprint: H) -> H:
+        """`fingerprint`, or the equal object its group is stored under: a pod setup keeping that
+        one finds the group by identity on each decision, where an equal copy was compared item by
+        item (request dataclasses, device id sets; ~2 % of a 5,000-node simulation)."""
+        group = self._groups.get(fingerprint)
+        return cast(H, group.key) if group is not None else fingerprint
+
     def group(self, fingerprint: Hashable, token: int | None) -> VerdictGroup[V]:
         """The group of a pod fingerprint (made most recently used), emptied if the quota moved."""
         self._tick += 1
         group = self._groups.get(fingerprint)
         if group is None:
-            group = VerdictGroup[V](self, token)
+            group = VerdictGroup[V](self, token, fingerprint)
             group.last_used = self._tick
             self._groups[fingerprint] = group
             return group
