@@ -57,8 +57,8 @@ class PodFingerprint(tuple[Hashable, ...]):
         return self._hash
 
 V = TypeVar("V")
-H = TypeVar("H", bound=Hashable)
 """What is cached per node: a not-fit reason here, a fit's node score in `engine/fitcache.py`."""
+H = TypeVar("H", bound=Hashable)
 
 
 def pod_fingerprint(requests: Sequence[ContainerRequests], n_init: int, ctx: PodFitContext) -> PodFingerprint:
@@ -217,7 +217,7 @@ class VerdictCache(Generic[V]):
     def canonical(self, fingerprint: H) -> H:
         """`fingerprint`, or the equal object its group is stored under: a pod setup keeping that
         one finds the group by identity on each decision, where an equal copy was compared item by
-        item (request dataclasses, device id sets; ~2 % of a 5,000-node simulation)."""
+        item (request dataclasses, device id sets; ~2 % of a 5,000-node simulation's py-spy samples)."""
         group = self._groups.get(fingerprint)
         return cast(H, group.key) if group is not None else fingerprint
 
