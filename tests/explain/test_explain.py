@@ -14,7 +14,7 @@ import yaml
 
 from tests.builders import GIB, gpu_node, gpu_pod, gpu_quota, gpu_uuid, node, placed_pod
 from vgpu_scheduler.cli import main as root_main
-from vgpu_scheduler.cluster.nodelock import format_lock
+from vgpu_scheduler.cluster.nodelock import format_lock, format_rfc3339
 from vgpu_scheduler.configfile import default_device_config
 from vgpu_scheduler.engine.explain import ALLOCATED, FITS, NO_REQUEST, PENDING, explain_pod, render_text
 from vgpu_scheduler.explain.cli import explain_objects
@@ -83,13 +83,14 @@ async def test_a_placed_pod_is_reported_where_it_is_without_deciding_again() -> 
 
 
 async def test_quota_and_lock_are_shown() -> None:
-    lock = format_lock(datetime(2026, 12, 2, tzinfo=UTC), "x", "y")
+    taken = datetime.now(UTC).replace(microsecond=0)  # live: an expired lock is described as such
+    lock = format_lock(taken, "x", "y")
     n1 = gpu_node("n1", annotations={keys.NODE_LOCK: lock})
     want = gpu_pod("p", namespace="team", mem=8 * GIB)
     exp = await _explain([n1, gpu_quota(mem=4 * GIB, namespace="team"), want], "p", "team")
     assert [(q.used, q.limit) for q in exp.quota if q.resource == "nvidia.com/gpumem"] == [(0, 4 * GIB)]
     assert {c.verdict for d in exp.nodes[0].devices for c in d.checks} == {R.RESOURCE_QUOTA_NOT_FIT}
-    assert exp.nodes[0].lock == "held by x/y since 2026-12-02T00:00:00Z"
+    assert exp.nodes[0].lock == f"held by x/y since {format_rfc3339(taken)}"
 
 
 async def test_a_pod_without_devices_is_left_to_kube_scheduler() -> None:

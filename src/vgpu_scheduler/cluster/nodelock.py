@@ -10,6 +10,11 @@ guarded patch instead of delete-then-set, and a stale resourceVersion (409) is r
 fresh read instead of failing the bind. A lock is also dangling when its holder pod is already
 bound to another node: that node's device plugin will never see the pod, so nothing would release
 the lock before it expires (HAMi waits out the `--node-lock-timeout`, 5 min by default).
+
+A lock that can never expire is stale too, and taken over the same way: one dated further in the
+future than the timeout (the timeout itself is allowed for clock skew between writers), and one
+whose value does not parse (`,,`, empty, garbage). HAMi fails every bind on such a node until
+someone deletes the annotation by hand.
 """
 
 from __future__ import annotations
@@ -26,10 +31,12 @@ from vgpu_scheduler.cluster.client import JSON_PATCH, MERGE_PATCH
 from vgpu_scheduler.cluster.errors import ApiError
 from vgpu_scheduler.cluster.lockstats import (
     EXPIRED,
+    FUTURE,
     HOLDER_BIND_FAILED,
     HOLDER_ELSEWHERE,
     HOLDER_GONE,
     HOLDER_TERMINAL,
+    UNPARSABLE,
     NodeLockStats,
 )
 from vgpu_scheduler.durations import format_go_duration
@@ -119,6 +126,58 @@ def _parse_time(text: str) -> datetime:
         raise NodeLockError(str(exc)) from None
 
 
+TAKEN_OVER_BECAUSE = {
+    EXPIRED: "expired",
+    FUTURE: "is dated beyond its timeout in the future",
+    UNPARSABLE: "does not parse",
+}
+"""How a lock stale by time or by its value is described in logs and explanations."""
+
+
+def stale_cause(taken_at: datetime, *, now: datetime, timeout: float) -> str | None:
+    """EXPIRED or FUTURE when a lock taken at `taken_at` is stale at `now`, else None (live).
+
+    Live from `timeout` before its time (clock skew between writers) to `timeout` after it, both
+    ends included: HAMi's expiry is `age > timeout`, and a lock further ahead would hold the node
+    longer than any lock written now could."""
+    age = now - taken_at
+    limit = timedelta(seconds=timeout)
+    if age > limit:
+        return EXPIRED
+    if -age > limit:
+        return FUTURE
+    return None
+
+
+def judge_lock(value: str, *, now: datetime, timeout: float) -> tuple[LockValue | None, str | None]:
+    """The `hami.io/mutex.lock` value parsed, and why it is stale at `now` (None: live).
+    A value that does not parse is (None, UNPARSABLE): it never expires, so it is stale."""
+    try:
+        held = parse_lock(value)
+    except NodeLockError:
+        return None, UNPARSABLE
+    return held, stale_cause(held.taken_at, now=now, timeout=timeout)
+
+
+def expiry_of(taken_at: datetime, timeout: float) -> datetime | None:
+    """taken_at + timeout; None past the last representable time (such a lock is far-future)."""
+    try:
+        return taken_at + timedelta(seconds=timeout)
+    except OverflowError:
+        return None
+
+
+def lock_expires_at(value: str, timeout: float) -> datetime | None:
+    """When the `hami.io/mutex.lock` value stops being live by age (its time + `timeout`); None
+    when it does not parse, i.e. it is takeable already. A lock dated more than `timeout` ahead of
+    now is takeable before that moment too (`stale_cause`); see `lockview.node_lock_deadlines`."""
+    try:
+        held = parse_lock(value)
+    except NodeLockError:
+        return None
+    return expiry_of(held.taken_at, timeout)
+
+
 def _annotations(node: dict[str, Any]) -> dict[str, str]:
     return node.get("metadata", {}).get("annotations") or {}
 
@@ -166,17 +225,25 @@ def probable_lock(pod: Mapping[str, Any]) -> str | None:
     return format_lock(moment, objects.namespace(pod) or "default", objects.name(pod))
 
 
-def describe_lock(node: Mapping[str, Any]) -> str:
-    """The node lock in words ("" when there is none), for people asking why a pod waits."""
+def describe_lock(node: Mapping[str, Any], *, now: datetime, timeout: float) -> str:
+    """The node lock in words ("" when there is none), for people asking why a pod waits; a stale
+    one (expired, dated beyond `timeout` ahead, unparsable) says the next bind takes it over."""
     value = objects.annotations(node).get(NODE_LOCK)
     if value is None:
         return ""
     try:
         held = parse_lock(value)
     except NodeLockError as exc:
-        return f"unparsable {NODE_LOCK} {value!r}: {exc}"
+        return f"unparsable {NODE_LOCK} {value!r}: {exc}; the next bind takes it over"
+    cause = stale_cause(held.taken_at, now=now, timeout=timeout)
     since = format_rfc3339(held.taken_at)
-    return f"held by {held.namespace}/{held.pod} since {since}" if held.has_owner else f"held since {since}"
+    text = f"held by {held.namespace}/{held.pod} since {since}" if held.has_owner else f"held since {since}"
+    return text if cause is None else f"{text}, {stale_words(cause, timeout)}"
+
+
+def stale_words(cause: str, timeout: float) -> str:
+    """`cause` of a stale lock with `timeout`, for explanations."""
+    return f"{TAKEN_OVER_BECAUSE[cause]} ({format_go_duration(timeout)}): the next bind takes it over"
 
 
 class NodeLocker:
@@ -225,9 +292,11 @@ class NodeLocker:
     async def lock(self, node_name: str, namespace: str, pod: str) -> None:
         """Take the lock for namespace/pod, or raise NodeLockContention / NodeLockError.
 
-        HAMi's order: an unparsable lock fails the bind; an expired one is taken over (even our
-        own, which refreshes its time); a live one of this pod is re-entered; one whose holder
-        pod is gone (or bound to another node) is taken over; anything else is contention."""
+        HAMi's order, except that a lock that can never expire is stale as well: one that does not
+        parse (judged on a fresh read) or is dated beyond the timeout ahead is taken over, as is an
+        expired one (even our own, which refreshes its time); a live one of this pod is re-entered;
+        one whose holder pod is gone (or bound to another node) is taken over; anything else is
+        contention."""
         guard = self._local.setdefault(node_name, asyncio.Lock())
         async with guard:
             fresh = False
@@ -235,39 +304,45 @@ class NodeLocker:
             for attempt in range(CONFLICT_RETRIES):
                 node = await self._read(node_name, fresh)
                 current = _annotations(node).get(NODE_LOCK)
+                stale: str | None = None
                 if current is not None:
-                    try:
-                        held = parse_lock(current)
-                    except NodeLockError:
-                        if fresh:
-                            raise
-                        fresh = True  # the cache may be behind the API: decide on a read
+                    held, stale = judge_lock(current, now=self._now(), timeout=self.timeout)
+                    # Live or unparsable in the cache, which may be behind the API: decide on a read.
+                    if (held is None or stale is None) and not fresh:
+                        fresh = True
                         continue
-                    if not self._expired(node_name, current, held):
-                        if not fresh:
-                            fresh = True
-                            continue
+                    if held is not None and stale is None:
                         if held.has_owner and (held.namespace, held.pod) == (namespace, pod):
                             return  # re-entrant: a multi-vendor pod, or a retried bind
                         if await self._holder_alive(node_name, held):
                             raise self._contention(node_name, holder_named=held.has_owner)
-                patch = {
-                    "metadata": {
-                        "annotations": {NODE_LOCK: format_lock(self._now(), namespace, pod)},
-                        "resourceVersion": _resource_version(node),
-                    }
-                }
+                    if stale is not None:
+                        self.stats.note_takeover(node_name, stale)
                 try:
-                    await self._api.patch_node(node_name, patch, answer=False)
-                    self.stats.lock_written(node_name, over_another=current is not None)
-                    return
+                    await self._write(node, node_name, namespace, pod)
                 except ApiError as exc:  # a 409 means a stale read; anything else may pass too
                     last_error = exc.message
                     fresh = True
                     await asyncio.sleep(_backoff(attempt))
+                    continue
+                if stale is not None:  # logged once, when the takeover is written
+                    why = TAKEN_OVER_BECAUSE[stale]
+                    log.info("node %s lock %r %s, taking it over", node_name, current, why)
+                self.stats.lock_written(node_name, over_another=current is not None)
+                return
             raise NodeLockError(
                 f"failed to set node lock (node={node_name}, retry strategy={RETRY_STRATEGY}): {last_error}"
             )
+
+    async def _write(self, node: dict[str, Any], node_name: str, namespace: str, pod: str) -> None:
+        """The lock of namespace/pod, guarded by the resourceVersion of the `node` decided on."""
+        patch = {
+            "metadata": {
+                "annotations": {NODE_LOCK: format_lock(self._now(), namespace, pod)},
+                "resourceVersion": _resource_version(node),
+            }
+        }
+        await self._api.patch_node(node_name, patch, answer=False)
 
     def live_holder(
         self,
@@ -277,9 +352,9 @@ class NodeLocker:
         """The holder of a live lock on the node as the informer cache shows it, else None.
 
         No API call: used to rank nodes at filter time, where a slightly stale answer only costs a
-        less good spread. A lock that cannot be parsed, has expired, or names a pod the cache no
-        longer has, or one bound to another node, is not live (the next bind would fail on it or
-        take it over). `holder_live(lock, node)` answers for a lock naming a pod."""
+        less good spread. A lock that cannot be parsed, has expired, is dated beyond the timeout
+        ahead, or names a pod the cache no longer has, or one bound to another node, is not live
+        (the next bind takes it over). `holder_live(lock, node)` answers for a lock naming a pod."""
         if self._cached_node is None:
             return None
         node = self._cached_node(node_name)
@@ -288,11 +363,8 @@ class NodeLocker:
         value = _annotations(node).get(NODE_LOCK)
         if value is None:
             return None
-        try:
-            held = parse_lock(value)
-        except NodeLockError:
-            return None
-        if self._now() - held.taken_at > timedelta(seconds=self.timeout):
+        held, stale = judge_lock(value, now=self._now(), timeout=self.timeout)
+        if held is None or stale is not None:
             return None
         if held.namespace and held.pod and not holder_live(held, node_name):
             return None
@@ -312,13 +384,6 @@ class NodeLocker:
 
     def _contention(self, node_name: str, *, holder_named: bool) -> NodeLockContention:
         return NodeLockContention(self.contention_message(node_name), holder_named=holder_named)
-
-    def _expired(self, node_name: str, value: str, held: LockValue) -> bool:
-        if self._now() - held.taken_at > timedelta(seconds=self.timeout):
-            log.info("node %s lock %r expired, taking it over", node_name, value)
-            self.stats.note_takeover(node_name, EXPIRED)
-            return True
-        return False
 
     async def _holder_alive(self, node_name: str, held: LockValue) -> bool:
         """False only when the lock names a pod (namespace and name) the API no longer has, or one

@@ -805,7 +805,7 @@ class Extender:
     def _vendor_locker(self, spec: NodeLockSpec) -> StampLocker:
         locker = self._vendor_lockers.get(spec.key)
         if locker is None:
-            locker = StampLocker(self.locker.api, spec, now=self.locker.clock)
+            locker = StampLocker(self.locker.api, spec, now=self.locker.clock, stats=self.locker.stats)
             self._vendor_lockers[spec.key] = locker
         return locker
 

@@ -20,7 +20,8 @@ from typing import Any
 from vgpu_scheduler.cluster.client import KubeClient
 from vgpu_scheduler.cluster.events import EventRecorder
 from vgpu_scheduler.cluster.leader import LeaderTracker
-from vgpu_scheduler.cluster.nodelock import NodeLocker, describe_lock, has_lock_annotation
+from vgpu_scheduler.cluster.lockview import describe_node_locks
+from vgpu_scheduler.cluster.nodelock import NodeLocker, has_lock_annotation
 from vgpu_scheduler.cluster.reflector import Reflector
 from vgpu_scheduler.cluster.registration import RegistrationLoop
 from vgpu_scheduler.cluster.store import Store
@@ -186,6 +187,13 @@ class SchedulerProcess:
         if pod is None:
             return None
         nodes = self.nodes.store.list()
+        specs = [v.node_lock for v in self.vendors if v.node_lock is not None]
+        now = self._now_datetime()
+        locks = {
+            objects.name(n): text
+            for n in nodes
+            if (text := describe_node_locks(n, now=now, timeout=self.locker.timeout, specs=specs))
+        }
         return explain_pod(
             pod,
             sorted(objects.name(n) for n in nodes),
@@ -194,7 +202,7 @@ class SchedulerProcess:
             default_gpu_policy=self.opts.gpu_scheduler_policy,
             now=int(self.now()),
             problems=self.registration.problems,
-            locks={objects.name(n): describe_lock(n) for n in nodes if describe_lock(n)},
+            locks=locks,
         )
 
     def _informers_synced(self) -> bool:

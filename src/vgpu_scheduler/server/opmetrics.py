@@ -122,7 +122,8 @@ class OperatorCollector(Collector):
             yield counter_family(
                 "vgpu_scheduler_node_lock_takeovers",
                 "Node locks taken over from another holder, by cause: expired (older than "
-                "--node-lock-timeout), holder_gone (the holder pod no longer exists), other.",
+                "its timeout), future (dated beyond its timeout ahead), unparsable, holder_gone, "
+                "holder_elsewhere, holder_terminal, holder_bind_failed, other.",
                 src.node_lock.takeovers,
             )
         if src.api is not None:
