@@ -114,6 +114,8 @@ async def test_operator_metrics_after_a_known_sequence(it: Any, cluster: MemoryC
     }
     assert by(metrics, "vgpu_scheduler_node_lock_takeovers_total", "cause") == {
         ("expired",): 1,
+        ("future",): 0,
+        ("unparsable",): 0,
         ("holder_gone",): 1,
         ("holder_elsewhere",): 0,
         ("holder_terminal",): 0,
