@@ -16,8 +16,8 @@ FUTURE = "future"
 """Dated further in the future than the lock's timeout (a writer's clock far ahead, or a hand-written
 value): it would otherwise hold the node for as long as that, far beyond any bind."""
 UNPARSABLE = "unparsable"
-"""A value that does not parse (`,,`, empty, garbage): it names no time, so it never expires and
-HAMi would fail every bind on the node until someone deletes it."""
+"""A value that does not parse (`,,`, empty, garbage): it names no time, so it never expires (HAMi
+fails the bind on it; its failure path clears only a comma-free value or a vendor lock)."""
 HOLDER_GONE = "holder_gone"
 HOLDER_ELSEWHERE = "holder_elsewhere"
 """The holder pod is bound to another node: this node's device plugin will never release the lock."""

@@ -13,8 +13,9 @@ the lock before it expires (HAMi waits out the `--node-lock-timeout`, 5 min by d
 
 A lock that can never expire is stale too, and taken over the same way: one dated further in the
 future than the timeout (the timeout itself is allowed for clock skew between writers), and one
-whose value does not parse (`,,`, empty, garbage). HAMi fails every bind on such a node until
-someone deletes the annotation by hand.
+whose value does not parse (`,,`, empty, garbage). HAMi fails the bind on such a node; its failure
+path clears only a comma-free value, so a future owner-format lock or one like `,,` holds the node
+until deleted by hand (a future one: until its time plus the timeout).
 """
 
 from __future__ import annotations
