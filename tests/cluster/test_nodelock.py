@@ -86,7 +86,8 @@ def test_parse_lock_forms() -> None:
 RFC = '"2006-01-02T15:04:05Z07:00"'
 
 
-# HAMi's ParseNodeLock errors, word for word: a bind on such a node answers with them.
+# HAMi's ParseNodeLock errors, word for word: HAMi's bind on such a node answers with them (ours takes
+# the lock over; explanations quote them).
 @pytest.mark.parametrize(
     ("value", "message"),
     [

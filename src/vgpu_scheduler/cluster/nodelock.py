@@ -111,7 +111,8 @@ def format_lock(moment: datetime, namespace: str, pod: str) -> str:
 
 
 def parse_lock(value: str) -> LockValue:
-    """HAMi's ParseNodeLock, with its error texts (a bind on such a node fails with them)."""
+    """HAMi's ParseNodeLock, with its error texts (HAMi's bind fails with them; ours takes such a
+    lock over, and explanations quote them)."""
     if "," not in value:
         return LockValue(_parse_time(value))
     parts = value.split(",")
