@@ -238,7 +238,7 @@ def _devices(
         for vendor_key, req in per_vendor.items():
             one = replace(req, nums=1)  # each device on its own: its first failing check
             for pos in view.positions(vendor_key):
-                result = check_device(vendor_key, one, view, pos, ctx, so_far=so_far, container_index=i)
+                result = check_device(vendor_key, one, view, pos, ctx=ctx, so_far=so_far, container_index=i)
                 verdict = FITS if result.ok else _first_reason(result.reason)
                 detail = _detail(verdict, view.devices[pos], view.usage[pos], one)
                 reports[pos].checks.append(Check(container, verdict, detail))

@@ -429,8 +429,8 @@ def check_device(
     request: ContainerDeviceRequest,
     node: NodeView,
     pos: int,
-    ctx: PodFitContext,
     *,
+    ctx: PodFitContext,
     so_far: SoFar,
     container_index: int,
 ) -> FitResult:
@@ -489,7 +489,7 @@ def evaluate_node(
     quick = None if judged else quick_verdict(requests, n_init, node, ctx)
     if quick:
         return NodeFailure(quick)
-    return _walk(requests, n_init, node, ctx, SoFar(n_init), judged=quick == "")
+    return _walk(requests, n_init, node, ctx, so_far=SoFar(n_init), judged=quick == "")
 
 
 def containers_so_far(
@@ -498,7 +498,7 @@ def containers_so_far(
     """What each container of the pod takes on `node` as `evaluate_node` fits them, up to the
     first that does not fit (explain's per-device checks see the earlier containers by it)."""
     so_far = SoFar(n_init)
-    _walk(requests, n_init, node, ctx, so_far, judged=False)
+    _walk(requests, n_init, node, ctx, so_far=so_far, judged=False)
     return so_far
 
 
@@ -507,8 +507,8 @@ def _walk(
     n_init: int,
     node: NodeView,
     ctx: PodFitContext,
-    so_far: SoFar,
     *,
+    so_far: SoFar,
     judged: bool,
 ) -> NodeFit | NodeFailure:
     """HAMi's scoreNode over the containers, each fitted seeing the earlier ones (`so_far`)."""
