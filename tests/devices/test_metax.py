@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from tests.builders import container, node, pod
+from tests.builders import container, gpu_quota, node, pod
 from tests.devices.vendorkit import (
     NOW,
     admit_bound_pod,
@@ -31,7 +31,8 @@ from vgpu_scheduler.devices.metax import gpu, sgpu
 from vgpu_scheduler.devices.metax.gpu import MetaxGpuVendor
 from vgpu_scheduler.devices.protocol import ResourceNames, Vendors
 from vgpu_scheduler.devices.registry import build
-from vgpu_scheduler.engine.decide import Chosen, NoFit, decide
+from vgpu_scheduler.engine.decide import Chosen, NoFit, decide, decide_on_nodes
+from vgpu_scheduler.engine.explain import explain_pod
 from vgpu_scheduler.engine.fit import pod_fit_context
 from vgpu_scheduler.engine.requests import pod_requests
 from vgpu_scheduler.engine.state import SchedulerState
@@ -688,3 +689,92 @@ def test_online_pods_prefer_nodes_whose_devices_hold_fewer_offline_pods() -> Non
     for policy in ("binpack", "spread"):
         d = decide(p, ["off", "on"], state, default_node_policy=policy, default_gpu_policy="spread", now=2)
         assert isinstance(d, Chosen) and d.node == "on", policy
+
+
+# --------------------------------------------------------------------------------------------
+# The custom rule sees the pod's earlier containers, on every path (issue 27)
+
+TWO_GPUS = gpu_node("2", "g1")  # two count-1 Metax GPUs
+EARLIER = "1/2 CardNotFoundCustomFilterRule, 1/2 CardTimeSlicingExhausted"
+"""HAMi v2.10.0: the second container finds the first one's GPU exhausted and the other one
+against the rule (fitInDevices hands Fit the devices of the pod's earlier containers)."""
+
+
+def gpus(name: str, n: int = 1) -> dict[str, Any]:
+    return container(name, limits={GPU_COUNT: str(n)})
+
+
+def two_container_pod(*, init: int = 0, app: int = 2, namespace: str = "default") -> dict[str, Any]:
+    return pod("two", uid="uid-two", namespace=namespace, status={"phase": "Pending"},
+               init_containers=[gpus(f"i{i}") for i in range(init)] or None,
+               containers=[gpus(f"c{i}") for i in range(app)])
+
+
+def metax_state(*, quota_namespace: str | None = None) -> SchedulerState:
+    state = SchedulerState(VENDORS)
+    state.set_node_devices("g1", GPU.node_devices(TWO_GPUS))
+    if quota_namespace is not None:  # a quota that never binds: the fit walks its quota steps
+        state.on_quota(gpu_quota(mem=10**9, namespace=quota_namespace))
+    return state
+
+
+def every_answer(p: dict[str, Any], state_of: Any) -> dict[str, Any]:
+    """The decision through the public entry point (its default path), evaluating every node, on
+    the node object alone (no ledger), and explain's verdict for g1."""
+    args = {"default_node_policy": "binpack", "default_gpu_policy": "spread", "now": 1700000000}
+    exp = explain_pod(p, ["g1"], state_of(), **args)
+    return {
+        "decide": decide(p, ["g1"], state_of(), **args),
+        "every node": decide(p, ["g1"], state_of(), evaluate_all=True, **args),
+        "no ledger": decide_on_nodes(p, [TWO_GPUS], VENDORS, **args),
+        "explain": (exp.node, [(n.node, n.fits, n.reason) for n in exp.nodes]),
+    }
+
+
+@pytest.mark.parametrize("namespace", ["default", "team"], ids=["no quota", "quota"])
+def test_two_containers_one_gpu_each_are_refused_whatever_the_path(namespace: str) -> None:
+    p = two_container_pod(namespace=namespace)
+    answers = every_answer(p, lambda: metax_state(quota_namespace="team"))
+    assert answers == {
+        "decide": NoFit({"g1": EARLIER}),
+        "every node": NoFit({"g1": EARLIER}),
+        "no ledger": NoFit({"g1": EARLIER}),
+        "explain": (None, [("g1", False, EARLIER)]),
+    }
+
+
+def test_explain_checks_the_second_container_against_the_first_ones_gpu() -> None:
+    exp = explain_pod(two_container_pod(), ["g1"], metax_state(), default_node_policy="binpack",
+                      default_gpu_policy="spread", now=1)
+    checks = {(d.uuid, c.container): c.verdict for d in exp.nodes[0].devices for c in d.checks}
+    # The first container takes g1-metax-1 (HAMi walks the sorted devices from the end); the
+    # second may only join it there.
+    assert checks == {
+        ("g1-metax-0", "c0"): "fits", ("g1-metax-1", "c0"): "fits",
+        ("g1-metax-0", "c1"): "CardNotFoundCustomFilterRule", ("g1-metax-1", "c1"): "fits",
+    }
+
+
+def test_init_containers_share_one_gpu_and_the_app_container_starts_afresh() -> None:
+    """Two init containers: the second joins the first one's GPU (each sees the node before the
+    pod, and HAMi's init list holds the first). The app container's list starts empty."""
+    answers = every_answer(two_container_pod(init=2, app=1), metax_state)
+    entry = "g1-metax-1,Metax-GPU,65536,100:;"
+    for path in ("decide", "every node", "no ledger"):
+        d = answers[path]
+        assert isinstance(d, Chosen) and d.node == "g1", path
+        assert d.annotations["hami.io/metax-gpu-devices-allocated"] == entry * 3, path
+    assert answers["explain"] == ("g1", [("g1", True, "")])
+
+
+def test_an_init_container_after_one_of_both_gpus_is_refused() -> None:
+    """Each init container sees the node before the pod, but the second one's list holds both GPUs
+    of the first: every GPU differs from one of them."""
+    p = pod("two", uid="uid-two", init_containers=[gpus("i0", 2), gpus("i1")], containers=[gpus("c0")])
+    refused = "2/2 CardNotFoundCustomFilterRule"
+    assert every_answer(p, metax_state) == {
+        "decide": NoFit({"g1": refused}),
+        "every node": NoFit({"g1": refused}),
+        "no ledger": NoFit({"g1": refused}),
+        "explain": (None, [("g1", False, refused)]),
+    }

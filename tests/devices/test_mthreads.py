@@ -35,6 +35,7 @@ from vgpu_scheduler.devices.mthreads import MthreadsVendor, one_device_rule
 from vgpu_scheduler.devices.protocol import MutationError, ResourceNames, Vendors
 from vgpu_scheduler.devices.registry import build
 from vgpu_scheduler.engine.decide import Chosen, NoFit, decide, decide_on_nodes
+from vgpu_scheduler.engine.explain import explain_pod
 from vgpu_scheduler.engine.fit import pod_fit_context
 from vgpu_scheduler.engine.requests import pod_requests
 from vgpu_scheduler.engine.state import SchedulerState
@@ -504,3 +505,53 @@ def test_simulate_end_to_end(tmp_path: Path) -> None:
     assert annos["mthreads.com/predicate-time"].endswith("000000000")
     assert "hami.io/mthreads-vgpu-devices-to-allocate" not in annos
     assert whole["annotations"]["mthreads.com/gpu-index"] in ("0", "1")
+
+
+# --------------------------------------------------------------------------------------------
+# The one-device rule sees the pod's earlier containers, on every path (issue 27)
+
+
+def every_answer(p: dict[str, Any]) -> dict[str, Any]:
+    """The decision through the public entry point, evaluating every node, on the node object alone
+    (no ledger), and explain's verdict and per-device checks for mt-1."""
+    args = {"default_node_policy": "binpack", "default_gpu_policy": "spread", "now": 17}
+    exp = explain_pod(p, ["mt-1"], mt_state(), **args)
+    return {
+        "decide": decide(p, ["mt-1"], mt_state(), **args),
+        "every node": decide(p, ["mt-1"], mt_state(), evaluate_all=True, **args),
+        "no ledger": decide_on_nodes(p, [mt_node("mt-1", memory=192, cores=32)], build(CHART), **args),
+        "explain": (exp.node, [(n.node, n.fits, n.reason) for n in exp.nodes]),
+        "checks": {(d.uuid, c.container): c.verdict for d in exp.nodes[0].devices for c in d.checks},
+    }
+
+
+def test_a_second_container_that_fits_only_on_the_other_gpu_is_refused_on_every_path() -> None:
+    big = limits(count="1", mem="64", cores="12")
+    second = {**big, "name": "second"}
+    refused = "1/2 CardInsufficientMemory, 1/2 CardNotFoundCustomFilterRule"
+    answers = every_answer(mt_pod("q", big, second))
+    assert answers == {
+        "decide": NoFit({"mt-1": refused}),
+        "every node": NoFit({"mt-1": refused}),
+        "no ledger": NoFit({"mt-1": refused}),
+        "explain": (None, [("mt-1", False, refused)]),
+        # Explain checks each device on the node before the pod, with the earlier containers as
+        # the decision fits them (the first takes GPU 1): GPU 0 breaks the rule for the second.
+        "checks": {
+            ("mt-1-mthreads-0", "c"): "fits", ("mt-1-mthreads-1", "c"): "fits",
+            ("mt-1-mthreads-0", "second"): "CardNotFoundCustomFilterRule",
+            ("mt-1-mthreads-1", "second"): "fits",
+        },
+    }
+
+
+def test_two_small_containers_share_one_gpu_on_every_path() -> None:
+    small = limits(count="1", mem="8", cores="4")
+    answers = every_answer(mt_pod("p", small, {**small, "name": "second"}))
+    for path in ("decide", "every node", "no ledger"):
+        d = answers[path]
+        assert isinstance(d, Chosen) and d.node == "mt-1", path
+        assert d.annotations["hami.io/mthreads-vgpu-devices-allocated"] == (
+            "mt-1-mthreads-1,Mthreads,4096,4:;mt-1-mthreads-1,Mthreads,4096,4:;"
+        ), path
+    assert answers["explain"] == ("mt-1", [("mt-1", True, "")])

@@ -205,8 +205,6 @@ class GenericVendor:
 
     prefilter: bool = True
     scores_nodes: bool = False
-    reads_allocated: bool = False
-    """`fit` needs `allocated` without quota too (see the protocol)."""
     counted_pod_keys: frozenset[str] = frozenset()
     """Counted pods' annotations the fit reads (see the protocol)."""
 

@@ -86,7 +86,6 @@ class MthreadsVendor(GenericVendor):
     use_uuid_key = USE_UUID
     nouse_uuid_key = NOUSE_UUID
     default_cores = 0
-    reads_allocated = True
 
     def __init__(self, names: ResourceNames) -> None:
         super().__init__(names)

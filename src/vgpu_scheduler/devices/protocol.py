@@ -254,12 +254,6 @@ class Vendor(Protocol):
         `DeviceUsage.pod_infos`, e.g. Metax's app class); the ledger keeps only these of each pod."""
         ...
 
-    @property
-    def reads_allocated(self) -> bool:
-        """`fit` reads `allocated` even when no quota applies (a rule over the pod's earlier
-        containers, e.g. Mthreads' one-device rule), so the engine must always pass it."""
-        ...
-
     # -- requests (§5.1) ----------------------------------------------------------------------
 
     def request(self, container: Obj) -> ContainerDeviceRequest | None:
@@ -299,7 +293,9 @@ class Vendor(Protocol):
         allocated: Sequence[ContainerDevices],
     ) -> FitResult:
         """HAMi `Fit`: examine `order` (this vendor's node positions, policy-sorted) from the END.
-        `allocated` is this vendor's allocation list of the pod built so far (quota)."""
+        `allocated` is this vendor's allocation list of the pod built so far: one entry per earlier
+        container of the same phase (HAMi's `devinput`), always passed (quota, and rules over the
+        pod's earlier containers such as Metax GPU's and Mthreads' one-device rule)."""
         ...
 
     def quick_verdict(
@@ -314,7 +310,9 @@ class Vendor(Protocol):
     ) -> str | None:
         """`fit`'s outcome without sorting when it cannot depend on the order: "" = fits, else
         the reason string; None when the order matters. A node that does not fit is then decided
-        without scores or sorting (the engine sorts and calls `fit` only when this says "")."""
+        without scores or sorting (the engine sorts and calls `fit` only when this says ""). It
+        sees no `allocated`: the engine asks it only where the pod's earlier containers took no
+        device of this vendor."""
         ...
 
     def quick_judge(self, request: ContainerDeviceRequest, ctx: PodFitContext) -> QuickJudge | None:

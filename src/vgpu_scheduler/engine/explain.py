@@ -18,13 +18,19 @@ from typing import Any
 
 from vgpu_scheduler.devices.protocol import PodFitContext
 from vgpu_scheduler.engine.decide import Chosen, Error, NoFit, NoRequest, decide
-from vgpu_scheduler.engine.fit import pod_fit_context
+from vgpu_scheduler.engine.fit import check_device, containers_so_far, pod_fit_context
 from vgpu_scheduler.engine.nodeview import NodeView
 from vgpu_scheduler.engine.podinfo import init_container_count
 from vgpu_scheduler.engine.policy import asked_memory
 from vgpu_scheduler.engine.requests import pod_requests
 from vgpu_scheduler.engine.state import SchedulerState
-from vgpu_scheduler.model import PERCENTAGE_UNSET, ContainerDeviceRequest, DeviceInfo, DeviceUsage
+from vgpu_scheduler.model import (
+    PERCENTAGE_UNSET,
+    ContainerDeviceRequest,
+    ContainerRequests,
+    DeviceInfo,
+    DeviceUsage,
+)
 from vgpu_scheduler.wire import objects
 from vgpu_scheduler.wire import reasons as R
 
@@ -210,7 +216,7 @@ def _quota(state: SchedulerState, namespace: str) -> list[QuotaReport]:
 
 def _devices(
     view: NodeView,
-    requests: Sequence[Mapping[str, ContainerDeviceRequest]],
+    requests: Sequence[ContainerRequests],
     pod: Mapping[str, Any],
     ctx: PodFitContext | None,
 ) -> list[DeviceReport]:
@@ -224,14 +230,15 @@ def _devices(
             reports.setdefault(pos, _device(dev, use, vendor_key))
     if ctx is None:
         return [reports[pos] for pos in sorted(reports)]
+    # What the pod's earlier containers take on this node, as the decision fits them: a rule over
+    # them (Metax GPU, Mthreads, the quota) judges each device as the decision does.
+    so_far = containers_so_far(requests, ctx.n_init, view, ctx)
     for i, per_vendor in enumerate(requests):
         container = names[i] if i < len(names) else str(i)
         for vendor_key, req in per_vendor.items():
-            vendor = ctx.vendors[vendor_key]
             one = replace(req, nums=1)  # each device on its own: its first failing check
             for pos in view.positions(vendor_key):
-                result = vendor.fit(one, view.devices, [u.copy() for u in view.usage], [pos], ctx=ctx,
-                                    cordoned=view.cordoned, allocated=[])
+                result = check_device(vendor_key, one, view, pos, ctx=ctx, so_far=so_far, container_index=i)
                 verdict = FITS if result.ok else _first_reason(result.reason)
                 detail = _detail(verdict, view.devices[pos], view.usage[pos], one)
                 reports[pos].checks.append(Check(container, verdict, detail))

@@ -5,6 +5,8 @@ usage, app containers one after another on one copy, the allocation list init-fi
 per vendor. For each container `_fit_container` is HAMi's `fitInDevices`: score the devices, sort
 them by the GPU policy, then per request the vendor's pre-check, `Fit` and `AddResourceUsage`.
 The vendor is found by the request's key in the pod's vendor set; the engine never names one.
+Every vendor fit gets the devices the pod's earlier containers took (`SoFar`, HAMi's `devinput`),
+whichever path decides: `_fit_container` and `check_device` are the only callers of `Vendor.fit`.
 
 Performance notes (the decision runs for thousands of nodes per Filter): per-pod constants live
 in `PodFitContext`, built once per Filter; the node's usage is copied on write per device, so a
@@ -281,6 +283,41 @@ def _scores_for(
 
 
 # --------------------------------------------------------------------------------------------
+# The pod's earlier containers
+
+
+class SoFar:
+    """HAMi `fitInDevices`' `devinput` on one node: per vendor key, the devices the pod's earlier
+    containers took, per phase (HAMi keeps two lists: an init container sees the init containers
+    before it, an app container the app containers before it). It is the only source of a vendor
+    fit's `allocated` (`_fit_container` takes nothing else), so no path can leave a rule over the
+    pod's earlier containers (Metax GPU, Mthreads) or the quota without them."""
+
+    __slots__ = ("fitted", "n_init")
+
+    def __init__(self, n_init: int) -> None:
+        self.n_init = n_init
+        self.fitted: dict[int, Mapping[str, ContainerDevices]] = {}
+
+    def add(self, index: int, devices: Mapping[str, ContainerDevices]) -> None:
+        """Container `index` took `devices` (per vendor key)."""
+        self.fitted[index] = devices
+
+    def before(self, index: int, key: str) -> PodSingleDevice:
+        """Vendor `key`'s allocation list as container `index` is fitted: one entry per earlier
+        container of its phase, empty where it took none of `key` (padded, as in HAMi)."""
+        start = 0 if index < self.n_init else self.n_init
+        empty: ContainerDevices = []
+        fitted = self.fitted
+        return [fitted[j].get(key, empty) if j in fitted else empty for j in range(start, index)]
+
+    def of(self, index: int, key: str) -> ContainerDevices:
+        """What container `index` took of vendor `key` ([] when nothing, or not fitted)."""
+        devices = self.fitted.get(index)
+        return [] if devices is None else devices.get(key, [])
+
+
+# --------------------------------------------------------------------------------------------
 # One container
 
 
@@ -299,7 +336,7 @@ def _fit_container(
     order: list[int],
     *,
     ctx: PodFitContext,
-    allocated: Mapping[str, Sequence[ContainerDevices]],
+    so_far: SoFar,
     container_index: int,
     migs: list[MigAllocation],
     apply: bool = True,
@@ -313,6 +350,8 @@ def _fit_container(
     decided by `quick_verdict` alone. `apply=False`:
     nothing is fitted after this container, so its usage is added only where the vendor's entries
     change with it. `judged`: the order-free verdict already found this lone request fits.
+    Each vendor's fit sees the pod's earlier containers (`so_far`); the order-free verdict, which
+    does not, is asked only for a vendor none of them took a device of.
     """
     vendors = ctx.vendors
     devices = node.devices
@@ -329,7 +368,8 @@ def _fit_container(
         positions = node.positions(key)
         if req.nums > len(positions) and not vendor.may_exceed_devices(req, devices, positions, ctx):
             return _ContainerFit(False, reason=R.NODE_INSUFFICIENT_DEVICE)
-        if quick and not judged:
+        allocated = so_far.before(container_index, key)
+        if quick and not judged and not any(allocated):
             reason = vendor.quick_verdict(req, devices, usage.items, positions, ctx=ctx, cordoned=cordoned)
             if reason:
                 return _ContainerFit(False, reason=reason)
@@ -342,8 +382,7 @@ def _fit_container(
         else:
             mine = set(positions)
             typed = [p for p in order if p in mine]
-        result = vendor.fit(req, devices, usage.items, typed, ctx=ctx, cordoned=cordoned,
-            allocated=allocated.get(key, ()))
+        result = vendor.fit(req, devices, usage.items, typed, ctx=ctx, cordoned=cordoned, allocated=allocated)
         if not result.ok:
             return _ContainerFit(False, reason=result.reason)
         if apply or result.adjust or not quick:
@@ -361,12 +400,10 @@ def fit_container(
     ctx: PodFitContext,
     *,
     order: Sequence[int] | None = None,
-    allocated: Sequence[ContainerDevices] = (),
-    container_index: int = 0,
 ) -> tuple[FitResult, list[MigAllocation]]:
-    """Fit one container's request of vendor `request.type` on `node` (a mutable copy: its usage
-    is updated). `order` is the incoming device order (default: inventory order), `allocated` the
-    pod's allocation list of that vendor built so far (quota)."""
+    """Fit a pod's lone container, asking one request of vendor `request.type`, on `node` (a
+    mutable copy: its usage is updated). `order` is the incoming device order (default: inventory
+    order)."""
     usage = _Usage(node.usage)
     migs: list[MigAllocation] = []
     res = _fit_container(
@@ -375,8 +412,8 @@ def fit_container(
         usage,
         list(order) if order is not None else list(range(len(node.devices))),
         ctx=ctx,
-        allocated={request.type: allocated},
-        container_index=container_index,
+        so_far=SoFar(0),
+        container_index=0,
         migs=migs,
     )
     node.usage[:] = usage.items
@@ -387,18 +424,25 @@ def fit_container(
     return FitResult(True, devs, [by_id[d.uuid] for d in devs]), migs
 
 
+def check_device(
+    key: str,
+    request: ContainerDeviceRequest,
+    node: NodeView,
+    pos: int,
+    *,
+    ctx: PodFitContext,
+    so_far: SoFar,
+    container_index: int,
+) -> FitResult:
+    """Vendor `key`'s fit of `request` on the device at `pos` alone, on the node's usage before
+    the pod (explain's per-device checks), seeing the pod's earlier containers as any fit does."""
+    vendor = ctx.vendors[key]
+    return vendor.fit(request, node.devices, [u.copy() for u in node.usage], [pos], ctx=ctx,
+                      cordoned=node.cordoned, allocated=so_far.before(container_index, key))
+
+
 # --------------------------------------------------------------------------------------------
 # Per-node evaluation
-
-
-def _entries(
-    fitted: Mapping[int, Mapping[str, ContainerDevices]], vendors: Sequence[str], start: int, end: int
-) -> dict[str, PodSingleDevice]:
-    """Per vendor, the allocation list of containers [start, end) built so far (for quota)."""
-    empty: ContainerDevices = []
-    return {
-        v: [fitted[j].get(v, empty) if j in fitted else empty for j in range(start, end)] for v in vendors
-    }
 
 
 @dataclass(slots=True)
@@ -445,46 +489,58 @@ def evaluate_node(
     quick = None if judged else quick_verdict(requests, n_init, node, ctx)
     if quick:
         return NodeFailure(quick)
+    return _walk(requests, n_init, node, ctx, so_far=SoFar(n_init), judged=quick == "")
+
+
+def containers_so_far(
+    requests: Sequence[ContainerRequests], n_init: int, node: NodeView, ctx: PodFitContext
+) -> SoFar:
+    """What each container of the pod takes on `node` as `evaluate_node` fits them, up to the
+    first that does not fit (explain's per-device checks see the earlier containers by it)."""
+    so_far = SoFar(n_init)
+    _walk(requests, n_init, node, ctx, so_far=so_far, judged=False)
+    return so_far
+
+
+def _walk(
+    requests: Sequence[ContainerRequests],
+    n_init: int,
+    node: NodeView,
+    ctx: PodFitContext,
+    *,
+    so_far: SoFar,
+    judged: bool,
+) -> NodeFit | NodeFailure:
+    """HAMi's scoreNode over the containers, each fitted seeing the earlier ones (`so_far`)."""
     plan = plan_of(ctx, requests, n_init)
     base_order = list(range(len(node.devices)))
-    # The allocation so far is built only for a fit that reads it (quota, or a vendor's rule).
-    with_quota = ctx.quota is not None or any(
-        v.reads_allocated for v in (ctx.vendors.get(key) for key in plan.vendors) if v is not None
-    )
-    fitted: dict[int, dict[str, ContainerDevices]] = {}
     migs: list[MigAllocation] = []
 
     # Init containers run one after another: each sees only the pre-existing usage.
     for i in plan.init:
-        # HAMi hands Fit the allocation list being built: here the init entries so far.
-        allocated = _entries(fitted, tuple(requests[i]), 0, i) if with_quota else {}
         res = _fit_container(
-            requests[i], node, _Usage(node.usage), base_order, ctx=ctx, allocated=allocated,
-            container_index=i, migs=migs, apply=False, judged=quick == "",
+            requests[i], node, _Usage(node.usage), base_order, ctx=ctx, so_far=so_far,
+            container_index=i, migs=migs, apply=False, judged=judged,
         )
         if not res.ok:
             return NodeFailure(res.reason)
-        fitted[i] = res.devices
+        so_far.add(i, res.devices)
 
     # App containers run together: fit them one after another on one copy, in place order.
     usage = _Usage(node.usage)
     order = base_order
     for i in plan.app:
-        # ... and here the app entries so far, which start at index 0 (as in HAMi).
-        allocated = _entries(fitted, tuple(requests[i]), n_init, i) if with_quota else {}
         res = _fit_container(
-            requests[i], node, usage, order, ctx=ctx, allocated=allocated, container_index=i, migs=migs,
-            apply=i != plan.app[-1], judged=quick == "",
+            requests[i], node, usage, order, ctx=ctx, so_far=so_far, container_index=i, migs=migs,
+            apply=i != plan.app[-1], judged=judged,
         )
         if not res.ok:
             return NodeFailure(res.reason)
         order = res.order
-        fitted[i] = res.devices
+        so_far.add(i, res.devices)
 
     n = len(requests)
-    return NodeFit(
-        {v: [fitted[i].get(v, []) if i in fitted else [] for i in range(n)] for v in plan.vendors}, migs
-    )
+    return NodeFit({v: [so_far.of(i, v) for i in range(n)] for v in plan.vendors}, migs)
 
 
 def quick_verdict(
