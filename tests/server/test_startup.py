@@ -200,7 +200,14 @@ async def test_metrics_port_in_use_names_its_flag(held_port: int) -> None:
     assert str(caught.value).endswith("choose another port with --metrics-bind-address")
 
 
-async def test_free_ports_still_start(held_port: int) -> None:
+async def test_embedded_api_port_in_use_names_its_flag(held_port: int) -> None:
+    with pytest.raises(StartupError) as caught:
+        await start(_demo(embedded_api_bind=f":{held_port}"))  # no host: loopback
+    assert str(caught.value).startswith(f"cannot listen on 127.0.0.1:{held_port}: address already in use;")
+    assert str(caught.value).endswith("choose another port with --embedded-api-bind")
+
+
+async def test_free_ports_still_start() -> None:
     """Control: the same start path serves when the ports are free."""
     running = await start(_demo())
     await stop(running)

@@ -242,10 +242,12 @@ async def _serve_embedded_api(cluster: Any, address: str) -> _EmbeddedApi:
     from vgpu_scheduler.cluster.fakeapi import serve as serve_api
 
     host, port = split_host_port(address)
+    host = host or "127.0.0.1"
     try:
-        server = await serve_api(cluster, host or "127.0.0.1", port)
+        server = await serve_api(cluster, host, port)
     except OSError as exc:
-        raise StartupError(listen_error(address, "--embedded-api-bind", exc)) from None
+        shown = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        raise StartupError(listen_error(shown, "--embedded-api-bind", exc)) from None
     log.info("embedded Kubernetes API listening on %s", server.url)
     return _EmbeddedApi(server)
 
