@@ -14,6 +14,7 @@ from vgpu_scheduler.configfile import (
     default_device_config,
     load_device_config,
     parse_device_config,
+    unknown_keys,
 )
 
 MUST_DEFINE = "MIG profile allowlist must define models and profiles"
@@ -249,12 +250,13 @@ def test_other_vendor_sections_are_kept_raw() -> None:
         pytest.param("just text\n", "dc.yaml: expected a mapping of vendor sections, got str", id="a string"),
         pytest.param("nvidia: [\n", "dc.yaml: invalid YAML", id="broken YAML"),
         pytest.param("a: 1\n---\nb: 2\n", "dc.yaml: invalid YAML", id="two documents"),
+        # An unknown top-level key is ignored (a warning, as Go's decoder ignores it): a file of
+        # nothing else is then empty.
         pytest.param(
-            "nvidia: {}\nnvdia: {}\n",
-            "dc.yaml: nvdia: unknown top-level key (expected one of nvidia, cambricon",
-            id="misspelt vendor",
+            "nvdia:\n  resourceCountName: nvidia.com/gpu\n", "dc.yaml: all configurations are empty",
+            id="only a misspelt vendor",
         ),
-        pytest.param("1: x\n", "dc.yaml: 1: unknown top-level key", id="numeric top-level key"),
+        pytest.param("1: x\n", "dc.yaml: all configurations are empty", id="only a numeric top-level key"),
         pytest.param("nvidia:\n", "dc.yaml: all configurations are empty", id="nvidia null"),
         pytest.param("nvidia: {}\nhygon: {}\niluvatars: []\n", "dc.yaml: all configurations are empty",
                      id="every section empty"),
@@ -491,3 +493,118 @@ def test_chart_configmap_payload_round_trips(tmp_path: Path) -> None:
     path = tmp_path / "device-config.yaml"
     path.write_text(text)
     assert load_device_config(path) == default_device_config()
+
+
+# ---------------------------------------------------------------------------------------------
+# Unknown keys: ignored, as Go's decoder ignores them, with one warning per key path per process
+
+WARNED = "vgpu_scheduler.configfile"
+
+
+@pytest.fixture
+def fresh_warnings(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Forget the key paths other tests already warned about (the set is per process)."""
+    monkeypatch.setattr("vgpu_scheduler.configfile._warned_keys", set())
+
+
+def _warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.name == WARNED and r.levelname == "WARNING"]
+
+
+TYPOS = """
+nvidia:
+  resourceCountNmae: nvidia.com/gpu
+  migProfileAllowlist:
+  - models: [A30]
+    profiles: [1g.6gb]
+    geometries: []
+nvdia:
+  resourceCountName: nvidia.com/gpu
+hygon:
+  resourceCountName: hygon.com/dcunum
+  memoryFactr: 2
+iluvatars:
+- chipName: BI-V150
+  commonWord: BI-V150
+  resourceCountName: iluvatar.ai/BI-V150-vgpu
+- chipName: MR-V100
+  commonWord: MR-V100
+  resourceCoreNmae: iluvatar.ai/MR-V100.vCore
+vnpus:
+  hamiVnpuCore: false
+  config: []
+  configs:
+  - chipName: 910B3
+    commonWord: Ascend910B3
+    resourceName: huawei.com/Ascend910B3
+    aiCores: 20
+    templates:
+    - {name: vir05_1c_16g, memory: 16384, aiCore: 5, aicpu: 1}
+"""
+
+TYPO_WARNINGS = [
+    f"device config dc.yaml: unknown key {key} (ignored{hint})"
+    for key, hint in [
+        ("nvidia.resourceCountNmae", "; did you mean resourceCountName?"),
+        ("nvidia.migProfileAllowlist[0].geometries", ""),
+        ("nvdia", "; did you mean nvidia?"),
+        ("hygon.memoryFactr", "; did you mean memoryFactor?"),
+        ("iluvatars[1].resourceCoreNmae", "; did you mean resourceCoreName?"),
+        ("vnpus.config", "; did you mean configs?"),
+        ("vnpus.configs[0].aiCores", "; did you mean aiCore?"),
+        ("vnpus.configs[0].templates[0].aicpu", "; did you mean aiCPU?"),
+    ]
+]
+
+
+@pytest.mark.usefixtures("fresh_warnings")
+def test_unknown_keys_warn_once_per_key_path_at_every_level(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level("WARNING", logger=WARNED)
+    config = parse(TYPOS)
+    assert _warnings(caplog) == TYPO_WARNINGS
+    # Ignored, not an error: the misspelt count name takes the chart default, the misspelt section
+    # is dropped, the rest is read as written.
+    assert config.nvidia.resource_count_name == "nvidia.com/gpu"
+    assert "nvdia" not in config.other_vendors
+    assert config.other_vendors["hygon"] == {"resourceCountName": "hygon.com/dcunum", "memoryFactr": 2}
+
+
+@pytest.mark.usefixtures("fresh_warnings")
+def test_a_reloaded_config_does_not_warn_again(caplog: pytest.LogCaptureFixture, tmp_path: Path) -> None:
+    caplog.set_level("WARNING", logger=WARNED)
+    path = tmp_path / "dc.yaml"
+    path.write_text("nvidia:\n  resourceCountNmae: x\n  resourceCountName: nvidia.com/gpu\n")
+    load_device_config(path)
+    load_device_config(path)
+    parse("nvidia:\n  resourceCountNmae: y\n  resourceCountName: nvidia.com/gpu\n")
+    assert _warnings(caplog) == [
+        f"device config {path}: unknown key nvidia.resourceCountNmae "
+        "(ignored; did you mean resourceCountName?)"
+    ]
+
+
+@pytest.mark.usefixtures("fresh_warnings")
+def test_known_keys_do_not_warn(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level("WARNING", logger=WARNED)
+    default_device_config()  # every section of the chart, ascend and iluvatar chips included
+    parse(
+        """
+        nvidia:
+          resourceCountName: nvidia.com/gpu
+          migProfileAllowlist: [{models: [A30], profiles: [1g.6gb]}]
+        metax: {resourceVCountName: metax-tech.com/sgpu, sgpuTopologyAware: true}
+        enflame: {resourceNameVGCU: enflame.com/vgcu, resourceNameVGCUPercentage: enflame.com/vgcu-percentage}
+        kunlun: {resourceVMemoryName: kunlunxin.com/vxpu-memory}
+        awsneuron: {resourceCoreName: aws.amazon.com/neuroncore}
+        vnpus: {configs: [{memoryAllocatable: 1, memoryCapacity: 2, memoryFactor: 1, aiCPU: 1,
+                           runtimeClassName: x, overwriteEnv: true, superPod: true, resourceMemoryName: m,
+                           resourceCoreName: c}]}
+        """
+    )
+    assert _warnings(caplog) == []
+
+
+def test_unknown_keys_of_wrong_typed_values_are_left_to_the_readers() -> None:
+    # A section that is not a mapping is the typed reader's error, not a key to warn about.
+    data = {"nvidia": [1], "iluvatars": {"x": 1}, "vnpus": {"configs": [1, {"y": 2}]}}
+    assert list(unknown_keys(data)) == ["vnpus.configs[1].y"]

@@ -3,20 +3,24 @@
 `load_device_config` reads and validates the YAML file named by `--device-config-file` and
 `default_device_config` loads the Helm chart's default one shipped in `data/device-config.yaml`.
 
-Loading rules: the `nvidia` section is typed (keys it omits take the chart defaults; keys the
-scheduler does not use, such as `knownMigGeometries`, are ignored as Go's decoder ignores them);
-other vendor sections are kept raw for their backends; an unknown top-level key is an error;
-"all configurations are empty" when every section is Go-zero (nulls, zeros, falses, empties).
+Loading rules: the `nvidia` section is typed (keys it omits take the chart defaults); other vendor
+sections are kept raw for their backends; a key HAMi's config structs do not have (a top-level
+section, a key of a section or of a list entry, such as `knownMigGeometries` of older charts or a
+misspelt `resourceCountNmae`) is ignored, as Go's decoder ignores it, with one warning per key path
+per process; "all configurations are empty" when every section is Go-zero (nulls, zeros, falses,
+empties).
 """
 
 from __future__ import annotations
 
+import difflib
 import importlib.resources
 import logging
 import math
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import yaml
@@ -43,7 +47,7 @@ VENDOR_SECTIONS: tuple[str, ...] = (
     "biren",
     "vnpus",
 )
-"""Top-level keys HAMi's config struct knows; anything else is rejected (likely a typo)."""
+"""Top-level keys HAMi's config struct knows; anything else is ignored with a warning."""
 
 GPU_CORE_POLICIES = ("default", "force", "disable")
 
@@ -235,10 +239,6 @@ def _parse_nvidia(source: str, raw: Any) -> NvidiaConfig:
     policy = r.get_str("gpuCorePolicy", d.gpu_core_policy) or "default"
     if policy not in GPU_CORE_POLICIES:
         raise r.error("gpuCorePolicy", f"must be one of default, force, disable; got {policy!r}")
-    ignored = sorted(str(k) for k in raw if k not in _NVIDIA_KEYS)
-    if ignored:
-        # e.g. knownMigGeometries from older charts: Go's YAML decoder skips unknown keys too.
-        log.info("%s: ignoring keys of the nvidia section the scheduler does not use: %s", source, ignored)
     return NvidiaConfig(
         resource_count_name=r.get_str("resourceCountName", d.resource_count_name),
         resource_memory_name=r.get_str("resourceMemoryName", d.resource_memory_name),
@@ -267,6 +267,106 @@ def _parse_nvidia(source: str, raw: Any) -> NvidiaConfig:
     )
 
 
+@dataclass(frozen=True, slots=True)
+class _Each:
+    """A list whose entries are mappings of `shape` (an `iluvatars` chip, a vNPU template)."""
+
+    shape: _Shape
+
+
+_Shape = Mapping[str, "_Shape | _Each | None"]
+"""The keys of a mapping, each with the shape of its value: None for a leaf (or a list of leaves),
+a shape for a mapping, `_Each` for a list of mappings."""
+
+_RESOURCE_NAMES = ("resourceCountName", "resourceMemoryName", "resourceCoreName")
+_VNPU_CHIP: _Shape = {
+    **dict.fromkeys(
+        ("commonWord", "chipName", "resourceName", "resourceMemoryName", "resourceCoreName",
+         "memoryAllocatable", "memoryCapacity", "memoryFactor", "aiCore", "aiCPU", "runtimeClassName",
+         "overwriteEnv", "superPod")
+    ),
+    "templates": _Each(dict.fromkeys(("name", "memory", "aiCore", "aiCPU"))),
+}
+# The yaml tags of HAMi v2.10.0's config structs (pkg/scheduler/config.Config and each vendor's):
+# what Go's decoder fills. Keys the scheduler itself never reads (device-plugin ones) are known too.
+CONFIG_SHAPE: _Shape = {
+    "nvidia": {
+        **dict.fromkeys(_NVIDIA_KEYS - {"migProfileAllowlist"}),
+        "migProfileAllowlist": _Each(dict.fromkeys(("models", "profiles"))),
+    },
+    "cambricon": dict.fromkeys(_RESOURCE_NAMES),
+    "hygon": dict.fromkeys((*_RESOURCE_NAMES, "memoryFactor")),
+    "metax": dict.fromkeys(
+        ("resourceCountName", "resourceVCountName", "resourceVMemoryName", "resourceVCoreName",
+         "sgpuTopologyAware")
+    ),
+    "mthreads": dict.fromkeys(_RESOURCE_NAMES),
+    "iluvatars": _Each(dict.fromkeys(("commonWord", "chipName", *_RESOURCE_NAMES))),
+    "enflame": dict.fromkeys(
+        ("resourceNameGCU", "resourceNameDRSGCU", "resourceNameGCUMemory", "resourceNameGCUCore",
+         "resourceNameVGCU", "resourceNameVGCUPercentage")
+    ),
+    "kunlun": dict.fromkeys(("resourceCountName", "resourceVCountName", "resourceVMemoryName")),
+    "awsneuron": dict.fromkeys(("resourceCountName", "resourceCoreName")),
+    "amd": dict.fromkeys(_RESOURCE_NAMES),
+    "vastai": dict.fromkeys(("resourceCountName",)),
+    "biren": dict.fromkeys(("resourceCountName",)),
+    "vnpus": {"hamiVnpuCore": None, "configs": _Each(_VNPU_CHIP)},
+}
+
+_warned_keys: set[str] = set()
+"""Unknown key paths already warned about: once per process, however often a config is loaded."""
+
+
+def unknown_keys(data: Mapping[Any, Any], shape: _Shape = CONFIG_SHAPE, path: str = "") -> Iterator[str]:
+    """The paths (`nvidia.resourceCountNmae`, `iluvatars[1].chipNmae`) of the keys of `data` that
+    `shape` does not have, in file order. Values of the wrong type are left to the typed readers."""
+    for key, value in data.items():
+        where = f"{path}.{key}" if path else str(key)
+        if key not in shape:
+            yield where
+            continue
+        inner = shape[key]
+        if isinstance(inner, _Each) and isinstance(value, list):
+            for i, item in enumerate(value):
+                if isinstance(item, dict):
+                    yield from unknown_keys(item, inner.shape, f"{where}[{i}]")
+        elif isinstance(inner, Mapping) and isinstance(value, dict):
+            yield from unknown_keys(value, inner, where)
+
+
+def _warn_unknown_keys(source: str, data: Mapping[Any, Any]) -> None:
+    """A warning per unknown key, not an error: HAMi's decoder ignores such keys, so a config that
+    works with HAMi must start here; but a misspelt key silently taking the default is a trap."""
+    for path in unknown_keys(data):
+        if path in _warned_keys:
+            continue
+        _warned_keys.add(path)
+        parent, _, key = path.rpartition(".")
+        close = _closest(key, _shape_at(parent))
+        hint = f"; did you mean {close}?" if close else ""
+        log.warning("device config %s: unknown key %s (ignored%s)", source, path, hint)
+
+
+def _shape_at(path: str) -> _Shape | None:
+    """The shape of the mapping at `path` (`vnpus.configs[0]`), None when there is none."""
+    shape: _Shape | _Each | None = CONFIG_SHAPE
+    for part in path.split(".") if path else ():
+        if not isinstance(shape, Mapping):
+            return None
+        shape = shape.get(part.partition("[")[0])
+        if isinstance(shape, _Each):
+            shape = shape.shape
+    return shape if isinstance(shape, Mapping) else None
+
+
+def _closest(key: str, shape: _Shape | None) -> str:
+    """The known key `key` most likely misspells (case aside: `aicpu` is `aiCPU`), or ""."""
+    known = {k.lower(): k for k in shape or ()}
+    close = difflib.get_close_matches(key.lower(), list(known), n=1)
+    return known[close[0]] if close else ""
+
+
 def _is_empty(value: Any) -> bool:
     """Go's "equal to the zero value": nothing but nulls, zeros, falses and empty containers."""
     if value is None or value is False or value == 0 or value == "":
@@ -292,11 +392,8 @@ def parse_device_config(text: str, source: str = "<string>") -> DeviceConfig:
         raise DeviceConfigError(source, "", "the device config is empty")
     if not isinstance(data, dict):
         raise DeviceConfigError(source, "", f"expected a mapping of vendor sections, got {_describe(data)}")
-    for key in data:
-        if key not in VENDOR_SECTIONS:
-            raise DeviceConfigError(
-                source, str(key), f"unknown top-level key (expected one of {', '.join(VENDOR_SECTIONS)})"
-            )
+    _warn_unknown_keys(source, data)
+    data = {key: value for key, value in data.items() if key in VENDOR_SECTIONS}
     # Types first, so a mistyped key is reported as such rather than as "empty".
     nvidia = _parse_nvidia(source, data.get("nvidia"))
     for key, value in data.items():

@@ -679,6 +679,36 @@ def test_bad_requests(body: bytes, typed: tuple[str | None, str | None], uid: st
     assert "reason" not in response["status"]
 
 
+@pytest.mark.parametrize(
+    ("obj", "where"),
+    [
+        pytest.param(
+            pod(container(limits={GPU: 1, MEM: "12Gx"})),
+            "spec.containers[0].resources.limits[nvidia.com/gpumem]",
+            id="gpumem in limits",
+        ),
+        pytest.param(
+            pod(container(limits={GPU: "abc"})),
+            "spec.containers[0].resources.limits[nvidia.com/gpu]",
+            id="gpu alone",
+        ),
+        pytest.param(
+            pod(container(), init=[builders.container("i", limits={GPU: 1}, requests={CORES: "1.5.3"})]),
+            "spec.initContainers[0].resources.requests[nvidia.com/gpucores]",
+            id="gpucores in an init container's requests",
+        ),
+    ],
+)
+def test_a_pod_whose_quantity_does_not_parse_is_denied_400(obj: dict[str, Any], where: str) -> None:
+    # Denied, not passed and not a crash: Go's decoder cannot decode such a Pod either (controller-
+    # runtime answers 400), and the API server never sends one, since it refuses the pod at creation.
+    # Passing it would only move the failure to the filter, which refuses it with the same reason.
+    response = run(obj)
+    assert response["allowed"] is False and "patch" not in response
+    assert response["status"]["code"] == 400
+    assert response["status"]["message"].startswith(f"{where}: quantities must match the regular expression")
+
+
 def test_numbers_are_quantities() -> None:
     # Go's Quantity also decodes JSON numbers.
     response = run(pod(container(limits={GPU: 1, CORES: 30})))

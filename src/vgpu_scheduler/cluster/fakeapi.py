@@ -148,7 +148,12 @@ async def serve(
     await runner.setup()
     sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((host, port))
+    try:
+        sock.bind((host, port))
+    except OSError:  # a port in use: the caller reports it; nothing of ours stays open
+        sock.close()
+        await runner.cleanup()
+        raise
     site = web.SockSite(runner, sock, ssl_context=ssl)
     await site.start()
     return FakeApiServer(runner, app, host, sock.getsockname()[1], ssl is not None)

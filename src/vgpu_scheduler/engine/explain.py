@@ -22,7 +22,7 @@ from vgpu_scheduler.engine.fit import check_device, containers_so_far, pod_fit_c
 from vgpu_scheduler.engine.nodeview import NodeView
 from vgpu_scheduler.engine.podinfo import init_container_count
 from vgpu_scheduler.engine.policy import asked_memory
-from vgpu_scheduler.engine.requests import pod_requests
+from vgpu_scheduler.engine.requests import invalid_quantity, pod_requests
 from vgpu_scheduler.engine.state import SchedulerState
 from vgpu_scheduler.model import (
     PERCENTAGE_UNSET,
@@ -140,8 +140,12 @@ def explain_pod(
     problems = problems or {}
     locks = locks or {}
     vendors = state.vendors
-    requests = pod_requests(pod, vendors)
     out = Explanation(pod=f"{objects.namespace(pod)}/{objects.name(pod)}", status=PENDING, node=None)
+    invalid = invalid_quantity(pod, vendors.managed_resources())
+    if invalid:  # the filter refuses the pod before any node (its asks would read the value as absent)
+        out.error = invalid
+        return out
+    requests = pod_requests(pod, vendors)
     out.asks = _asks(pod, requests)
     if not out.asks:
         out.status = NO_REQUEST
@@ -322,6 +326,8 @@ def render_text(exp: Explanation) -> str:
 
 
 def _headline(exp: Explanation) -> str:
+    if exp.error and not exp.nodes:
+        return "pending; the filter refuses it on every node (error below)"
     if exp.status == NO_REQUEST:
         return "asks for no device; the scheduler extender leaves it to kube-scheduler"
     if exp.status == ALLOCATED:

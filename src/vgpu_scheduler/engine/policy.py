@@ -25,6 +25,11 @@ BEST_FIT = "best-fit"
 DEFAULT_GPU_POLICY = SPREAD
 """`--gpu-scheduler-policy` default."""
 
+NODE_POLICIES = (BINPACK, SPREAD)
+"""`--node-scheduler-policy` values."""
+GPU_POLICY_TOKENS = (BINPACK, SPREAD, TOPOLOGY_AWARE, MUTEX, NUMA, BEST_FIT)
+"""The tokens of a `--gpu-scheduler-policy` value (one, or a comma chain such as `binpack,numa`)."""
+
 _SORT_KEYS = (BINPACK, SPREAD, NUMA)
 
 _TRUE = frozenset({"1", "t", "T", "TRUE", "true", "True"})
@@ -33,6 +38,22 @@ _TRUE = frozenset({"1", "t", "T", "TRUE", "true", "True"})
 def parse_go_bool(s: str) -> bool:
     """Go `strconv.ParseBool` where an invalid value counts as false (`nvidia.com/numa-bind`)."""
     return s in _TRUE
+
+
+def unknown_node_policy(value: str) -> str:
+    """Why `value` is no node policy, "" when it is one. HAMi takes any string and schedules an
+    unknown one as binpack (`pack`, #1931); the command lines refuse it instead."""
+    return "" if value in NODE_POLICIES else f'unknown policy "{value}" (known: {", ".join(NODE_POLICIES)})'
+
+
+def unknown_gpu_policy(value: str) -> str:
+    """Why `value` is no GPU policy (a known name or a comma chain of them), "" when it is one.
+    HAMi schedules an unknown name as spread, silently; the command lines refuse it instead."""
+    unknown = [token for token in (t.strip() for t in value.split(",")) if token not in GPU_POLICY_TOKENS]
+    if not unknown:
+        return ""
+    names = ", ".join(f'"{token}"' for token in unknown)
+    return f"unknown policy {names} (known: {', '.join(GPU_POLICY_TOKENS)})"
 
 
 def policy_contains(policy: str, name: str) -> bool:

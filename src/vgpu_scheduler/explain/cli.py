@@ -24,6 +24,7 @@ from vgpu_scheduler.cluster.transport import MemoryTransport
 from vgpu_scheduler.config import DeviceConfig
 from vgpu_scheduler.configfile import DeviceConfigError, default_device_config, load_device_config
 from vgpu_scheduler.engine.explain import Explanation, render_text
+from vgpu_scheduler.engine.policy import NODE_POLICIES, unknown_gpu_policy
 from vgpu_scheduler.scheduler.options import SchedulerOptions
 from vgpu_scheduler.scheduler.process import SchedulerProcess
 
@@ -48,6 +49,14 @@ def _go_bool(value: str) -> bool:
     raise argparse.ArgumentTypeError(f"invalid boolean value {value!r}")
 
 
+def _gpu_policy(value: str) -> str:
+    """Refused as the server refuses it: explaining with a policy HAMi would run as spread misleads."""
+    problem = unknown_gpu_policy(value)
+    if problem:
+        raise argparse.ArgumentTypeError(problem)
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog=PROG, description="Why a pod is pending, or where it went: per node and per device, "
                 "the check that failed and the numbers behind it. Changes nothing.")
@@ -59,8 +68,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "default when no --snapshot: $KUBECONFIG, ~/.kube/config or in-cluster")
     p.add_argument("-o", "--output", choices=("text", "json"), default="text")
     p.add_argument("--device-config-file", metavar="FILE", help="device config (default: the chart's)")
-    p.add_argument("--node-scheduler-policy", default="binpack", choices=("binpack", "spread"))
-    p.add_argument("--gpu-scheduler-policy", default="spread", metavar="POLICY")
+    p.add_argument("--node-scheduler-policy", default="binpack", choices=NODE_POLICIES)
+    p.add_argument("--gpu-scheduler-policy", default="spread", metavar="POLICY", type=_gpu_policy)
     for vendor in ("ascend", "iluvatar"):
         p.add_argument(f"--enable-{vendor}", nargs="?", const=True, default=False, type=_go_bool,
                        metavar="BOOL", help=f"register the {vendor} section, as the scheduler's flag does")

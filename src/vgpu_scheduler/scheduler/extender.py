@@ -359,6 +359,9 @@ class Extender:
             log.info("filter %s/%s: the pod has been deleted", namespace, name)
             outcome.set("error", "pod_deleted")
             return FilterAnswer(error=f'pods "{name}" not found')
+        invalid = self.requests_of.invalid(pod)
+        if invalid:
+            return FilterAnswer(error=self._refuse_invalid(pod, invalid, outcome))
         requests = self.requests_of(pod)
         if not pod_has_device_requests(requests):
             outcome.set("no_request", "no_device_request")
@@ -500,9 +503,23 @@ class Extender:
                     del self._pending_per_node[decision.node]
         return decision
 
+    def _refuse_invalid(self, pod: Mapping[str, Any], message: str, outcome: _Outcome) -> str:
+        """A device quantity that does not parse: an extender Error, so the pod stays pending with
+        the message in kube-scheduler's FailedScheduling event (and ours, FilteringFailed, as HAMi
+        records its filter errors), instead of being placed with the value read as absent. The error
+        is node-independent, which FailedNodes (one entry per node) would hide."""
+        outcome.set("error", "invalid_quantity")
+        log.warning("filter: %s", message)
+        if not self._discards_events:
+            self.events.record(pod, WARNING, "FilteringFailed", message)
+        return message
+
     def _filter_template_nodes(
         self, pod: dict[str, Any], items: list[dict[str, Any]], outcome: _Outcome
     ) -> bytes:
+        invalid = self.requests_of.invalid(pod)
+        if invalid:
+            return encode_filter_result(error=self._refuse_invalid(pod, invalid, outcome))
         decision = decide_on_nodes(
             pod,
             items,

@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from vgpu_scheduler.devices.protocol import VendorFlags
+from vgpu_scheduler.engine.policy import unknown_gpu_policy, unknown_node_policy
+from vgpu_scheduler.wire.gocompat import go_quote
 
 # Deliberate difference from HAMi (client-go defaults 5/10): one scheduler serving a whole cluster
 # does a lot of pod patches and Bindings at filter/bind time; 5 QPS throttles it visibly.
@@ -113,3 +115,18 @@ def vendor_flags(opts: SchedulerOptions) -> VendorFlags:
         enable_iluvatar=opts.enable_iluvatar,
         legacy={name: getattr(opts, name) for name in LEGACY_VENDOR_FLAGS},
     )
+
+
+def invalid_policy(opts: SchedulerOptions) -> str:
+    """The first default policy no scheduler code knows, as one line for the operator ("" when both
+    are known). A deliberate difference: HAMi starts with any string and schedules an unknown node
+    policy as binpack and an unknown GPU policy as spread, silently (#1931)."""
+    checks = (
+        ("--node-scheduler-policy", opts.node_scheduler_policy, unknown_node_policy),
+        ("--gpu-scheduler-policy", opts.gpu_scheduler_policy, unknown_gpu_policy),
+    )
+    for flag, value, check in checks:
+        problem = check(value)
+        if problem:
+            return f"invalid {flag} {go_quote(value)}: {problem}"
+    return ""

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import logging
 import os
 import signal
@@ -26,7 +27,7 @@ from vgpu_scheduler.configfile import DeviceConfigError, default_device_config, 
 from vgpu_scheduler.devices.protocol import VendorConfigError
 from vgpu_scheduler.logsetup import setup_logging
 from vgpu_scheduler.scheduler.heap import settle_heap
-from vgpu_scheduler.scheduler.options import SchedulerOptions
+from vgpu_scheduler.scheduler.options import SchedulerOptions, invalid_policy
 from vgpu_scheduler.scheduler.process import SchedulerProcess
 from vgpu_scheduler.server.app import make_app
 from vgpu_scheduler.server.tls import ReloadingCertificate
@@ -108,24 +109,53 @@ class Running:
     extras: list[Any] = field(default_factory=list)
 
 
-async def _start_site(app: web.Application, address: str, ssl_context: Any = None) -> web.AppRunner:
+def listen_error(address: str, flag: str, exc: OSError) -> str:
+    """One line for a listener that cannot bind: the address, what the system said and the fix."""
+    host, port = split_host_port(address)
+    where = f"[{host}]:{port}" if host and ":" in host else f"{host or '0.0.0.0'}:{port}"
+    if exc.errno == errno.EACCES and port < 1024:
+        what = "permission denied"
+        fix = (
+            "run as root, grant CAP_NET_BIND_SERVICE (setcap cap_net_bind_service=+ep on the "
+            f"interpreter), or choose a port >= 1024 with {flag}"
+        )
+    elif exc.errno == errno.EADDRINUSE:
+        what = "address already in use"
+        fix = f"stop the process holding it (ss -ltnp 'sport = :{port}') or choose another port with {flag}"
+    elif exc.errno == errno.EADDRNOTAVAIL:
+        what = "address not available on this host"
+        fix = f"choose an address of this host (or 0.0.0.0) with {flag}"
+    else:  # e.g. a host name that does not resolve (socket.gaierror)
+        what = (exc.strerror or str(exc)).lower()
+        fix = f"choose another address with {flag}"
+    return f"cannot listen on {where}: {what}; {fix}"
+
+
+async def _start_site(
+    app: web.Application, address: str, *, flag: str, ssl_context: Any = None
+) -> web.AppRunner:
+    """Serve `app` on `address`; a bind failure is a StartupError naming `flag` (exit 1, no
+    traceback: a port in use or below 1024 is an operator's fix, not a bug)."""
     host, port = split_host_port(address)
     # handler_cancellation: a caller that goes away (kube-scheduler's httpTimeout) cancels its
     # handler, so a bind stops at its next write instead of outliving its caller.
     runner = web.AppRunner(app, access_log=None, handle_signals=False, handler_cancellation=True)
     await runner.setup()
-    await web.TCPSite(runner, host, port, ssl_context=ssl_context, reuse_address=True).start()
+    try:
+        await web.TCPSite(runner, host, port, ssl_context=ssl_context, reuse_address=True).start()
+    except OSError as exc:
+        await runner.cleanup()
+        raise StartupError(listen_error(address, flag, exc)) from None
     return runner
 
 
-async def start(opts: SchedulerOptions) -> Running:
-    client, cluster = await make_client(opts)
+def _make_process(opts: SchedulerOptions, client: KubeClient) -> SchedulerProcess:
     device_config = load_config(opts)
     hostname = socket.gethostname()
     if not hostname:
         raise StartupError("failed to get hostname: empty")
     try:
-        process = SchedulerProcess(
+        return SchedulerProcess(
             opts,
             device_config,
             client,
@@ -135,7 +165,25 @@ async def start(opts: SchedulerOptions) -> Running:
         )
     except VendorConfigError as exc:  # a section only a gate (--enable-…) registers
         raise StartupError(f"failed to initialize devices: {exc}", code=2) from exc
-    running = Running(process)
+
+
+async def start(opts: SchedulerOptions) -> Running:
+    problem = invalid_policy(opts)
+    if problem:  # before anything starts: a typo must not run the cluster on another policy
+        raise StartupError(problem, code=2)
+    client, cluster = await make_client(opts)
+    running = Running(_make_process(opts, client))
+    try:
+        await _start_parts(opts, running, cluster)
+    except BaseException:
+        # What started before the failure (informers, a listener) stops, so the exit is clean.
+        await stop(running)
+        raise
+    return running
+
+
+async def _start_parts(opts: SchedulerOptions, running: Running, cluster: Any) -> None:
+    process = running.process
     if cluster is not None:
         from vgpu_scheduler.cluster.embedded.deviceplugin import attach_device_plugin
 
@@ -156,7 +204,10 @@ async def start(opts: SchedulerOptions) -> Running:
         process.state, legacy=opts.legacy_metrics, extender_stats=process.extender.stats
     )
     registry.register(OperatorCollector(OperatorSources.of_process(process)))
-    running.runners.append(await _start_site(make_metrics_app(registry), opts.metrics_bind_address))
+    metrics_app = make_metrics_app(registry)
+    running.runners.append(
+        await _start_site(metrics_app, opts.metrics_bind_address, flag="--metrics-bind-address")
+    )
     log.info("metrics server listening on %s", opts.metrics_bind_address)
 
     quota = process.state.quota
@@ -172,9 +223,9 @@ async def start(opts: SchedulerOptions) -> Running:
         cert = ReloadingCertificate(opts.cert_file, opts.key_file)
         ssl_context = cert.context
         running.tasks.append(asyncio.create_task(cert.watch(), name="certificate watch"))
-    running.runners.append(await _start_site(app, opts.http_bind, ssl_context))
+    http = await _start_site(app, opts.http_bind, flag="--http_bind", ssl_context=ssl_context)
+    running.runners.append(http)
     log.info("listening on %s (%s)", opts.http_bind, "https" if ssl_context else "http")
-    return running
 
 
 @dataclass
@@ -191,7 +242,12 @@ async def _serve_embedded_api(cluster: Any, address: str) -> _EmbeddedApi:
     from vgpu_scheduler.cluster.fakeapi import serve as serve_api
 
     host, port = split_host_port(address)
-    server = await serve_api(cluster, host or "127.0.0.1", port)
+    host = host or "127.0.0.1"
+    try:
+        server = await serve_api(cluster, host, port)
+    except OSError as exc:
+        shown = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        raise StartupError(listen_error(shown, "--embedded-api-bind", exc)) from None
     log.info("embedded Kubernetes API listening on %s", server.url)
     return _EmbeddedApi(server)
 
@@ -222,6 +278,10 @@ async def stop(running: Running) -> None:
 async def serve(opts: SchedulerOptions, flag_lines: Sequence[str] = ()) -> int:
     """`flag_lines` are the `FLAG: --name="value"` lines HAMi logs first; the command line formats
     them (`flags.format_flags`), so the server does not depend on the CLI parser."""
+    problem = invalid_policy(opts)
+    if problem:  # refused before the flags are logged, so this one line is all stderr shows
+        print(f"vgpu-scheduler: {problem}", file=sys.stderr)
+        return 2
     setup_logging(opts)
     for line in flag_lines:
         log.info("%s", line)

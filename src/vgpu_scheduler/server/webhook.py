@@ -56,6 +56,8 @@ class PodShapeError(ValueError):
 
 
 def _quantity(value: Any, where: str) -> Any:
+    # A device quantity that does not parse (`nvidia.com/gpumem: 12Gx`) is denied here with 400, as
+    # Go's decoder fails on it; passing the pod would only move the refusal to the filter.
     if isinstance(value, bool) or not isinstance(value, str | int | float):
         raise PodShapeError(f"{where}: a quantity must be a string or a number, not {type(value).__name__}")
     try:

@@ -31,6 +31,7 @@ from vgpu_scheduler.config import DeviceConfig
 from vgpu_scheduler.configfile import DeviceConfigError, default_device_config, load_device_config
 from vgpu_scheduler.devices import registry
 from vgpu_scheduler.devices.protocol import VendorConfigError, VendorFlags
+from vgpu_scheduler.engine.policy import NODE_POLICIES, unknown_gpu_policy
 from vgpu_scheduler.scheduler.extender import Extender
 from vgpu_scheduler.simulate.loop import (
     ARRIVAL_ANNOTATION,
@@ -49,20 +50,17 @@ from vgpu_scheduler.simulate.workload import demo_workload
 from vgpu_scheduler.wire import objects
 
 PROG = "vgpu-scheduler simulate"
-NODE_POLICIES = ("binpack", "spread")
-GPU_POLICY_TOKENS = ("binpack", "spread", "topology-aware", "mutex", "numa", "best-fit")
 
 
 def _gpu_policy(value: str) -> str:
-    """The server takes any string (HAMi treats unknown names as spread, a known trap, #1931);
-    a what-if run should say so instead of silently simulating spread."""
-    tokens = [t.strip() for t in value.split(",")]
-    unknown = [t for t in tokens if t not in GPU_POLICY_TOKENS]
-    if unknown:
-        raise argparse.ArgumentTypeError(
-            f"unknown policy {', '.join(unknown)!s} (known: {', '.join(GPU_POLICY_TOKENS)})"
-        )
+    """HAMi treats unknown names as spread (a known trap, #1931); a what-if run says so instead of
+    silently simulating spread, as the server refuses to start with one."""
+    problem = unknown_gpu_policy(value)
+    if problem:
+        raise argparse.ArgumentTypeError(problem)
     return value
+
+
 DEFAULT_COUNT = 200
 
 
