@@ -1,4 +1,4 @@
-"""The image (Dockerfile, .dockerignore) and the device config copy in deploy/base.
+"""The image (Dockerfile, .dockerignore).
 
 No container engine runs here, so the Dockerfile is checked for its structure only."""
 
@@ -24,7 +24,3 @@ def test_dockerfile_is_a_non_root_image_of_this_repository() -> None:
     ignore = (REPO / ".dockerignore").read_text().split()
     assert ignore[ignore.index("*") + 1:][:3] == ["!pyproject.toml", "!README.md", "!src/"]
 
-
-def test_device_config_is_the_packaged_default() -> None:
-    packaged = REPO / "src" / "vgpu_scheduler" / "data" / "device-config.yaml"
-    assert (DEPLOY / "base" / "device-config.yaml").read_bytes() == packaged.read_bytes()
