@@ -123,10 +123,11 @@ def _with_values(values: Obj, args: list[str]) -> list[str]:
 
 
 def render(values: Obj | None = None, *, release: str = "vgpu-scheduler", namespace: str = "vgpu-scheduler",
-           kube_version: str = KUBE_VERSION) -> list[Obj]:
-    """`helm template` of the chart with these values: the objects, in Helm's order."""
+           kube_version: str = KUBE_VERSION, extra: tuple[str, ...] = ()) -> list[Obj]:
+    """`helm template` of the chart with these values (and `extra` arguments such as `--set`): the
+    objects, in Helm's order."""
     args = _with_values(values or {}, ["template", release, str(CHART), "--namespace", namespace,
-                                       "--kube-version", kube_version])
+                                       "--kube-version", kube_version, *extra])
     try:
         text = helm(*args)
     finally:

@@ -545,3 +545,27 @@ def test_a_disabled_vendor_leaves_no_trace() -> None:
     for switch in SWITCHES:
         assert not _default_names(switch) & seen, switch
     assert not [a for a in extender(dep)["args"] if re.match(r"--enable-", a)]
+
+
+# ---------------------------------------------------------------------------- docs/deploy.md
+
+
+def test_every_set_line_of_the_deploy_doc_renders_and_agrees() -> None:
+    """The `--set` expressions docs/deploy.md gives for our chart render, and the extender they
+    configure still manages exactly what kube-scheduler sends it."""
+    doc = (REPO / "docs" / "deploy.md").read_text()
+    ours = doc[doc.index("## Install with our chart"):doc.index("## Install with HAMi's chart")]
+    ports = doc[doc.index("### Ports below 1024"):doc.index("### Certificates")]
+    sets = re.findall(r"--set ([^\s`]+)", ours) + re.findall(r"--set ([^\s`]+)", ports)
+    sets += re.findall(r"^\| [^|]+ \| `([^`]+=[^`]+)`", ours, re.MULTILINE)  # the table of variations
+    assert len(sets) >= 12 and all(re.fullmatch(r"[\w.-]+=\S+", s.strip("'")) for s in sets), sets
+    for expr in sets:
+        objs = chart.render(extra=("--set", expr.strip("'")))
+        assert set(managed(objs)) == extenders_own_view(objs), expr
+        parse_args(extender(one(objs, "Deployment"))["args"])
+    high_port = "scheduler.podSecurityContext=null,scheduler.service.httpTargetPort=8443"
+    assert high_port in sets
+    high = chart.render(extra=("--set", high_port))
+    dep = one(high, "Deployment")
+    assert "securityContext" not in dep["spec"]["template"]["spec"]
+    assert flags(extender(dep))["http_bind"] == "0.0.0.0:8443"
