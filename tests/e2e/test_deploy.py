@@ -57,7 +57,7 @@ def test_chart_passes_server_side_validation(control_plane: ControlPlane, values
     ns = chart.VALUE_SETS[values_set][2]
     control_plane.ensure_namespace(ns, webhook=False)  # `helm install --create-namespace` does this
     out = control_plane.kubectl(
-        "apply", "--server-side", "--dry-run=server", "--field-manager=e2e", "-f", "-",
+        "apply", "--server-side", "--force-conflicts", "--dry-run=server", "--field-manager=e2e", "-f", "-",
         stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": kept}),
     )
     assert out.count("(server dry run)") == len(kept), out
