@@ -527,8 +527,6 @@ class ControlPlane:
         with another configuration passes its vendors' `managed_resources()`, as the chart does)."""
         if managed_resources is None:
             managed_resources = chart_managed_resources()
-        port = free_port()
-        self.scheduler_url = f"https://127.0.0.1:{port}"
         cfg = {
             "apiVersion": "kubescheduler.config.k8s.io/v1",
             "kind": "KubeSchedulerConfiguration",
@@ -549,6 +547,13 @@ class ControlPlane:
                 "managedResources": [{"name": r, "ignoredByScheduler": True} for r in managed_resources],
             }],
         }
+        self.spawn_scheduler_config(name, cfg, wait=wait)
+
+    def spawn_scheduler_config(self, name: str, cfg: dict[str, Any], *, wait: bool = True) -> None:
+        """A kube-scheduler as process `name` with this KubeSchedulerConfiguration (its own
+        clientConnection and extenders as given)."""
+        port = free_port()
+        self.scheduler_url = f"https://127.0.0.1:{port}"
         path = self.dir / f"{name}-config.yaml"
         path.write_text(json.dumps(cfg, indent=1))  # JSON is YAML
         proc = self._spawn(name, [

@@ -1,7 +1,9 @@
-"""deploy/ and `vgpu-scheduler certs` against the real kube-apiserver v1.36.
+"""charts/vgpu-scheduler and `vgpu-scheduler certs` against the real kube-apiserver v1.36.
 
-* every overlay, rendered by `kubectl kustomize`, passes the API server's own validation
-  (`kubectl apply --server-side --dry-run=server`); cert-manager's kinds are left out (no CRDs here);
+* every values set of tests/deploy/chart.py, rendered by the pinned Helm (`helm template`), passes
+  the API server's own validation (`kubectl apply --server-side --dry-run=server`); the kinds of
+  CRDs this cluster does not have (cert-manager's, prometheus-operator's) are left out, and the
+  KubeSchedulerConfiguration is loaded by the real kube-scheduler;
 * `certs`: the first run creates the Secret and sets the caBundle, the second writes nothing, a run
   near expiry rotates, and concurrent runs end with one Secret that all of them use.
 """
@@ -13,6 +15,7 @@ import base64
 import json
 import subprocess
 import sys
+import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -21,6 +24,8 @@ import pytest
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "deploy"))
+import chart
 from controlplane import ControlPlane
 
 from vgpu_scheduler.certs.sync import CertsConfig, material_of, stale_reason, sync
@@ -30,28 +35,64 @@ from vgpu_scheduler.cluster.errors import ApiError
 
 pytestmark = pytest.mark.e2e
 
-DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 NS = "certs-e2e"
 CFG = CertsConfig(namespace=NS, secret_name="webhook-tls", service_name="vgpu-scheduler",
                   webhook_name="vgpu-scheduler-certs-e2e")
+NO_CRD_HERE = ("cert-manager.io/", "monitoring.coreos.com/")
 
 
-@pytest.mark.parametrize("overlay", ["default", "cert-manager"])
-def test_overlay_passes_server_side_validation(control_plane: ControlPlane, overlay: str) -> None:
-    rendered = subprocess.run(
-        [str(control_plane.bin_dir / "kubectl"), "kustomize", str(DEPLOY / "overlays" / overlay)],
-        capture_output=True, text=True, timeout=120, check=True,
-    ).stdout
-    objs = [o for o in yaml.safe_load_all(rendered) if o]
-    kept = [o for o in objs if not o["apiVersion"].startswith("cert-manager.io/")]
-    assert len(objs) - len(kept) == (2 if overlay == "cert-manager" else 0)
-    ns = next(o["metadata"]["name"] for o in kept if o["kind"] == "Namespace")
-    control_plane.ensure_namespace(ns, webhook=False)  # a dry run creates nothing to put the rest in
+def _rendered(name: str) -> list[dict[str, Any]]:
+    try:
+        return chart.render_set(name)
+    except chart.HelmUnavailable as exc:
+        pytest.skip(str(exc))
+
+
+@pytest.mark.parametrize("values_set", sorted(chart.VALUE_SETS))
+def test_chart_passes_server_side_validation(control_plane: ControlPlane, values_set: str,
+                                             tmp_path: Path) -> None:
+    objs = _rendered(values_set)
+    kept = [o for o in objs if not o["apiVersion"].startswith(NO_CRD_HERE)]
+    assert len(objs) - len(kept) == (2 if values_set == "cert-manager" else 0)
+    ns = chart.VALUE_SETS[values_set][2]
+    control_plane.ensure_namespace(ns, webhook=False)  # `helm install --create-namespace` does this
     out = control_plane.kubectl(
-        "apply", "--server-side", "--dry-run=server", "--field-manager=e2e", "-f", "-",
+        "apply", "--server-side", "--force-conflicts", "--dry-run=server", "--field-manager=e2e", "-f", "-",
         stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": kept}),
     )
     assert out.count("(server dry run)") == len(kept), out
+    # The rendered KubeSchedulerConfiguration is one the real kube-scheduler v1.36 loads and validates:
+    # it starts with it (against this kube-apiserver) and is stopped once it serves /healthz.
+    config = next(o for o in kept if o["kind"] == "ConfigMap" and "config.yaml" in o["data"])
+    scheduler_config = yaml.safe_load(config["data"]["config.yaml"])
+    scheduler_config["clientConnection"] = {"kubeconfig": str(control_plane.kubeconfig)}
+    scheduler_config["leaderElection"]["leaderElect"] = False  # no Lease left behind
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(scheduler_config))
+    _kube_scheduler_accepts(control_plane, tmp_path)
+
+
+def _kube_scheduler_accepts(control_plane: ControlPlane, tmp_path: Path) -> None:
+    """kube-scheduler --config: exits at once with the reason on an invalid configuration."""
+    log = tmp_path / "kube-scheduler.log"
+    with log.open("w") as out:
+        proc = subprocess.Popen(
+            [str(control_plane.bin_dir / "kube-scheduler"), f"--config={tmp_path / 'config.yaml'}",
+             "--secure-port=0", "-v=1"],
+            stdout=out, stderr=subprocess.STDOUT,
+        )
+    try:
+        deadline = datetime.now(UTC) + timedelta(seconds=30)
+        while datetime.now(UTC) < deadline:
+            if proc.poll() is not None:
+                pytest.fail(f"kube-scheduler refused the rendered configuration:\n{log.read_text()[-3000:]}")
+            if "Starting Kubernetes Scheduler" in log.read_text():
+                break
+            time.sleep(0.2)
+        else:
+            pytest.fail(f"kube-scheduler did not start in 30 s:\n{log.read_text()[-3000:]}")
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
 
 
 def _webhook() -> dict[str, Any]:

@@ -1,6 +1,6 @@
 """`vgpu-scheduler certs`: the webhook's serving certificate without cert-manager or a certgen Job.
 
-Run as an init container of every scheduler replica (deploy/overlays/default): makes sure the TLS
+Run as an init container of every scheduler replica (charts/vgpu-scheduler): makes sure the TLS
 Secret holds a certificate for the Service's DNS names that is good for at least `--rotate-before`,
 points the MutatingWebhookConfiguration's caBundle at its CA, and writes the files the server reads
 (`--write-dir`). A second run with nothing to do writes nothing.
