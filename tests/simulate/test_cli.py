@@ -103,18 +103,18 @@ def test_bad_input_is_one_clear_error_exit_2_nothing_written(
     assert not out.exists()
 
 
-@pytest.mark.parametrize(
-    "args",
-    [pytest.param(["--provider", "Nope"],
-                  id="--provider Nope"), pytest.param(["--gpu-scheduler-policy", "random"],
-                                          id="--gpu-scheduler-policy random"), pytest.param(
-                                                                       ["--count", "-1"],
-                                                                       id="--count -1",
-                                                                   ), pytest.param(
-                                                                                          ["--seed", "x"],
-                                                                                          id="--seed x",
-                                                                                      )],
-)
+BAD_FLAGS = [
+    ["--provider", "Nope"],
+    ["--gpu-scheduler-policy", "random"],
+    ["--count", "-1"],
+    ["--seed", "x"],
+    ["--max-sim-time", "-1"],
+    ["--max-sim-time", "inf"],
+    ["--max-sim-time", "soon"],
+]
+
+
+@pytest.mark.parametrize("args", [pytest.param(a, id=" ".join(a)) for a in BAD_FLAGS])
 def test_bad_flags_exit_2(args: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     assert main(args) == 2
     assert capsys.readouterr().err.startswith("vgpu-scheduler simulate: ")
@@ -178,3 +178,25 @@ def test_explain_puts_the_explanation_on_pending_pods_only(tmp_path: Path) -> No
     # Apart from the explanation, the reports are the same.
     del with_["big"]["explain"]
     assert with_ == without
+
+
+def test_pods_pending_on_an_error_are_counted_apart_and_the_run_ends(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pods = pods_file(tmp_path, "bad", extra=", annotations: {hami.io/device-scoring-weights: garbage}")
+    out = tmp_path / "r.json"
+    assert main(["--pods", str(pods), "--output", str(out)]) == 0
+    (entry,) = json.loads(out.read_text())["pods"]
+    assert "device-scoring-weights" in entry["error"]
+    assert "1 pending (1 of them on an error" in capsys.readouterr().out
+
+
+def test_max_sim_time_is_reported_when_it_cuts_the_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    arrival = ", annotations: {simulate.vgpu-scheduler.io/arrival-seconds: '50'}"
+    late = pods_file(tmp_path, "late", extra=arrival)
+    out = tmp_path / "r.json"
+    assert main(["--pods", str(late), "--max-sim-time", "10", "--output", str(out)]) == 0
+    assert json.loads(out.read_text())["summary"]["end"] == "max_sim_time"
+    assert "stopped early: --max-sim-time reached" in capsys.readouterr().out

@@ -112,7 +112,7 @@ async def test_pending_pod_reports_the_extender_reasons() -> None:
     assert entry["node"] is None
     assert set(entry["reasons"]) == {"gpu-node-00", "gpu-node-01"}
     assert all(entry["reasons"].values())
-    assert result.report["summary"]["pods"] == {"total": 1, "scheduled": 0, "pending": 1}
+    assert result.report["summary"]["pods"] == {"total": 1, "scheduled": 0, "pending": 1, "pending_error": 0}
 
 
 async def test_tainted_node_is_excluded_by_the_predicates() -> None:

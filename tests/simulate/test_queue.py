@@ -135,3 +135,60 @@ def test_misuse_is_reported() -> None:
         q.add_unschedulable(qp, 0.0)
     with pytest.raises(ValueError, match="backoff"):
         SchedulingQueue(initial_backoff=5, max_backoff=1)
+
+
+def test_a_parked_pod_waits_for_release_then_resumes_its_backoff_schedule() -> None:
+    q = SchedulingQueue()
+    q.add(pod("p"), now=0.0)
+    qp = pop_pod(q, 0.0)
+    q.park(qp, 0.0)
+    assert "default/p" in q and len(q) == 1 and q.parked_count == 1
+    assert [x.key for x in q.pending()] == ["default/p"]
+    assert q.pop(1_000.0) is None  # no timer brings a parked pod back
+    # Released at 100 s: kube-scheduler would have retried at 1, 3, 7, 15, 25, ... 95 s; next at 105 s.
+    assert q.release_parked(100.0) == 1
+    assert q.parked_count == 0
+    assert q.pop(104.9) == 105.0
+    again = pop_pod(q, 105.0)
+    assert again.attempts == 1 + 12 + 1  # the first try, 12 retries skipped (1, 3, 7, 15, 25 .. 95), this one
+    q.park(again, 105.0)
+    assert q.move_all_to_active_on_event(105.5) == 1  # a cluster event releases parked pods too
+    assert q.pop(105.5) == 115.0
+
+
+def test_release_before_the_backoff_runs_out_keeps_the_expiry() -> None:
+    q = SchedulingQueue()
+    q.add(pod("p"), now=0.0)
+    q.park(pop_pod(q, 0.0), 0.0)
+    q.release_parked(0.5)
+    assert q.pop(0.5) == 1.0
+
+
+def test_a_parked_pod_can_be_deleted_and_not_parked_twice() -> None:
+    q = SchedulingQueue()
+    q.add(pod("p"), now=0.0)
+    qp = pop_pod(q, 0.0)
+    q.park(qp, 0.0)
+    with pytest.raises(QueueError):
+        q.park(qp, 0.0)
+    assert q.delete("default/p")
+    assert len(q) == 0 and q.release_parked(1.0) == 0
+
+
+@given(st.floats(0, 1e7, allow_nan=False), st.integers(1, 40))
+def test_skipped_retries_land_on_the_schedule_of_a_pod_retried_all_along(release: float, first: int) -> None:
+    """Parking and releasing at `release` gives the expiry that failing at every retry gives."""
+    q = SchedulingQueue()
+    q.add(pod("p"), now=0.0)
+    qp = pop_pod(q, 0.0)
+    qp.attempts = first
+    q.park(qp, 0.0)
+    expected_attempts, expiry = first, q.backoff_duration(first)
+    while expiry <= release and expected_attempts < first + 100:  # simulate the retries one by one
+        expected_attempts += 1
+        expiry += q.backoff_duration(expected_attempts)
+    q.release_parked(release)
+    if expected_attempts < first + 100:
+        assert qp.backoff_expiry == pytest.approx(expiry)
+        assert qp.attempts == expected_attempts
+    assert qp.backoff_expiry > release

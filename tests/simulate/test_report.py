@@ -183,7 +183,8 @@ def test_report_schema_and_values() -> None:
     ]
     total_mem = 81920 + 2 * 32768
     assert report["summary"] == {
-        "pods": {"total": 3, "scheduled": 2, "pending": 1},
+        "end": "done",
+        "pods": {"total": 3, "scheduled": 2, "pending": 1, "pending_error": 0},
         "gpu_nodes": 2,
         "gpus": 3,
         "allocation": {

@@ -117,7 +117,20 @@ def build_parser() -> argparse.ArgumentParser:
                    help="pending pods in the report carry their explanation (as `explain -o json`)")
     p.add_argument("--plot", metavar="FILE.png", help=f"draw the report (needs matplotlib: {INSTALL_HINT})")
     p.add_argument("--progress", action="store_true", help="progress bar even when stderr is not a terminal")
+    p.add_argument("--max-sim-time", type=_sim_seconds, metavar="SECONDS",
+                   help="stop once the next thing to do lies beyond this simulated time (default: "
+                   "run until nothing is left to try); the report's summary.end says so")
     return p
+
+
+def _sim_seconds(value: str) -> float:
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = -1.0
+    if not 0 <= seconds < float("inf"):
+        raise argparse.ArgumentTypeError(f"expected simulated seconds >= 0, got {value!r}")
+    return seconds
 
 
 @dataclass(slots=True)
@@ -238,6 +251,7 @@ async def _run(
         enable_ascend=args.enable_ascend,
         enable_iluvatar=args.enable_iluvatar,
         explain=args.explain,
+        max_sim_time=args.max_sim_time,
     )
     sim = Simulation(
         inputs.nodes, inputs.pods, existing=inputs.existing, added_nodes=inputs.added_nodes,
@@ -262,8 +276,10 @@ def summary_lines(result: SimulationResult) -> list[str]:
     pods = s["pods"]
     wall = result.wall_seconds
     rate = pods["scheduled"] / wall if wall > 0 else 0.0
-    return [
-        f"pods: {pods['scheduled']}/{pods['total']} scheduled, {pods['pending']} pending "
+    erring = pods["pending_error"]
+    erring_text = f" ({erring} of them on an error: see their \"error\")" if erring else ""
+    lines = [
+        f"pods: {pods['scheduled']}/{pods['total']} scheduled, {pods['pending']} pending{erring_text} "
         f"({result.cycles} scheduling cycles)",
         f"fleet: {s['gpu_nodes']} GPU nodes, {s['gpus']} GPUs",
         f"GPU allocation at the end: memory {_pct(alloc['memory']['ratio'])} "
@@ -274,6 +290,15 @@ def summary_lines(result: SimulationResult) -> list[str]:
         f"unusable by the pending pods ({_pct(frag['fraction'])})",
         f"simulated makespan: {s['makespan_seconds']:.3f} s; wall time {wall:.2f} s ({rate:.1f} pods/s)",
     ]
+    if s["end"] != "done":
+        lines.append(f"stopped early: {_END_TEXT.get(s['end'], s['end'])}")
+    return lines
+
+
+_END_TEXT = {
+    "max_sim_time": "--max-sim-time reached with pods still to try",
+    "no_progress": "node locks kept expiring and being taken again with nothing scheduled in between",
+}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

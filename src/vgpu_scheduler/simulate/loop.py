@@ -18,7 +18,14 @@ HAMi scheduler, and the loop is kube-scheduler:
    later in simulated time, which is a cluster event that moves unschedulable pods back to active.
 
 A pod no node fits waits in the queue's unschedulable set with its reasons (until a cluster event);
-a filter or bind answered with an error (lock contention, say) is retried after its backoff.
+a filter or bind answered with an error (lock contention, say) is retried after its backoff, as
+kube-scheduler retries it, forever. A simulation must end, so once such a pod has failed
+`PARK_AFTER_ERRORS` times with nothing happening in between, it is parked until something happens:
+a pod arrives, binds or finishes, a node joins, or the clock passes a moment at which a node lock
+expires (the clock jumps there when nothing else is left to do). The run ends when nothing is
+left but unschedulable and parked pods; those are reported pending with their last error.
+`max_sim_time` bounds the simulated time, and a run that keeps passing lock deadlines without
+anything binding stops after `IDLE_DEADLINES_LIMIT` of them; the report says which ended it.
 Nothing reads the wall clock or an unseeded random source on the way to the report: the clock of the
 process, the extender, the node locker and the cluster is the `SimClock`, and the cluster's uids come
 from a seeded generator, so the same inputs give a byte-identical report.
@@ -41,6 +48,7 @@ from vgpu_scheduler.cluster.client import KubeClient
 from vgpu_scheduler.cluster.embedded.deviceplugin import SimDevicePlugin
 from vgpu_scheduler.cluster.embedded.runtime import DEFAULT_EPOCH, duration_seconds
 from vgpu_scheduler.cluster.errors import ApiError
+from vgpu_scheduler.cluster.lockview import node_lock_deadlines
 from vgpu_scheduler.cluster.memory import MemoryCluster
 from vgpu_scheduler.cluster.transport import MemoryTransport
 from vgpu_scheduler.config import DeviceConfig
@@ -142,6 +150,19 @@ BOOKMARK_AFTER_SPINS = 8
 SETTLE_WAIT_SECONDS = 60.0
 """Wall time `settle` then waits before giving up on an informer that does not catch up."""
 
+PARK_AFTER_ERRORS = 3
+"""Failed attempts with an error, nothing happening in between, after which a pod is parked. More
+than one: an attempt that fails may itself write (a lock taken over, an annotation patched) and
+the next one start from there."""
+IDLE_DEADLINES_LIMIT = 100
+"""Lock deadlines the clock may jump to in a row without anything binding, arriving or finishing:
+the run stops there (`end: no_progress`). A retry that fails can take a lock anew, so deadlines
+alone may never run out."""
+
+END_DONE = "done"
+END_MAX_SIM_TIME = "max_sim_time"
+END_NO_PROGRESS = "no_progress"
+
 
 @dataclass(slots=True)
 class SimulationOptions:
@@ -161,6 +182,8 @@ class SimulationOptions:
     """The scheduler's `--enable-iluvatar`: the `iluvatars` section registers only with it."""
     explain: bool = False
     """Pending pods in the report carry their explanation (per node and device, engine.explain)."""
+    max_sim_time: float | None = None
+    """Stop once the next thing to do lies beyond this simulated second (None: no bound)."""
 
 
 @dataclass(slots=True)
@@ -273,6 +296,11 @@ class Simulation:
         self.cycles = 0
         self._finished: set[str] = set()
         self._started = False
+        self._changes = 0  # things that happened: what a failed retry is compared against
+        self._idle_deadlines = 0  # lock deadlines passed since anything else happened
+        self._erring: dict[str, tuple[int, int]] = {}  # pod -> (`_changes` then, failures in a row)
+        self._errors: dict[str, str] = {}  # pod -> the error its last attempt failed with
+        self.end = END_DONE
 
     # -- lifecycle ---------------------------------------------------------------------------------
 
@@ -351,6 +379,7 @@ class Simulation:
                 await self.client.create("pods", payload, answer=False)
                 arrived.append(pod_key(payload))
         if arrived or cluster_event:
+            self._happened()
             await self.settle()
         for key in arrived:
             cached = self._cached_pod(key)
@@ -390,6 +419,7 @@ class Simulation:
         if not self._started:
             await self.start()
         wall_start = time.perf_counter()
+        limit = self.options.max_sim_time
         while True:
             await self._handle_due_events()
             item = self.queue.pop(self.clock.now)
@@ -397,13 +427,60 @@ class Simulation:
                 self.cycles += 1
                 await self._schedule_one(item)
                 continue
-            wake = [t for t in (item, self._events[0][0] if self._events else None) if t is not None]
+            deadline = self._next_lock_deadline() if self.queue.parked_count else None
+            next_event = self._events[0][0] if self._events else None
+            wake = [t for t in (item, next_event, deadline) if t is not None]
             if not wake:
                 break
-            self.clock.advance_to(min(wake))
+            at = min(wake)
+            if limit is not None and at > limit:
+                self.end = END_MAX_SIM_TIME
+                break
+            self.clock.advance_to(at)
+            if at == deadline:
+                if self._idle_deadlines >= IDLE_DEADLINES_LIMIT:
+                    self.end = END_NO_PROGRESS
+                    break
+                self._idle_deadlines += 1
+                self._happened(idle=True)
         await self.settle()
         report = await self._report()
         return SimulationResult(report, self.cycles, time.perf_counter() - wall_start)
+
+    def _happened(self, *, idle: bool = False) -> None:
+        """Something happened that a failed retry could not foresee: parked pods resume.
+        `idle`: only a lock deadline passed (see IDLE_DEADLINES_LIMIT)."""
+        self._changes += 1
+        if not idle:
+            self._idle_deadlines = 0
+        self.queue.release_parked(self.clock.now)
+
+    def _next_lock_deadline(self) -> float | None:
+        """The first moment after now at which a live node lock expires, in simulated seconds
+        (None: no live lock). Asked only when pods are parked: a walk over every node."""
+        process = self.process
+        specs = [v.node_lock for v in process.vendors if v.node_lock is not None]
+        now, at = self.clock.datetime(), None
+        for node in process.nodes.store.list():
+            for deadline in node_lock_deadlines(node, process.locker.timeout, specs, now=now):
+                seconds = deadline.timestamp() - self.clock.epoch
+                if seconds > self.clock.now and (at is None or seconds < at):
+                    at = seconds
+        return at
+
+    def _retry_after_error(self, qp: QueuedPod, reasons: _Reasons, error: str) -> None:
+        """A filter or bind that answered an error: kube-scheduler retries the pod after its
+        backoff (queueAfterBackoff), not on a cluster event. Parked once retrying is pointless."""
+        key = qp.key
+        self._reasons[key] = reasons
+        self._errors[key] = error
+        since, failures = self._erring.get(key, (-1, 0))
+        failures = failures + 1 if since == self._changes else 1
+        self._erring[key] = (self._changes, failures)
+        if failures >= PARK_AFTER_ERRORS:
+            self.queue.park(qp, self.clock.now)
+        else:
+            self.queue.add_backoff(qp, self.clock.now)
 
     def _shared_failed(self, failed: Mapping[str, str] | msgspec.Raw) -> Mapping[str, str] | msgspec.Raw:
         """The extender's FailedNodes JSON, kept for the pod's report without the rest of the answer
@@ -459,10 +536,9 @@ class Simulation:
             return
         answer = await self._ask_filter(qp.key, pod, verdicts)
         if answer.error:
-            # An extender error names no rejecting plugin: kube-scheduler retries such a pod after
-            # its backoff (queueAfterBackoff), not on a cluster event. Lock contention is one.
-            self._reasons[qp.key] = _Reasons({**failed, **dict.fromkeys(feasible, answer.error)})
-            self.queue.add_backoff(qp, self.clock.now)
+            # An extender error names no rejecting plugin: lock contention, an invalid annotation.
+            reasons = _Reasons({**failed, **dict.fromkeys(feasible, answer.error)})
+            self._retry_after_error(qp, reasons, answer.error)
             return
         chosen = [n for n in answer.node_names if n in verdicts.feasible_set]
         if not chosen:
@@ -479,9 +555,8 @@ class Simulation:
         error = str(_decode(await self.endpoint.bind(_encode(bind_body))).get("Error") or "")
         if error:
             # A binding error is not "unschedulable": like the live kube-scheduler, retry the pod
-            # when its backoff runs out (a lock may be released without any event we model).
-            self._reasons[qp.key] = _Reasons({node_name: error})
-            self.queue.add_backoff(qp, self.clock.now)
+            # when its backoff runs out (a lock may expire meanwhile).
+            self._retry_after_error(qp, _Reasons({node_name: error}), error)
             return
         await self._after_bind(qp, node_name)
 
@@ -503,8 +578,7 @@ class Simulation:
         try:
             await self.client.bind_pod(namespace, name, str(meta.get("uid") or ""), node_name)
         except ApiError as exc:
-            self._reasons[qp.key] = _Reasons({node_name: exc.message})
-            self.queue.add_backoff(qp, self.clock.now)
+            self._retry_after_error(qp, _Reasons({node_name: exc.message}), exc.message)
             return
         await self._after_bind(qp, node_name)
 
@@ -524,10 +598,13 @@ class Simulation:
 
     def _unschedulable(self, qp: QueuedPod, reasons: _Reasons) -> None:
         self._reasons[qp.key] = reasons
+        self._errors.pop(qp.key, None)
+        self._erring.pop(qp.key, None)
         self.queue.add_unschedulable(qp, self.clock.now)
 
     async def _after_bind(self, qp: QueuedPod, node_name: str) -> None:
         key = qp.key
+        self._happened()
         # The bound pod as the informer has it once settled: the version a GET would answer.
         await self.settle()
         pod = self._cached_pod(key)
@@ -540,6 +617,8 @@ class Simulation:
             log.error("device plugin: pod %s: %s", key, exc)
             return
         self._reasons.pop(key, None)
+        self._errors.pop(key, None)
+        self._erring.pop(key, None)
         self._verdicts.forget(key)
         self._encoded.pop(key, None)
         self._interest.pop(key, None)
@@ -609,13 +688,14 @@ class Simulation:
             # The informer's object, not a GET: settled, it is the API's version, and 50,000 private
             # copies of the pods would double the memory the run peaks at.
             pod = self._cached_pod(key)
+            error = self._errors.get(key)
             if pod is None:
-                outcomes.append(PodOutcome(pod_in, None, self._reasons_of(key)))
+                outcomes.append(PodOutcome(pod_in, None, self._reasons_of(key), error=error))
                 continue
             node = (pod.get("spec") or {}).get("nodeName") or None
             explained = self._explain(namespace, name) if node is None and self.options.explain else None
             outcomes.append(
-                PodOutcome(pod, node, self._reasons_of(key) if node is None else {}, explained)
+                PodOutcome(pod, node, self._reasons_of(key) if node is None else {}, explained, error)
             )
             if node is None:
                 demands.extend(_demands(pod, vendors))
@@ -634,7 +714,8 @@ class Simulation:
                     )
                 )
         return build_report(
-            outcomes, devices, demands=demands, makespan=self._makespan, timeline=self._timeline
+            outcomes, devices, demands=demands, makespan=self._makespan, timeline=self._timeline,
+            end=self.end,
         )
 
 

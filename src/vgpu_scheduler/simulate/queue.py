@@ -1,6 +1,6 @@
 """Scheduling queue shaped like kube-scheduler's PriorityQueue, in simulated time.
 
-Three places a pending pod can be:
+Four places a pending pod can be:
 
 * **activeQ** — ready to be tried; popped highest `spec.priority` first, then in arrival order.
 * **backoffQ** — failed before and a cluster event made it worth retrying, but its backoff has not run
@@ -9,6 +9,10 @@ Three places a pending pod can be:
   or was deleted, a node was added). Retrying it without an event would give the same answer, because
   the simulation is deterministic, so (unlike kube-scheduler's 5-minute flush) it is never retried on a
   timer; this also lets a run end when only unschedulable pods are left.
+* **parked** — failed with an error (kube-scheduler retries those on backoff, forever) and the loop
+  knows that retrying cannot change the answer until something happens (see `park`). It waits like an
+  unschedulable pod, and once released it resumes its backoff schedule as if it had been retried all
+  along. Without it a pod that errors on every attempt would keep a simulation running forever.
 
 Backoff per pod is `initial * 2**(attempts-1)` capped at `max` (kube-scheduler defaults 1 s and 10 s),
 counted from the time of the last failure. A pod that failed while an event arrived during its own
@@ -89,14 +93,17 @@ class SchedulingQueue:
         self._backoff: dict[str, QueuedPod] = {}
         self._backoff_heap: list[tuple[float, int, int, str]] = []
         self._unschedulable: dict[str, QueuedPod] = {}
+        self._parked: dict[str, QueuedPod] = {}
 
     # -- sizes -------------------------------------------------------------------------------------
 
     def __len__(self) -> int:
-        return len(self._active) + len(self._backoff) + len(self._unschedulable)
+        return len(self._active) + len(self._backoff) + len(self._unschedulable) + len(self._parked)
 
     def __contains__(self, key: object) -> bool:
-        return key in self._active or key in self._backoff or key in self._unschedulable
+        return (
+            key in self._active or key in self._backoff or key in self._unschedulable or key in self._parked
+        )
 
     @property
     def active_count(self) -> int:
@@ -111,12 +118,19 @@ class SchedulingQueue:
         return len(self._unschedulable)
 
     @property
+    def parked_count(self) -> int:
+        return len(self._parked)
+
+    @property
     def scheduling_cycle(self) -> int:
         return self._cycle
 
     def pending(self) -> Iterator[QueuedPod]:
         """Every queued pod (any sub-queue), in arrival order."""
-        everything = [*self._active.values(), *self._backoff.values(), *self._unschedulable.values()]
+        everything = [
+            *self._active.values(), *self._backoff.values(), *self._unschedulable.values(),
+            *self._parked.values(),
+        ]
         return iter(sorted(everything, key=lambda q: q.seq))
 
     # -- backoff -----------------------------------------------------------------------------------
@@ -180,13 +194,26 @@ class SchedulingQueue:
     def add_backoff(self, qp: QueuedPod, now: float) -> None:
         """Hand back a pod whose cycle failed with an error (a failed bind): kube-scheduler retries
         such a pod when its backoff runs out, without waiting for a cluster event."""
-        if qp.key in self:
-            raise QueueError(f"pod {qp.key} is already queued")
-        if qp.attempts == 0:
-            raise QueueError(f"pod {qp.key} was never popped")
-        qp.last_failure = now
-        qp.backoff_expiry = now + self.backoff_duration(qp.attempts)
+        self._failed(qp, now)
         self._push_backoff_or_active(qp, now)
+
+    def park(self, qp: QueuedPod, now: float) -> None:
+        """Hand back a pod whose cycle failed with an error, when the caller knows its retries
+        would fail alike until something changes: it waits for `release_parked`."""
+        self._failed(qp, now)
+        qp.generation += 1
+        self._parked[qp.key] = qp
+
+    def release_parked(self, now: float) -> int:
+        """Something changed at `now`: every parked pod resumes its backoff schedule. The retries
+        it would have made until `now` (each failing alike) are counted as made, so it is next
+        tried when kube-scheduler, retrying all along, would try it. Returns how many moved."""
+        moved = list(self._parked.values())
+        self._parked.clear()
+        for qp in moved:
+            self._skip_failed_retries(qp, now)
+            self._push_backoff_or_active(qp, now)
+        return len(moved)
 
     def move_all_to_active_on_event(self, now: float, event: str = "") -> int:
         """A cluster event (pod finished/deleted, node added) may have made room: every unschedulable
@@ -201,16 +228,37 @@ class SchedulingQueue:
         self._unschedulable.clear()
         for qp in moved:
             self._push_backoff_or_active(qp, now)
-        return len(moved)
+        return len(moved) + self.release_parked(now)
 
     def delete(self, key: str) -> bool:
         """Forget a pending pod (deleted from the cluster). True if it was queued."""
-        for where in (self._active, self._backoff, self._unschedulable):
+        for where in (self._active, self._backoff, self._unschedulable, self._parked):
             if where.pop(key, None) is not None:
                 return True  # its heap entry (if any) is now stale and will be skipped
         return False
 
     # -- internals ---------------------------------------------------------------------------------
+
+    def _failed(self, qp: QueuedPod, now: float) -> None:
+        if qp.key in self:
+            raise QueueError(f"pod {qp.key} is already queued")
+        if qp.attempts == 0:
+            raise QueueError(f"pod {qp.key} was never popped")
+        qp.last_failure = now
+        qp.backoff_expiry = now + self.backoff_duration(qp.attempts)
+
+    def _skip_failed_retries(self, qp: QueuedPod, now: float) -> None:
+        """Account for the retries due at or before `now` as made and failed: afterwards the pod's
+        expiry is the first one of its schedule after `now`."""
+        while qp.backoff_expiry <= now:
+            qp.attempts += 1  # the retry at backoff_expiry
+            qp.last_failure = qp.backoff_expiry
+            step = self.backoff_duration(qp.attempts)
+            if step >= self._max:  # from here on every step is the same: skip them at once
+                skipped = int((now - qp.last_failure) // step)
+                qp.attempts += skipped
+                qp.last_failure += skipped * step
+            qp.backoff_expiry = qp.last_failure + step
 
     def _push_active(self, qp: QueuedPod) -> None:
         qp.generation += 1

@@ -8,11 +8,15 @@ Schema (every key always present)::
          "node": str | null,                      # null = still pending at the end
          "annotations": {str: str},               # every annotation the pod ends with
          "reasons": {node: reason},               # only for pending pods; {} otherwise
+         "error": str,                            # only for a pending pod whose last attempt
+                                                  # failed with an error (not "fits nowhere")
          "explain": {...}}                        # only with --explain, for pending pods: what
                                                   # `vgpu-scheduler explain -o json` prints
       ],
       "summary": {
-        "pods": {"total": int, "scheduled": int, "pending": int},
+        "end": "done" | "max_sim_time" | "no_progress",   # what ended the run
+        "pods": {"total": int, "scheduled": int, "pending": int,
+                 "pending_error": int},           # of the pending, those with an "error"
         "gpu_nodes": int, "gpus": int,
         "allocation": {                           # at the end of the run
           "memory": {"allocated_mib": int, "capacity_mib": int, "ratio": float},
@@ -149,6 +153,9 @@ class PodOutcome:
     reasons: Mapping[str, str] = field(default_factory=dict)
     explain: Mapping[str, Any] | None = None
     """The pod's explanation (engine.explain) when asked for, else None (no key in the report)."""
+    error: str | None = None
+    """The error the last attempt of a pod left pending failed with (a filter or bind error, not a
+    "fits nowhere"), else None (no key in the report)."""
 
 
 def _ratio(part: int, whole: int) -> float:
@@ -164,6 +171,7 @@ def pod_entry(outcome: PodOutcome) -> dict[str, Any]:
         "node": outcome.node,
         "annotations": {str(k): v for k, v in sorted(annotations.items())},
         "reasons": {str(k): v for k, v in sorted(reasons.items())},
+        **({"error": outcome.error} if outcome.error is not None and outcome.node is None else {}),
         **({"explain": outcome.explain} if outcome.explain is not None else {}),
     }
 
@@ -216,9 +224,11 @@ def build_report(
     demands: Iterable[DeviceDemand] = (),
     makespan: float = 0.0,
     timeline: Sequence[TimelinePoint] = (),
+    end: str = "done",
 ) -> dict[str, Any]:
     """The report for a finished run. `demands` are the per-device requests of the pods still pending
-    (for fragmentation); `makespan` is the simulated time from start until the last bind or finish."""
+    (for fragmentation); `makespan` is the simulated time from start until the last bind or finish;
+    `end` what ended the run."""
     slots = sum(d.count for d in devices)
     mem = sum(d.devmem for d in devices)
     cores = sum(d.devcore for d in devices)
@@ -231,10 +241,15 @@ def build_report(
     peak = {k: max([v, *(r[k] for r in rows)]) for k, v in final.items()}
     fragmented, free = fragmentation(devices, demands)
     scheduled = sum(1 for o in outcomes if o.node is not None)
+    erring = sum(1 for o in outcomes if o.node is None and o.error is not None)
     return {
         "pods": [pod_entry(o) for o in outcomes],
         "summary": {
-            "pods": {"total": len(outcomes), "scheduled": scheduled, "pending": len(outcomes) - scheduled},
+            "end": end,
+            "pods": {
+                "total": len(outcomes), "scheduled": scheduled, "pending": len(outcomes) - scheduled,
+                "pending_error": erring,
+            },
             "gpu_nodes": len({d.node for d in devices}),
             "gpus": len(devices),
             "allocation": {
