@@ -9,6 +9,8 @@ never depends on luck.
 
 from hypothesis import HealthCheck, settings
 
+# By hand, the long run of the `simulate` fuzz (tests/simulate/test_fuzz.py, docs/testing.md).
+settings.register_profile("simulate-long", max_examples=3000, deadline=None)
 settings.register_profile(
     "mutmut", deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow]
 )
