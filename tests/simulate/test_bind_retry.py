@@ -11,7 +11,8 @@ from tests.builders import container, pod
 from vgpu_scheduler.cluster.embedded.fleet import fleet
 from vgpu_scheduler.cluster.embedded.runtime import DEFAULT_EPOCH
 from vgpu_scheduler.cluster.nodelock import format_lock
-from vgpu_scheduler.simulate.loop import PARK_AFTER_ERRORS, simulate
+from vgpu_scheduler.simulate.loop import simulate
+from vgpu_scheduler.simulate.retries import PARK_AFTER_ERRORS
 from vgpu_scheduler.wire import keys
 
 

@@ -12,8 +12,9 @@ from tests.builders import container, pod
 from vgpu_scheduler.cluster.embedded.fleet import fleet
 from vgpu_scheduler.cluster.embedded.runtime import DEFAULT_EPOCH
 from vgpu_scheduler.cluster.nodelock import format_lock
-from vgpu_scheduler.simulate import loop
-from vgpu_scheduler.simulate.loop import ARRIVAL_ANNOTATION, PARK_AFTER_ERRORS, SimulationOptions, simulate
+from vgpu_scheduler.simulate import retries
+from vgpu_scheduler.simulate.loop import ARRIVAL_ANNOTATION, SimulationOptions, simulate
+from vgpu_scheduler.simulate.retries import PARK_AFTER_ERRORS
 from vgpu_scheduler.wire import keys
 
 T0 = datetime.fromtimestamp(DEFAULT_EPOCH, tz=UTC)
@@ -104,7 +105,7 @@ async def test_max_sim_time_stops_a_run_and_says_so() -> None:
 async def test_deadlines_without_progress_stop_the_run(monkeypatch: pytest.MonkeyPatch) -> None:
     """Every deadline resumes the parked pod, which errors again: past IDLE_DEADLINES_LIMIT deadlines
     in a row with nothing bound, the run stops (here 2, with 4 staggered locks)."""
-    monkeypatch.setattr(loop, "IDLE_DEADLINES_LIMIT", 2)
+    monkeypatch.setattr(retries, "IDLE_DEADLINES_LIMIT", 2)
     nodes = fleet(4, 1)
     for i, node in enumerate(nodes):
         taken = T0 + timedelta(seconds=100 * i)

@@ -15,9 +15,9 @@ from vgpu_scheduler.engine.decide import Chosen, decide
 from vgpu_scheduler.engine.state import SchedulerState
 from vgpu_scheduler.server.app import make_app
 from vgpu_scheduler.simulate import loop as loop_module
+from vgpu_scheduler.simulate.extenderio import HttpExtender
 from vgpu_scheduler.simulate.loop import (
     ARRIVAL_ANNOTATION,
-    HttpExtender,
     Simulation,
     SimulationOptions,
     simulate,

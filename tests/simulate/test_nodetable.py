@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from tests import builders
 from vgpu_scheduler.cluster.store import Store
-from vgpu_scheduler.simulate.loop import _extender_args
+from vgpu_scheduler.simulate.extenderio import extender_args
 from vgpu_scheduler.simulate.nodetable import NameSet, NodeTable, ScoreCache, VerdictCache
 from vgpu_scheduler.simulate.predicates import pod_filter_key
 from vgpu_scheduler.simulate.providers import (
@@ -212,9 +212,9 @@ def test_pods_with_equal_keys_and_unkeyable_pods() -> None:
 def test_extender_args_bytes_are_what_msgspec_encodes() -> None:
     p = pod(1, "1", "1Gi", selector=True, tolerate=True)
     for names in ([], ["n00"], ["n00", "n-\u00e9"]):
-        body = _extender_args(p, msgspec.json.encode(names))
+        body = extender_args(p, msgspec.json.encode(names))
         assert body == msgspec.json.encode({"Pod": p, "Nodes": None, "NodeNames": names})
-        assert _extender_args(p, msgspec.json.encode(names), msgspec.json.encode(p)) == body
+        assert extender_args(p, msgspec.json.encode(names), msgspec.json.encode(p)) == body
 
 
 async def test_the_loop_encodes_a_pod_again_once_the_informer_replaces_it() -> None:
@@ -223,29 +223,29 @@ async def test_the_loop_encodes_a_pod_again_once_the_informer_replaces_it() -> N
 
     sim = Simulation(demo_fleet(), [])
     first = pod(1, "1", "1Gi", selector=False, tolerate=False)
-    assert sim._pod_json("default/p1", first) is sim._pod_json("default/p1", first)
+    assert sim._memo.pod_json("default/p1", first) is sim._memo.pod_json("default/p1", first)
     changed = copy.deepcopy(first)
     changed["metadata"]["annotations"] = {"a": "b"}
-    assert sim._pod_json("default/p1", changed) == msgspec.json.encode(changed)
+    assert sim._memo.pod_json("default/p1", changed) == msgspec.json.encode(changed)
 
 
 def test_filter_answer_typed_and_tolerant_readings_agree() -> None:
-    from vgpu_scheduler.simulate.loop import _filter_answer, _Reasons
+    from vgpu_scheduler.simulate.extenderio import PendingReasons, decode_filter_answer
 
     def failed(answer: Any) -> dict[str, str]:
         """FailedNodes as the report reads them (after the predicates' reasons)."""
-        return _Reasons({"n09": "predicate"}, answer.failed_nodes).merged()
+        return PendingReasons({"n09": "predicate"}, answer.failed_nodes).merged()
 
     well_formed = {"NodeNames": ["n00"], "FailedNodes": {"n01": "no GPU"}, "Error": ""}
-    got = _filter_answer(msgspec.json.encode(well_formed))
+    got = decode_filter_answer(msgspec.json.encode(well_formed))
     assert (got.node_names, failed(got), got.error) == (
         ["n00"], {"n09": "predicate", "n01": "no GPU"}, ""
     )
-    empty = _filter_answer(b'{"NodeNames":null,"FailedNodes":null,"Error":"boom"}')
+    empty = decode_filter_answer(b'{"NodeNames":null,"FailedNodes":null,"Error":"boom"}')
     assert (empty.error, failed(empty)) == ("boom", {"n09": "predicate"})
-    odd = _filter_answer(b'{"NodeNames":["n00"],"FailedNodes":{"n01":3},"Error":0}')
+    odd = decode_filter_answer(b'{"NodeNames":["n00"],"FailedNodes":{"n01":3},"Error":0}')
     assert (odd.node_names, failed(odd), odd.error) == (["n00"], {"n09": "predicate", "n01": "3"}, "")
-    odd_map_only = _filter_answer(b'{"NodeNames":["n00"],"FailedNodes":{"n01":3},"Error":""}')
+    odd_map_only = decode_filter_answer(b'{"NodeNames":["n00"],"FailedNodes":{"n01":3},"Error":""}')
     assert failed(odd_map_only) == {"n09": "predicate", "n01": "3"}
 
 
@@ -294,20 +294,21 @@ def test_pending_pods_share_equal_failed_nodes_and_not_the_answer_bodies() -> No
     import sys
 
     from vgpu_scheduler.cluster.embedded.fleet import demo_fleet
-    from vgpu_scheduler.simulate.loop import Simulation, _filter_answer
+    from vgpu_scheduler.simulate.extenderio import decode_filter_answer
+    from vgpu_scheduler.simulate.loop import Simulation
 
     sim = Simulation(demo_fleet(), [])
     failed = {f"n{i:04d}": "CardInsufficientMemory" for i in range(100)}
     bodies = [msgspec.json.encode({"NodeNames": [], "FailedNodes": failed, "Error": ""}) for _ in range(2)]
-    answers = [_filter_answer(b) for b in bodies]
-    kept = [sim._shared_failed(a.failed_nodes) for a in answers]
+    answers = [decode_filter_answer(b) for b in bodies]
+    kept = [sim._memo.shared_failed(a.failed_nodes) for a in answers]
     assert kept[0] is kept[1]  # one copy for equal answers
     assert isinstance(kept[0], msgspec.Raw) and msgspec.json.decode(kept[0]) == failed
     control = msgspec.json.encode({"NodeNames": [], "FailedNodes": failed, "Error": ""})
     del answers
     counts = [sys.getrefcount(b) for b in (*bodies, control)]
     assert counts[0] == counts[1] == counts[2]  # what is kept holds no answer body alive
-    assert sim._shared_failed({"n1": "x"}) == {"n1": "x"}  # tolerant readings pass through
+    assert sim._memo.shared_failed({"n1": "x"}) == {"n1": "x"}  # tolerant readings pass through
 
 
 def test_a_name_set_answers_membership_of_its_names() -> None:

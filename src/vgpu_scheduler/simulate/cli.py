@@ -33,9 +33,9 @@ from vgpu_scheduler.devices import registry
 from vgpu_scheduler.devices.protocol import VendorConfigError, VendorFlags
 from vgpu_scheduler.engine.policy import NODE_POLICIES, unknown_gpu_policy
 from vgpu_scheduler.scheduler.extender import Extender
+from vgpu_scheduler.simulate.extenderio import HttpExtender
 from vgpu_scheduler.simulate.loop import (
     ARRIVAL_ANNOTATION,
-    HttpExtender,
     Simulation,
     SimulationOptions,
     SimulationResult,

@@ -19,13 +19,12 @@ HAMi scheduler, and the loop is kube-scheduler:
 
 A pod no node fits waits in the queue's unschedulable set with its reasons (until a cluster event);
 a filter or bind answered with an error (lock contention, say) is retried after its backoff, as
-kube-scheduler retries it, forever. A simulation must end, so once such a pod has failed
-`PARK_AFTER_ERRORS` times with nothing happening in between, it is parked until something happens:
-a pod arrives, binds or finishes, a node joins, or the clock passes a moment at which a node lock
-expires (the clock jumps there when nothing else is left to do). The run ends when nothing is
-left but unschedulable and parked pods; those are reported pending with their last error.
-`max_sim_time` bounds the simulated time, and a run that keeps passing lock deadlines without
-anything binding stops after `IDLE_DEADLINES_LIMIT` of them; the report says which ended it.
+kube-scheduler retries it, forever. A simulation must end, so such a pod is parked once retrying
+cannot change its answer, until something happens (`retries`: a pod arrives, binds or finishes, a
+node joins, or the clock passes a node lock's deadline, to which it jumps when nothing else is left
+to do). The run ends when nothing is left but unschedulable and parked pods; those are reported
+pending with their last error. `max_sim_time` bounds the simulated time; the report's
+`summary.end` says what ended the run.
 Nothing reads the wall clock or an unseeded random source on the way to the report: the clock of the
 process, the extender, the node locker and the cluster is the `SimClock`, and the cluster's uids come
 from a seeded generator, so the same inputs give a byte-identical report.
@@ -39,16 +38,14 @@ import logging
 import time
 from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, TypeVar
+from typing import Any, TypeVar
 
-import aiohttp
 import msgspec
 
 from vgpu_scheduler.cluster.client import KubeClient
 from vgpu_scheduler.cluster.embedded.deviceplugin import SimDevicePlugin
 from vgpu_scheduler.cluster.embedded.runtime import DEFAULT_EPOCH, duration_seconds
 from vgpu_scheduler.cluster.errors import ApiError
-from vgpu_scheduler.cluster.lockview import node_lock_deadlines
 from vgpu_scheduler.cluster.memory import MemoryCluster
 from vgpu_scheduler.cluster.transport import MemoryTransport
 from vgpu_scheduler.config import DeviceConfig
@@ -59,10 +56,17 @@ from vgpu_scheduler.scheduler.heap import collector_settled
 from vgpu_scheduler.scheduler.options import SchedulerOptions
 from vgpu_scheduler.scheduler.process import SchedulerProcess
 from vgpu_scheduler.simulate.clock import SimClock
+from vgpu_scheduler.simulate.extenderio import (
+    ExtenderEndpoint,
+    FilterAnswer,
+    PendingReasons,
+    decode_filter_answer,
+    extender_args,
+)
 from vgpu_scheduler.simulate.nodetable import FilterResult, NodeTable, ScoreCache, VerdictCache
+from vgpu_scheduler.simulate.podmemo import PodMemo
 from vgpu_scheduler.simulate.predicates import (
     PodResources,
-    extender_interested,
     ignored_resources_for,
     pod_resources,
 )
@@ -72,9 +76,16 @@ from vgpu_scheduler.simulate.report import (
     DeviceDemand,
     DeviceState,
     PodOutcome,
-    TimelinePoint,
     build_report,
 )
+from vgpu_scheduler.simulate.retries import (
+    END_DONE,
+    END_MAX_SIM_TIME,
+    END_NO_PROGRESS,
+    ErrorRetries,
+    next_lock_deadline,
+)
+from vgpu_scheduler.simulate.usage import FleetUsage
 from vgpu_scheduler.wire import keys
 
 log = logging.getLogger(__name__)
@@ -89,47 +100,6 @@ _encode = msgspec.json.Encoder().encode
 _decode = msgspec.json.Decoder().decode
 
 
-class ExtenderEndpoint(Protocol):
-    """The two extender verbs, bytes in, bytes out (`Extender` itself, or HTTP)."""
-
-    async def filter(self, body: bytes) -> bytes: ...
-
-    async def bind(self, body: bytes) -> bytes: ...
-
-
-class HttpExtender:
-    """POST the same bodies to `<url>/filter` and `<url>/bind` of a running server."""
-
-    def __init__(self, url: str, *, timeout: float = 30.0) -> None:
-        self.url = url.rstrip("/")
-        self._timeout = aiohttp.ClientTimeout(total=timeout)
-        self._session: aiohttp.ClientSession | None = None
-
-    async def _post(self, verb: str, body: bytes) -> bytes:
-        if self._session is None:
-            self._session = aiohttp.ClientSession(timeout=self._timeout)
-        async with self._session.post(
-            f"{self.url}/{verb}", data=body, headers={"Content-Type": "application/json"}
-        ) as response:
-            data = await response.read()
-            if response.status != 200:
-                # The extender always answers 200; anything else is reported like an extender error.
-                text = data[:200].decode(errors="replace")
-                return _encode({"Error": f"{verb}: HTTP {response.status}: {text}"})
-            return data
-
-    async def filter(self, body: bytes) -> bytes:
-        return await self._post("filter", body)
-
-    async def bind(self, body: bytes) -> bytes:
-        return await self._post("bind", body)
-
-    async def close(self) -> None:
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
-
-
 class _NoEvents:
     """The simulation records no Kubernetes Events (they would only slow the run down)."""
 
@@ -140,9 +110,6 @@ class _NoEvents:
         return None
 
 
-FAILED_POOL_SIZE = 256
-"""Distinct FailedNodes answers `_shared_failed` keeps for sharing (then it starts afresh)."""
-
 SETTLE_SPINS = 100_000
 """Event-loop turns `settle` gives the informers before it waits in wall time."""
 BOOKMARK_AFTER_SPINS = 8
@@ -150,18 +117,6 @@ BOOKMARK_AFTER_SPINS = 8
 SETTLE_WAIT_SECONDS = 60.0
 """Wall time `settle` then waits before giving up on an informer that does not catch up."""
 
-PARK_AFTER_ERRORS = 3
-"""Failed attempts with an error, nothing happening in between, after which a pod is parked. More
-than one: an attempt that fails may itself write (a lock taken over, an annotation patched) and
-the next one start from there."""
-IDLE_DEADLINES_LIMIT = 100
-"""Lock deadlines the clock may jump to in a row without anything binding, arriving or finishing:
-the run stops there (`end: no_progress`). A retry that fails can take a lock anew, so deadlines
-alone may never run out."""
-
-END_DONE = "done"
-END_MAX_SIM_TIME = "max_sim_time"
-END_NO_PROGRESS = "no_progress"
 
 
 @dataclass(slots=True)
@@ -193,14 +148,6 @@ class SimulationResult:
     """Scheduling attempts (pops of the queue)."""
     wall_seconds: float
     """Wall time of the run (not part of the report, which must be reproducible)."""
-
-
-@dataclass(slots=True)
-class _Usage:
-    node: str
-    used: int
-    usedmem: int
-    usedcores: int
 
 
 _ARRIVE, _NODE, _FINISH = 1, 0, 2  # at equal times: nodes first, then finishes, then arrivals
@@ -283,23 +230,14 @@ class Simulation:
         self._verdicts = VerdictCache(self._table, self.provider)
         self._scores = ScoreCache(self._table, self.provider)
         self._settled_at = -1  # the cluster resourceVersion every informer is known to have reached
-        self._reasons: dict[str, _Reasons] = {}
-        self._encoded: dict[str, tuple[Obj, bytes]] = {}  # see _pod_json
-        self._interest: dict[str, tuple[Any, bool]] = {}  # see _interested
-        self._failed_pool: dict[bytes, msgspec.Raw] = {}  # see _shared_failed
-        self._usage: dict[str, _Usage] = {}
-        self._totals = [0, 0, 0]  # used, usedmem, usedcores over the fleet
-        self._timeline: list[TimelinePoint] = []
-        self._running = 0
+        self._reasons: dict[str, PendingReasons] = {}
+        self._memo = PodMemo(self._managed)
+        self._usage = FleetUsage()
         self._bound = 0
-        self._makespan = 0.0
         self.cycles = 0
         self._finished: set[str] = set()
         self._started = False
-        self._changes = 0  # things that happened: what a failed retry is compared against
-        self._idle_deadlines = 0  # lock deadlines passed since anything else happened
-        self._erring: dict[str, tuple[int, int]] = {}  # pod -> (`_changes` then, failures in a row)
-        self._errors: dict[str, str] = {}  # pod -> the error its last attempt failed with
+        self._retries = ErrorRetries()
         self.end = END_DONE
 
     # -- lifecycle ---------------------------------------------------------------------------------
@@ -400,18 +338,13 @@ class Simulation:
         log.warning("node %s was added but not registered (no usable device inventory?)", name)
 
     async def _finish(self, key: str) -> None:
-        usage = self._usage.pop(key, None)
-        if usage is None:
+        node = self._usage.finished(key, now=self.clock.now, pending=len(self.queue))
+        if node is None:
             return
         namespace, _, name = key.partition("/")
         await self.device_plugin.finish(namespace, name)
-        self._table.remove_pod(usage.node, key)
-        self._totals[0] -= usage.used
-        self._totals[1] -= usage.usedmem
-        self._totals[2] -= usage.usedcores
-        self._running -= 1
+        self._table.remove_pod(node, key)
         self._finished.add(key)
-        self._mark()
 
     # -- the loop ----------------------------------------------------------------------------------
 
@@ -438,10 +371,9 @@ class Simulation:
                 break
             self.clock.advance_to(at)
             if at == deadline:
-                if self._idle_deadlines >= IDLE_DEADLINES_LIMIT:
+                if not self._retries.may_pass_deadline():
                     self.end = END_NO_PROGRESS
                     break
-                self._idle_deadlines += 1
                 self._happened(idle=True)
         await self.settle()
         report = await self._report()
@@ -449,72 +381,27 @@ class Simulation:
 
     def _happened(self, *, idle: bool = False) -> None:
         """Something happened that a failed retry could not foresee: parked pods resume.
-        `idle`: only a lock deadline passed (see IDLE_DEADLINES_LIMIT)."""
-        self._changes += 1
-        if not idle:
-            self._idle_deadlines = 0
+        `idle`: only a lock deadline passed."""
+        self._retries.happened(idle=idle)
         self.queue.release_parked(self.clock.now)
 
     def _next_lock_deadline(self) -> float | None:
-        """The first moment after now at which a live node lock expires, in simulated seconds
-        (None: no live lock). Asked only when pods are parked: a walk over every node."""
+        """In simulated seconds. Asked only when pods are parked: a walk over every node."""
         process = self.process
-        specs = [v.node_lock for v in process.vendors if v.node_lock is not None]
-        now, at = self.clock.datetime(), None
-        for node in process.nodes.store.list():
-            for deadline in node_lock_deadlines(node, process.locker.timeout, specs, now=now):
-                seconds = deadline.timestamp() - self.clock.epoch
-                if seconds > self.clock.now and (at is None or seconds < at):
-                    at = seconds
-        return at
+        deadline = next_lock_deadline(
+            process.nodes.store.list(), process.vendors, timeout=process.locker.timeout,
+            now=self.clock.datetime(),
+        )
+        return deadline.timestamp() - self.clock.epoch if deadline is not None else None
 
-    def _retry_after_error(self, qp: QueuedPod, reasons: _Reasons, error: str) -> None:
+    def _retry_after_error(self, qp: QueuedPod, reasons: PendingReasons, error: str) -> None:
         """A filter or bind that answered an error: kube-scheduler retries the pod after its
         backoff (queueAfterBackoff), not on a cluster event. Parked once retrying is pointless."""
-        key = qp.key
-        self._reasons[key] = reasons
-        self._errors[key] = error
-        since, failures = self._erring.get(key, (-1, 0))
-        failures = failures + 1 if since == self._changes else 1
-        self._erring[key] = (self._changes, failures)
-        if failures >= PARK_AFTER_ERRORS:
+        self._reasons[qp.key] = reasons
+        if self._retries.failed(qp.key, error):
             self.queue.park(qp, self.clock.now)
         else:
             self.queue.add_backoff(qp, self.clock.now)
-
-    def _shared_failed(self, failed: Mapping[str, str] | msgspec.Raw) -> Mapping[str, str] | msgspec.Raw:
-        """The extender's FailedNodes JSON, kept for the pod's report without the rest of the answer
-        (a Raw holds its whole body) and shared with equal ones: a pending pod keeps its last answer,
-        one entry per node, and thousands of pending pods of a few shapes retried after the same
-        cluster event get equal answers (gigabytes at 5,000 nodes otherwise)."""
-        if not isinstance(failed, msgspec.Raw):
-            return failed
-        data = bytes(failed)
-        shared = self._failed_pool.get(data)
-        if shared is None:
-            if len(self._failed_pool) >= FAILED_POOL_SIZE:
-                self._failed_pool.clear()
-            shared = self._failed_pool[data] = msgspec.Raw(data)
-        return shared
-
-    def _pod_json(self, key: str, pod: Obj) -> bytes:
-        """The pod's JSON, encoded once while the informer hands out the same object (a pod is
-        retried many times before it binds; the informer replaces the objects it updates)."""
-        known = self._encoded.get(key)
-        if known is not None and known[0] is pod:
-            return known[1]
-        raw = _encode(pod)
-        self._encoded[key] = (pod, raw)
-        return raw
-
-    def _interested(self, key: str, pod: Obj) -> bool:
-        """`extender_interested`, once per pod (uid): it reads the containers' resources, which a
-        pod cannot change, and a pod is retried many times."""
-        uid = (pod.get("metadata") or {}).get("uid")
-        known = self._interest.get(key)
-        if known is None or known[0] != uid:
-            known = self._interest[key] = (uid, extender_interested(pod, self._managed))
-        return known[1]
 
     def _cached_pod(self, key: str) -> Obj | None:
         namespace, _, name = key.partition("/")
@@ -528,21 +415,21 @@ class Simulation:
         verdicts = self._verdicts.filter(pod, qp.key)
         failed, feasible = verdicts.failed, verdicts.feasible
         if not feasible:
-            self._unschedulable(qp, _Reasons(failed))
+            self._unschedulable(qp, PendingReasons(failed))
             return
-        if not self._interested(qp.key, pod):
+        if not self._memo.interested(qp.key, pod):
             best = self._scores.best(pod, verdicts.positions)
             await self._default_bind(qp, pod, self._table.order[best].name)
             return
         answer = await self._ask_filter(qp.key, pod, verdicts)
         if answer.error:
             # An extender error names no rejecting plugin: lock contention, an invalid annotation.
-            reasons = _Reasons({**failed, **dict.fromkeys(feasible, answer.error)})
+            reasons = PendingReasons({**failed, **dict.fromkeys(feasible, answer.error)})
             self._retry_after_error(qp, reasons, answer.error)
             return
         chosen = [n for n in answer.node_names if n in verdicts.feasible_set]
         if not chosen:
-            self._unschedulable(qp, _Reasons(failed, self._shared_failed(answer.failed_nodes)))
+            self._unschedulable(qp, PendingReasons(failed, self._memo.shared_failed(answer.failed_nodes)))
             return
         node_name = self._prioritize(pod, chosen)
         meta = pod.get("metadata") or {}
@@ -556,20 +443,20 @@ class Simulation:
         if error:
             # A binding error is not "unschedulable": like the live kube-scheduler, retry the pod
             # when its backoff runs out (a lock may expire meanwhile).
-            self._retry_after_error(qp, _Reasons({node_name: error}), error)
+            self._retry_after_error(qp, PendingReasons({node_name: error}), error)
             return
         await self._after_bind(qp, node_name)
 
-    async def _ask_filter(self, key: str, pod: Obj, verdicts: FilterResult) -> _Answer:
+    async def _ask_filter(self, key: str, pod: Obj, verdicts: FilterResult) -> FilterAnswer:
         """The extender's filter over the feasible nodes. In process, its verb on the informer's
         pod and the names themselves: the JSON both ways (thousands of names, and as many
         FailedNodes entries) would cost more than the decision, and decodes to the same values."""
         extender = self.process.extender
         if self.endpoint is extender:
             got = await extender.filter_pod(pod, verdicts.feasible)
-            return _Answer(got.node_names or [], got.failed or {}, got.error)
-        body = _extender_args(pod, verdicts.names_json, self._pod_json(key, pod))
-        return _filter_answer(await self.endpoint.filter(body))
+            return FilterAnswer(got.node_names or [], got.failed or {}, got.error)
+        body = extender_args(pod, verdicts.names_json, self._memo.pod_json(key, pod))
+        return decode_filter_answer(await self.endpoint.filter(body))
 
     async def _default_bind(self, qp: QueuedPod, pod: Obj, node_name: str) -> None:
         """kube-scheduler's DefaultBinder: the Binding alone, no annotation, no lock."""
@@ -578,7 +465,7 @@ class Simulation:
         try:
             await self.client.bind_pod(namespace, name, str(meta.get("uid") or ""), node_name)
         except ApiError as exc:
-            self._retry_after_error(qp, _Reasons({node_name: exc.message}), exc.message)
+            self._retry_after_error(qp, PendingReasons({node_name: exc.message}), exc.message)
             return
         await self._after_bind(qp, node_name)
 
@@ -596,10 +483,9 @@ class Simulation:
                 best, best_score = name, score
         return best
 
-    def _unschedulable(self, qp: QueuedPod, reasons: _Reasons) -> None:
+    def _unschedulable(self, qp: QueuedPod, reasons: PendingReasons) -> None:
         self._reasons[qp.key] = reasons
-        self._errors.pop(qp.key, None)
-        self._erring.pop(qp.key, None)
+        self._retries.forget(qp.key)
         self.queue.add_unschedulable(qp, self.clock.now)
 
     async def _after_bind(self, qp: QueuedPod, node_name: str) -> None:
@@ -617,11 +503,9 @@ class Simulation:
             log.error("device plugin: pod %s: %s", key, exc)
             return
         self._reasons.pop(key, None)
-        self._errors.pop(key, None)
-        self._erring.pop(key, None)
+        self._retries.forget(key)
         self._verdicts.forget(key)
-        self._encoded.pop(key, None)
-        self._interest.pop(key, None)
+        self._memo.forget(key)
         await self.settle()
         self._bound += 1
         if admission.phase != "Running":
@@ -644,29 +528,7 @@ class Simulation:
         self._table.add_pod(node_name, pod, resources)
         uid = str((pod.get("metadata") or {}).get("uid") or "")
         alloc = self.process.state.allocation(uid)
-        used = usedmem = usedcores = 0
-        if alloc is not None:
-            for containers in alloc.devices.values():
-                for container in containers:
-                    for dev in container:
-                        used += dev.slots if dev.slots > 0 else 1
-                        usedmem += max(dev.usedmem, 0)
-                        usedcores += max(dev.usedcores, 0)
-        self._usage[key] = _Usage(node_name, used, usedmem, usedcores)
-        self._totals[0] += used
-        self._totals[1] += usedmem
-        self._totals[2] += usedcores
-        self._running += 1
-        self._mark()
-
-    def _mark(self) -> None:
-        now = self.clock.now
-        self._makespan = max(self._makespan, now)
-        point = TimelinePoint(now, self._running, len(self.queue), *self._totals)
-        if self._timeline and self._timeline[-1].time == now:
-            self._timeline[-1] = point  # one point per instant: the state after it
-        else:
-            self._timeline.append(point)
+        self._usage.started(key, node_name, alloc, now=self.clock.now, pending=len(self.queue))
 
     # -- report ------------------------------------------------------------------------------------
 
@@ -688,7 +550,7 @@ class Simulation:
             # The informer's object, not a GET: settled, it is the API's version, and 50,000 private
             # copies of the pods would double the memory the run peaks at.
             pod = self._cached_pod(key)
-            error = self._errors.get(key)
+            error = self._retries.errors.get(key)
             if pod is None:
                 outcomes.append(PodOutcome(pod_in, None, self._reasons_of(key), error=error))
                 continue
@@ -714,7 +576,8 @@ class Simulation:
                     )
                 )
         return build_report(
-            outcomes, devices, demands=demands, makespan=self._makespan, timeline=self._timeline,
+            outcomes, devices, demands=demands, makespan=self._usage.makespan,
+            timeline=self._usage.timeline,
             end=self.end,
         )
 
@@ -728,77 +591,6 @@ def _demands(pod: Mapping[str, Any], vendors: Vendors) -> list[DeviceDemand]:
         for request in container.values():
             out.append(DeviceDemand.from_request(request, use_types=use, nouse_types=nouse))
     return out
-
-
-class _FilterAnswer(msgspec.Struct, frozen=True):
-    """ExtenderFilterResult as the loop reads it (`Nodes` is not used: the loop sends names).
-    FailedNodes stays JSON: it is read only for a pod still pending at the end (`_Reasons`)."""
-
-    NodeNames: list[str] | None = None
-    FailedNodes: msgspec.Raw = msgspec.Raw(b"null")
-    Error: str | None = None
-
-
-_decode_answer = msgspec.json.Decoder(_FilterAnswer).decode
-_decode_failed = msgspec.json.Decoder(dict[str, str] | None).decode
-
-
-@dataclass(slots=True, frozen=True)
-class _Answer:
-    node_names: list[Any]
-    failed_nodes: Mapping[str, str] | msgspec.Raw
-    error: str
-
-
-def _filter_answer(body: bytes) -> _Answer:
-    """The extender's filter answer: typed decoding (C speed) for the well-formed answer, else the
-    tolerant reading (any JSON types, stringified)."""
-    try:
-        typed = _decode_answer(body)
-    except msgspec.ValidationError:
-        raw = _decode(body)
-        return _Answer(
-            list(raw.get("NodeNames") or []), _tolerant_map(raw.get("FailedNodes")),
-            str(raw.get("Error") or ""),
-        )
-    return _Answer(typed.NodeNames or [], typed.FailedNodes, typed.Error or "")
-
-
-def _tolerant_map(value: Any) -> dict[str, str]:
-    return {str(k): str(v) for k, v in value.items()} if isinstance(value, Mapping) else {}
-
-
-@dataclass(slots=True, frozen=True)
-class _Reasons:
-    """Why a pod is pending: the predicates' reasons (the verdict cache's map: read only), then
-    the extender's FailedNodes, still as the JSON it answered until a report needs them (most
-    answers are superseded by the pod's next attempt)."""
-
-    predicates: Mapping[str, str]
-    extender: Mapping[str, str] | msgspec.Raw | None = None
-
-    def merged(self) -> dict[str, str]:
-        out = dict(self.predicates)
-        raw = self.extender
-        extender: Mapping[str, str] | None
-        if isinstance(raw, msgspec.Raw):
-            try:
-                extender = _decode_failed(raw)
-            except msgspec.ValidationError:
-                extender = _tolerant_map(_decode(raw))
-        else:
-            extender = raw
-        if extender:
-            out.update(extender)
-        return out
-
-
-def _extender_args(pod: Obj, names_json: bytes, pod_json: bytes | None = None) -> bytes:
-    """`{"Pod": pod, "Nodes": null, "NodeNames": names}` as msgspec encodes it, from the names'
-    JSON and the pod's when the caller has it (`pod_json`, the encoding of `pod`)."""
-    if pod_json is None:
-        pod_json = _encode(pod)
-    return b'{"Pod":' + pod_json + b',"Nodes":null,"NodeNames":' + names_json + b"}"
 
 
 def _rv(value: str) -> int:
