@@ -3,7 +3,11 @@
 aiohttp hands our SSLContext to every new connection, so reloading is just calling
 load_cert_chain() again on the live context: connections opened after that get the new
 certificate, open ones keep theirs. A cheap poll of the files' stat replaces a file-watcher
-dependency and also catches Kubernetes' atomic symlink swaps of mounted Secrets.
+dependency and also catches Kubernetes' atomic symlink swaps of mounted Secrets (cert-manager or
+`vgpu-scheduler certs --every` rotating the Secret, kubelet updating the mounted files).
+
+A pair that does not load (half-written rotation, key of another certificate) is logged once per
+change of the files and the loaded pair keeps serving; the next change is tried again.
 """
 
 from __future__ import annotations
@@ -13,13 +17,43 @@ import contextlib
 import logging
 import os
 import ssl
+from dataclasses import dataclass
+from datetime import datetime
+
+from cryptography import x509
 
 log = logging.getLogger(__name__)
+
+RELOAD_INTERVAL_SECONDS = 1.0
+"""How often the files' stat is compared: a stat per second costs nothing and a rotation is
+served within a second."""
+
+Signature = tuple[tuple[int, int, int, int], tuple[int, int, int, int]]
+_UNREADABLE = "unreadable"
+"""The failed state of files that cannot be stat'ed (no signature to remember)."""
 
 
 def _signature(path: str) -> tuple[int, int, int, int]:
     st = os.stat(path)  # follows symlinks, so a swapped ..data link changes the inode
     return (st.st_ino, st.st_dev, st.st_size, st.st_mtime_ns)
+
+
+@dataclass(frozen=True, slots=True)
+class CertDetails:
+    """What the gauges and the log say about the serving (leaf) certificate."""
+
+    serial: int
+    not_after: datetime
+
+    @property
+    def expiry_timestamp(self) -> float:
+        return self.not_after.timestamp()
+
+
+def leaf_details(pem: bytes) -> CertDetails:
+    """The first certificate of a PEM chain: the one the server presents."""
+    cert = x509.load_pem_x509_certificate(pem)
+    return CertDetails(cert.serial_number, cert.not_valid_after_utc)
 
 
 class ReloadingCertificate:
@@ -28,37 +62,74 @@ class ReloadingCertificate:
         self.key_file = key_file
         self.context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         self.context.minimum_version = ssl.TLSVersion.TLSv1_2
-        self._loaded: tuple[tuple[int, int, int, int], tuple[int, int, int, int]] | None = None
+        self._loaded: Signature | None = None
+        self._failed: Signature | str | None = None
+        self.details: CertDetails | None = None
         self.reloads = 0
+        self.failures = 0
         self.load()
+
+    def _pair_signature(self) -> Signature:
+        return (_signature(self.cert_file), _signature(self.key_file))
 
     def load(self) -> None:
         """Load the pair; raises on a broken pair so start-up fails loudly."""
-        signature = (_signature(self.cert_file), _signature(self.key_file))
+        signature = self._pair_signature()
         self.context.load_cert_chain(self.cert_file, self.key_file)
+        # Read after loading: if the files changed in between, the signature taken before differs
+        # from the files' and the next poll loads (and reads) them again.
+        with open(self.cert_file, "rb") as f:
+            self.details = leaf_details(f.read())
         self._loaded = signature
+        self._failed = None
         self.reloads += 1
 
     def reload_if_changed(self) -> bool:
         try:
-            signature = (_signature(self.cert_file), _signature(self.key_file))
+            signature = self._pair_signature()
         except OSError as exc:
-            log.warning("certificate files unreadable, keeping the loaded pair: %s", exc)
+            self._fail(None, f"certificate files unreadable: {exc}")
             return False
         if signature == self._loaded:
+            self._failed = None  # back to the loaded files: a later break is a new state to log
+            return False
+        if signature == self._failed:
             return False
         try:
-            self.context.load_cert_chain(self.cert_file, self.key_file)
-        except (OSError, ssl.SSLError) as exc:
-            # Half-written rotation (new cert, old key): keep serving the old pair, retry next poll.
-            log.warning("certificate reload failed, keeping the loaded pair: %s", exc)
+            self.load()
+        except (OSError, ValueError, ssl.SSLError) as exc:  # ValueError: cryptography's parse
+            self._fail(signature, str(exc))
             return False
-        self._loaded = signature
-        self.reloads += 1
-        log.info("reloaded TLS certificate from %s", self.cert_file)
+        assert self.details is not None
+        log.info(
+            "reloaded TLS certificate from %s: serial %x, expires %s",
+            self.cert_file,
+            self.details.serial,
+            self.details.not_after.isoformat(),
+        )
         return True
 
-    async def watch(self, interval: float = 1.0) -> None:
+    def _fail(self, signature: Signature | None, reason: str) -> None:
+        """One line per broken state of the files, not one per poll."""
+        state = signature if signature is not None else _UNREADABLE
+        if state == self._failed:
+            return
+        self._failed = state
+        self.failures += 1
+        serving = (
+            f"serial {self.details.serial:x}, expires {self.details.not_after.isoformat()}"
+            if self.details
+            else "none"
+        )
+        log.warning(
+            "TLS certificate reload from %s and %s failed (%s); still serving the loaded one (%s)",
+            self.cert_file,
+            self.key_file,
+            reason,
+            serving,
+        )
+
+    async def watch(self, interval: float = RELOAD_INTERVAL_SECONDS) -> None:
         while True:
             await asyncio.sleep(interval)
             with contextlib.suppress(Exception):
