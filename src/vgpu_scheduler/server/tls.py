@@ -6,8 +6,11 @@ certificate, open ones keep theirs. A cheap poll of the files' stat replaces a f
 dependency and also catches Kubernetes' atomic symlink swaps of mounted Secrets (cert-manager or
 `vgpu-scheduler certs --every` rotating the Secret, kubelet updating the mounted files).
 
-A pair that does not load (half-written rotation, key of another certificate) is logged once per
-change of the files and the loaded pair keeps serving; the next change is tried again.
+A pair that does not load (half-written rotation, key of another certificate) keeps the loaded pair
+serving; the next change of the files is tried again. It is logged once, when a second poll finds
+the files in the same broken state: a writer that replaces the two files one after the other
+(`vgpu-scheduler certs`) passes through a certificate-without-its-key state for an instant, which is
+not worth a warning.
 """
 
 from __future__ import annotations
@@ -63,7 +66,8 @@ class ReloadingCertificate:
         self.context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         self.context.minimum_version = ssl.TLSVersion.TLSv1_2
         self._loaded: Signature | None = None
-        self._failed: Signature | str | None = None
+        self._failed: Signature | str | None = None  # the broken state already logged
+        self._suspect: Signature | str | None = None  # a broken state seen once, not logged yet
         self.details: CertDetails | None = None
         self.reloads = 0
         self.failures = 0
@@ -81,7 +85,7 @@ class ReloadingCertificate:
         with open(self.cert_file, "rb") as f:
             self.details = leaf_details(f.read())
         self._loaded = signature
-        self._failed = None
+        self._failed = self._suspect = None
         self.reloads += 1
 
     def reload_if_changed(self) -> bool:
@@ -91,12 +95,12 @@ class ReloadingCertificate:
             self._fail(None, f"certificate files unreadable: {exc}")
             return False
         if signature == self._loaded:
-            self._failed = None  # back to the loaded files: a later break is a new state to log
+            self._failed = self._suspect = None  # back to the loaded files: a later break is new
             return False
         if signature == self._failed:
             return False
         try:
-            self.load()
+            self.load()  # again for a suspect state: the failure is logged on its second sight
         except (OSError, ValueError, ssl.SSLError) as exc:  # ValueError: cryptography's parse
             self._fail(signature, str(exc))
             return False
@@ -110,9 +114,12 @@ class ReloadingCertificate:
         return True
 
     def _fail(self, signature: Signature | None, reason: str) -> None:
-        """One line per broken state of the files, not one per poll."""
+        """One line per broken state of the files that lasts two polls, not one per poll."""
         state = signature if signature is not None else _UNREADABLE
         if state == self._failed:
+            return
+        if state != self._suspect:
+            self._suspect = state  # maybe a rotation halfway through: look again next poll
             return
         self._failed = state
         self.failures += 1
