@@ -132,3 +132,26 @@ def test_a_pair_replaced_one_file_at_a_time_is_not_worth_a_warning(
         new.private_key_pem.write_to_path(str(tmp_path / "tls.key"))
         assert cert.reload_if_changed()
     assert not caplog.records and cert.failures == 0 and cert.reloads == 2
+
+
+async def test_a_certificate_without_its_key_never_reaches_a_handshake(tmp_path: Path) -> None:
+    """Loaded in place, the new certificate would replace the old one before its key is checked,
+    and every handshake would then fail until the key arrives."""
+    ca = trustme.CA()
+    _write_pair(ca, tmp_path, "first")
+    cert = ReloadingCertificate(str(tmp_path / "tls.crt"), str(tmp_path / "tls.key"))
+    runner = web.AppRunner(web.Application())
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=cert.context)
+    await site.start()
+    port = runner.addresses[0][1]
+    try:
+        new = ca.issue_cert("127.0.0.1", common_name="second")
+        new.cert_chain_pems[0].write_to_path(str(tmp_path / "tls.crt"))  # the certificate first
+        assert not cert.reload_if_changed()
+        assert await _peer_common_name(port, ca) == "first"
+        new.private_key_pem.write_to_path(str(tmp_path / "tls.key"))
+        assert cert.reload_if_changed()
+        assert await _peer_common_name(port, ca) == "second"
+    finally:
+        await runner.cleanup()

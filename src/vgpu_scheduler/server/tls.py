@@ -1,10 +1,13 @@
 """Server TLS with certificate hot reload.
 
-aiohttp hands our SSLContext to every new connection, so reloading is just calling
-load_cert_chain() again on the live context: connections opened after that get the new
-certificate, open ones keep theirs. A cheap poll of the files' stat replaces a file-watcher
-dependency and also catches Kubernetes' atomic symlink swaps of mounted Secrets (cert-manager or
-`vgpu-scheduler certs --every` rotating the Secret, kubelet updating the mounted files).
+aiohttp hands our SSLContext to every new connection; its SNI callback (called on every handshake,
+with or without SNI) switches the connection to the context of the newest pair that loaded: new
+connections get the new certificate, open ones keep theirs. Each pair is loaded into a fresh
+context, never into the one in use: OpenSSL replaces a context's certificate before it checks the
+key, so a failed load in place would leave a certificate without its key and every handshake
+failing. A cheap poll of the files' stat replaces a file-watcher dependency and also catches
+Kubernetes' atomic symlink swaps of mounted Secrets (cert-manager or `vgpu-scheduler certs --every`
+rotating the Secret, kubelet updating the mounted files).
 
 A pair that does not load (half-written rotation, key of another certificate) keeps the loaded pair
 serving; the next change of the files is tried again. It is logged once, when a second poll finds
@@ -59,12 +62,20 @@ def leaf_details(pem: bytes) -> CertDetails:
     return CertDetails(cert.serial_number, cert.not_valid_after_utc)
 
 
+def _server_context() -> ssl.SSLContext:
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    return context
+
+
 class ReloadingCertificate:
     def __init__(self, cert_file: str, key_file: str) -> None:
         self.cert_file = cert_file
         self.key_file = key_file
-        self.context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        self.context.minimum_version = ssl.TLSVersion.TLSv1_2
+        self.context = _server_context()
+        """What the listener is given; each handshake is moved to `_serving`."""
+        self.context.sni_callback = self._select
+        self._serving = self.context
         self._loaded: Signature | None = None
         self._failed: Signature | str | None = None  # the broken state already logged
         self._suspect: Signature | str | None = None  # a broken state seen once, not logged yet
@@ -73,17 +84,25 @@ class ReloadingCertificate:
         self.failures = 0
         self.load()
 
+    def _select(self, conn: ssl.SSLObject, _server_name: str | None, _context: ssl.SSLContext) -> None:
+        conn.context = self._serving
+
     def _pair_signature(self) -> Signature:
         return (_signature(self.cert_file), _signature(self.key_file))
 
     def load(self) -> None:
         """Load the pair; raises on a broken pair so start-up fails loudly."""
         signature = self._pair_signature()
-        self.context.load_cert_chain(self.cert_file, self.key_file)
+        fresh = _server_context()
+        fresh.load_cert_chain(self.cert_file, self.key_file)
         # Read after loading: if the files changed in between, the signature taken before differs
         # from the files' and the next poll loads (and reads) them again.
         with open(self.cert_file, "rb") as f:
-            self.details = leaf_details(f.read())
+            details = leaf_details(f.read())
+        if self._serving is self.context:
+            # The listener's own context gets the first pair too (never reloaded): a fallback.
+            self.context.load_cert_chain(self.cert_file, self.key_file)
+        self._serving, self.details = fresh, details
         self._loaded = signature
         self._failed = self._suspect = None
         self.reloads += 1
