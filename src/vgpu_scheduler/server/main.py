@@ -17,6 +17,7 @@ import logging
 import os
 import signal
 import socket
+import ssl
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -195,9 +196,10 @@ async def _start_parts(opts: SchedulerOptions, running: Running, cluster: Any) -
         running.extras.append(attach_device_plugin(cluster, process.vendors))
         if opts.embedded_api_bind:
             running.extras.append(await _serve_embedded_api(cluster, opts.embedded_api_bind))
-    # A bad certificate pair fails here, before anything is started or listened on.
-    cert = ReloadingCertificate(opts.cert_file, opts.key_file) if opts.cert_file and opts.key_file else None
+    cert = _load_certificate(opts)
     await _start_listeners(opts, running, cert)
+    if cert is not None:  # reloads during a long first sync too
+        running.tasks.append(asyncio.create_task(cert.watch(), name="certificate watch"))
     # The listeners answer while the informers sync: /readyz is 503 until they have (readiness.py),
     # the extender verbs wait for the first registration pass.
     await process.start()
@@ -206,8 +208,18 @@ async def _start_parts(opts: SchedulerOptions, running: Running, cluster: Any) -
     await warmer.warm_pending()
     settle_heap()
     running.tasks.append(asyncio.create_task(warmer.run(), name="ledger warmer"))
-    if cert is not None:
-        running.tasks.append(asyncio.create_task(cert.watch(), name="certificate watch"))
+
+
+def _load_certificate(opts: SchedulerOptions) -> ReloadingCertificate | None:
+    """The pair when both flags are set (HAMi's rule); a bad one stops the start in one line,
+    before anything listens."""
+    if not (opts.cert_file and opts.key_file):
+        return None
+    try:
+        return ReloadingCertificate(opts.cert_file, opts.key_file)
+    except (OSError, ValueError, ssl.SSLError) as exc:
+        files = f"{opts.cert_file}, {opts.key_file}"
+        raise StartupError(f"cannot load --cert_file/--key_file ({files}): {exc}") from None
 
 
 async def _start_listeners(
