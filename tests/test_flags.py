@@ -54,6 +54,7 @@ EXPECTED_FLAGS: list[tuple[str, str, str]] = [
     ("bind-timeout", "duration", "20s"),
     ("lock-aware-placement", "bool", "true"),
     ("requeue-nudges", "bool", "true"),
+    ("explain-on-main-port", "bool", "false"),
     ("help", "bool", "false"),
     # §1.2 global flags
     ("device-config-file", "string", ""),

@@ -432,6 +432,12 @@ FLAGS: tuple[Flag, ...] = (
         "When devices are freed, annotate (vgpu-scheduler.io/requeue) each pod the filter refused in "
         "the last 5s, so kube-scheduler retries it at once instead of after its 5-minute flush",
     ),
+    _f(
+        "explain-on-main-port",
+        _BOOL,
+        "Also serve GET /explain/{namespace}/{pod} on --http_bind (always served on "
+        "--metrics-bind-address); the main port may be a NodePort, and explain names every node",
+    ),
     _f("add_dir_header", _GO_BOOL, "If true, adds the file directory to the header of the log messages"),
     _f(
         "alsologtostderr",

@@ -291,6 +291,11 @@ def test_certificates_reach_the_server(rendered: tuple[str, list[Obj]]) -> None:
         assert {n for r in cluster_role["rules"] for n in r.get("resourceNames", [])} == {g["webhook-name"]}
         assert any(e["name"] == "POD_NAMESPACE" for e in init["env"])
         assert init["securityContext"] == ours["securityContext"]
+        # certs-renew: the same sync again every renewEvery, into the files the extender reloads.
+        renew = container(dep, "certs-renew")
+        h = flags(renew)
+        assert parse_go_duration(h.pop("every")) < parse_go_duration(g["rotate-before"])
+        assert h == g and renew["image"] == init["image"] and renew["volumeMounts"] == init["volumeMounts"]
 
 
 def granted(objs: list[Obj], kind: str, name: str) -> set[apicalls.Call]:
@@ -389,7 +394,8 @@ def test_kube_scheduler_follows_the_cluster_version() -> None:
 def test_without_kube_scheduler_the_pod_is_the_extender_alone() -> None:
     objs = chart.render({"scheduler": {"kubeScheduler": {"enabled": False}, "replicas": 2}})
     dep = one(objs, "Deployment")
-    assert [c["name"] for c in dep["spec"]["template"]["spec"]["containers"]] == ["vgpu-scheduler-extender"]
+    names = [c["name"] for c in dep["spec"]["template"]["spec"]["containers"]]
+    assert names == ["vgpu-scheduler-extender", "certs-renew"]  # certs-renew: the certificate's renewal
     assert dep["spec"]["replicas"] == 1 and flags(extender(dep))["leader-elect"] == "false"
     assert not [o for o in objs if o["kind"] == "ConfigMap" and o["metadata"]["name"].endswith("-config")]
     assert not [o for o in objs if o["metadata"]["name"].endswith(("-lease", "-kube-scheduler"))]
@@ -569,3 +575,10 @@ def test_every_set_line_of_the_deploy_doc_renders_and_agrees() -> None:
     dep = one(high, "Deployment")
     assert "securityContext" not in dep["spec"]["template"]["spec"]
     assert flags(extender(dep))["http_bind"] == "0.0.0.0:8443"
+
+
+def test_renewal_without_restart_can_be_turned_off() -> None:
+    objs = chart.render({"scheduler": {"patch": {"renewEvery": ""}}})
+    dep = one(objs, "Deployment")
+    assert "certs-renew" not in [c["name"] for c in dep["spec"]["template"]["spec"]["containers"]]
+    assert container(dep, "certs", init=True)

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import trustme
 from prometheus_client import CollectorRegistry
 
 from tests.builders import device
@@ -24,8 +25,10 @@ from vgpu_scheduler.config import DeviceConfig
 from vgpu_scheduler.scheduler.extender import ExtenderStats
 from vgpu_scheduler.scheduler.options import SchedulerOptions
 from vgpu_scheduler.scheduler.process import SchedulerProcess
+from vgpu_scheduler.server.certmetrics import CertCollector
 from vgpu_scheduler.server.metrics import exposition, metrics_registry
 from vgpu_scheduler.server.opmetrics import OperatorCollector, OperatorSources
+from vgpu_scheduler.server.tls import ReloadingCertificate
 
 ROOT = Path(__file__).resolve().parents[2]
 DASHBOARD = ROOT / "deploy" / "grafana" / "vgpu-scheduler-dashboard.json"
@@ -34,8 +37,9 @@ METRIC = re.compile(r"\b(?:vgpu_scheduler|hami)_[a-z0-9_]+\b")
 HISTOGRAM_SUFFIXES = ("_bucket", "_sum", "_count")
 
 
-def exposed_families() -> dict[str, str]:
-    """Family name (as written on `# TYPE`) -> type, from a server with every source attached."""
+def exposed_families(tmp_path: Path) -> dict[str, str]:
+    """Family name (as written on `# TYPE`) -> type, from a server with every source attached (TLS
+    included: a pair written under `tmp_path`)."""
     client = KubeClient(MemoryTransport(MemoryCluster()))
     process = SchedulerProcess(SchedulerOptions(), DeviceConfig(), client, "host")
     process.state.set_node_devices("n1", [device("GPU-0")])  # HAMi's per-device families need one
@@ -43,6 +47,11 @@ def exposed_families() -> dict[str, str]:
                               process.state)
     registry: CollectorRegistry = metrics_registry(process.state, extender_stats=sources.extender)
     registry.register(OperatorCollector(sources))
+    leaf = trustme.CA().issue_cert("127.0.0.1")
+    leaf.cert_chain_pems[0].write_to_path(str(tmp_path / "tls.crt"))
+    leaf.private_key_pem.write_to_path(str(tmp_path / "tls.key"))
+    cert = ReloadingCertificate(str(tmp_path / "tls.crt"), str(tmp_path / "tls.key"))
+    registry.register(CertCollector(cert))
     lines = exposition(registry).decode().splitlines()
     return {parts[2]: parts[3] for parts in (line.split() for line in lines if line.startswith("# TYPE "))}
 
@@ -59,9 +68,9 @@ def expressions(node: Any) -> Iterator[str]:
             yield from expressions(item)
 
 
-def test_every_queried_metric_is_exposed_with_the_type_the_query_needs() -> None:
+def test_every_queried_metric_is_exposed_with_the_type_the_query_needs(tmp_path: Path) -> None:
     dashboard = json.loads(DASHBOARD.read_text())
-    families = exposed_families()
+    families = exposed_families(tmp_path)
     queried = {name for expr in expressions(dashboard) for name in METRIC.findall(expr)}
     assert any(name.startswith("vgpu_scheduler_") for name in queried)
     missing = []
@@ -73,9 +82,9 @@ def test_every_queried_metric_is_exposed_with_the_type_the_query_needs() -> None
     assert missing == []
 
 
-def test_the_dashboard_uses_every_operator_family() -> None:
+def test_the_dashboard_uses_every_operator_family(tmp_path: Path) -> None:
     dashboard_text = DASHBOARD.read_text()
-    ours = {name for name in exposed_families() if name.startswith("vgpu_scheduler_")}
+    ours = {name for name in exposed_families(tmp_path) if name.startswith("vgpu_scheduler_")}
     assert sorted(name for name in ours if name not in dashboard_text) == []
 
 
@@ -92,8 +101,8 @@ def test_every_panel_reads_the_data_source_variable() -> None:
     assert len(ids) == len(set(ids))
 
 
-def test_the_metrics_doc_lists_exactly_the_operator_families() -> None:
+def test_the_metrics_doc_lists_exactly_the_operator_families(tmp_path: Path) -> None:
     rows = re.findall(r"^\| `(vgpu_scheduler_[a-z0-9_]+)` \|", METRICS_DOC.read_text(), re.MULTILINE)
     documented = set(rows)
-    exposed = {name for name in exposed_families() if name.startswith("vgpu_scheduler_")}
+    exposed = {name for name in exposed_families(tmp_path) if name.startswith("vgpu_scheduler_")}
     assert sorted(documented - exposed) == [] and sorted(exposed - documented) == []

@@ -5,18 +5,23 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import ssl
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import aiohttp
+import pytest
 import trustme
+from cryptography import x509
 
 from tests.builders import gpu_node, gpu_pod
 from vgpu_scheduler.cluster.fakeapi import serve
 from vgpu_scheduler.cluster.memory import MemoryCluster
 from vgpu_scheduler.scheduler.options import SchedulerOptions
+from vgpu_scheduler.server.certmetrics import EXPIRY, FAILURES
 from vgpu_scheduler.server.main import start, stop
 
 
@@ -158,3 +163,66 @@ async def test_api_server_over_tls_with_client_certificate(it: Any, tmp_path: Pa
     finally:
         await stop(running)
         await api.close()
+
+
+def _issue(ca: trustme.CA, directory: Path, not_after: datetime) -> tuple[Path, Path, int]:
+    """A pair for 127.0.0.1 expiring at `not_after`, renamed over the old files; its serial."""
+    leaf = ca.issue_cert("127.0.0.1", not_after=not_after)
+    crt, key = directory / "tls.crt", directory / "tls.key"
+    leaf.private_key_pem.write_to_path(str(directory / "tls.key.new"))
+    leaf.cert_chain_pems[0].write_to_path(str(directory / "tls.crt.new"))
+    os.replace(directory / "tls.key.new", key)
+    os.replace(directory / "tls.crt.new", crt)
+    serial = x509.load_pem_x509_certificate(leaf.cert_chain_pems[0].bytes()).serial_number
+    return crt, key, serial
+
+
+async def _served_serial(port: int, ctx: ssl.SSLContext) -> tuple[int, float]:
+    """(serial, notAfter as unix seconds) of the certificate a brand-new handshake is given."""
+    _reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=ctx)
+    try:
+        cert = writer.get_extra_info("peercert")
+    finally:
+        writer.close()
+        await writer.wait_closed()
+    return int(cert["serialNumber"], 16), ssl.cert_time_to_seconds(cert["notAfter"])
+
+
+async def test_rotation_changes_the_served_serial_and_the_expiry_gauge(
+    it: Any, launch: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    ca = trustme.CA()
+    first_expiry = datetime(2031, 1, 1, tzinfo=UTC)
+    crt, key, first_serial = _issue(ca, tmp_path, first_expiry)
+    client_ctx = ssl.create_default_context()
+    ca.configure_trust(client_ctx)
+    stack = await launch(cert_file=str(crt), key_file=str(key), scheme="https", ssl=client_ctx)
+    port = int(stack.url.rsplit(":", 1)[1])
+
+    async def gauge() -> float:
+        (_labels, value), *_ = (await stack.metrics())[EXPIRY]
+        return value
+
+    assert await _served_serial(port, client_ctx) == (first_serial, first_expiry.timestamp())
+    assert await gauge() == first_expiry.timestamp()
+
+    second_expiry = datetime(2032, 6, 1, tzinfo=UTC)
+    _crt, _key, second_serial = _issue(ca, tmp_path, second_expiry)
+
+    async def rotated() -> bool:
+        return await _served_serial(port, client_ctx) == (second_serial, second_expiry.timestamp())
+
+    await it.eventually(rotated, "the new certificate on new handshakes", timeout=4.0)
+    assert await gauge() == second_expiry.timestamp()
+
+    # A half-written rotation (a key that is not the certificate's): one line, the old pair serves.
+    with caplog.at_level(logging.WARNING, logger="vgpu_scheduler.server.tls"):
+        key.write_bytes(ca.issue_cert("127.0.0.1").private_key_pem.bytes())
+        await it.eventually(lambda: any("reload" in r.message for r in caplog.records), "the failure logged")
+        await asyncio.sleep(2.5)  # two more polls of the same broken files: no more lines
+    failures = [r for r in caplog.records if "TLS certificate reload" in r.message]
+    assert len(failures) == 1, [r.message for r in failures]
+    assert f"serial {second_serial:x}" in failures[0].message
+    assert await _served_serial(port, client_ctx) == (second_serial, second_expiry.timestamp())
+    assert await gauge() == second_expiry.timestamp()
+    assert (await stack.metrics())[FAILURES + "_total"][0][1] == 1

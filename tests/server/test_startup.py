@@ -223,3 +223,11 @@ def test_cli_port_in_use_exits_1_without_traceback(which: str, held_port: int) -
     last = done.stderr.splitlines()[-1]
     assert last.startswith(f"vgpu-scheduler: cannot listen on 127.0.0.1:{held_port}: address already in use;")
     assert last.endswith(f"with {which}")
+
+
+async def test_a_certificate_pair_that_does_not_load_is_one_line(tmp_path: Any) -> None:
+    (tmp_path / "tls.crt").write_text("not a certificate")
+    (tmp_path / "tls.key").write_text("not a key")
+    line = r"^cannot load --cert_file/--key_file \(.*tls\.crt, .*tls\.key\): "
+    with pytest.raises(StartupError, match=line):
+        await start(_demo(cert_file=str(tmp_path / "tls.crt"), key_file=str(tmp_path / "tls.key")))

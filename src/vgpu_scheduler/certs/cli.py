@@ -5,6 +5,9 @@ Secret holds a certificate for the Service's DNS names that is good for at least
 points the MutatingWebhookConfiguration's caBundle at its CA, and writes the files the server reads
 (`--write-dir`). A second run with nothing to do writes nothing.
 
+With `--every DURATION` it does not exit: it syncs again every DURATION (a container beside the
+extender), so a certificate near its expiry is renewed and the files rewritten without a restart.
+
 Exit codes: 0 done, 1 the API refused or the webhook configuration is missing (the init container
 is restarted and tries again), 2 bad flags.
 """
@@ -21,6 +24,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from vgpu_scheduler.certs.renew import renew_forever
 from vgpu_scheduler.certs.sync import CertsConfig, CertsError, Outcome, sync
 from vgpu_scheduler.cluster.errors import ApiConnectionError, ApiError
 from vgpu_scheduler.cluster.kubeconfig import KubeconfigError, make_client
@@ -66,6 +70,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="replace the certificate when it expires within this (default: 720h)")
     p.add_argument("--write-dir", type=Path, metavar="DIR",
                    help="also write ca.crt, tls.crt, tls.key here (the server's --cert_file/--key_file)")
+    p.add_argument("--every", type=_duration, default=None, metavar="DURATION",
+                   help="keep running, syncing again every DURATION, Go duration (renewal without a "
+                   "restart; default: run once and exit)")
     p.add_argument("--kubeconfig", default=None,
                    help="kubeconfig (default: $KUBECONFIG, ~/.kube/config, else in-cluster)")
     return p
@@ -105,6 +112,16 @@ async def _run(cfg: CertsConfig, kubeconfig: str | None, write_dir: Path | None)
         await client.close()
 
 
+async def _run_every(cfg: CertsConfig, kubeconfig: str | None, write_dir: Path | None,
+                     every: timedelta) -> None:
+    client = await make_client(kubeconfig)
+    try:
+        await renew_forever(client, cfg, every, write_dir,
+                            report=lambda outcome: print("\n".join(report_lines(cfg, outcome)), flush=True))
+    finally:
+        await client.close()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     try:
@@ -113,6 +130,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     except _InputError as exc:
         print(f"{PROG}: {exc}", file=sys.stderr)
         return 2
+    if args.every is not None:
+        if args.every >= cfg.rotate_before:
+            print(f"{PROG}: --every must be shorter than --rotate-before (else a renewal can come too late)",
+                  file=sys.stderr)
+            return 2
+        try:
+            asyncio.run(_run_every(cfg, args.kubeconfig, args.write_dir, args.every))
+        except KubeconfigError as exc:
+            print(f"{PROG}: {exc}", file=sys.stderr)
+            return 1
+        return 0
     try:
         outcome = asyncio.run(_run(cfg, args.kubeconfig, args.write_dir))
     except (ApiError, ApiConnectionError, CertsError, KubeconfigError, OSError) as exc:

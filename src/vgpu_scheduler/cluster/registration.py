@@ -358,7 +358,10 @@ class RegistrationLoop:
         next_tick = loop.time() + self.interval
         while True:
             try:
-                await asyncio.wait_for(self._wake.wait(), max(0.0, next_tick - loop.time()))
+                # Not wait_for: on 3.11 it can swallow the cancel of a stop() that meets a wake-up
+                # (stop right after start), and the loop would then never end.
+                async with asyncio.timeout(max(0.0, next_tick - loop.time())):
+                    await self._wake.wait()
             except TimeoutError:
                 next_tick = max(next_tick + self.interval, loop.time())
             self._wake.clear()

@@ -49,6 +49,7 @@ class SchedulerOptions:
     bind_timeout: float = 20.0  # seconds; keep well under the extender's httpTimeout
     lock_aware_placement: bool = True
     requeue_nudges: bool = True
+    explain_on_main_port: bool = False
     help: bool = False
     # Global flags (§1.2).
     device_config_file: str = ""

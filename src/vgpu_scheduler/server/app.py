@@ -1,5 +1,5 @@
 """The main HTTP(S) server's routes (§1.5): filter, bind, webhook, healthz, readyz; and ours:
-explain.
+explain, only when asked (`--explain-on-main-port`; it is on the metrics server otherwise).
 
 Requests no route takes are answered as HAMi's httprouter does (server/gohttp.py)."""
 
@@ -9,9 +9,9 @@ from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
-from vgpu_scheduler.engine.explain import Explanation, render_text
 from vgpu_scheduler.scheduler.extender import Extender
 from vgpu_scheduler.server.debug import add_pprof_routes
+from vgpu_scheduler.server.explainroute import Explainer, add_explain_route
 from vgpu_scheduler.server.gohttp import httprouter_fallback
 from vgpu_scheduler.wire.extender import MAX_BODY_BYTES
 
@@ -48,27 +48,6 @@ async def _ok(_request: web.Request) -> web.StreamResponse:
     return web.Response(status=200)
 
 
-Explainer = Callable[[str, str], Explanation | None]
-
-
-def _explain_route(explainer: Explainer) -> Handler:
-    """GET /explain/{namespace}/{pod}: plain text, or JSON with `?o=json` (`output=json` too)."""
-
-    async def handle(request: web.Request) -> web.StreamResponse:
-        namespace, name = request.match_info["namespace"], request.match_info["pod"]
-        explanation = explainer(namespace, name)
-        if explanation is None:
-            return web.Response(status=404, text=f"pod {namespace}/{name} not found\n")
-        output = request.query.get("o") or request.query.get("output") or "text"
-        if output == "json":
-            return web.Response(text=explanation.dumps(), content_type=JSON)
-        if output != "text":
-            return web.Response(status=400, text=f"unknown output {output!r} (text or json)\n")
-        return web.Response(text=render_text(explanation))
-
-    return handle
-
-
 def make_app(
     extender: Extender,
     webhook: Handler,
@@ -86,7 +65,7 @@ def make_app(
     app.router.add_get("/healthz", _ok, allow_head=False)
     app.router.add_get("/readyz", readyz or _ok, allow_head=False)
     if explainer is not None:
-        app.router.add_get("/explain/{namespace}/{pod}", _explain_route(explainer), allow_head=False)
+        add_explain_route(app, explainer)  # only with --explain-on-main-port (explainroute.py)
     if profiling:
         add_pprof_routes(app)
     app.middlewares.append(httprouter_fallback(app))

@@ -1,8 +1,11 @@
 """`vgpu-scheduler [flags]`: start() in HAMi's order (§1.5), then serve until SIGTERM.
 
 Order: flags logged → node-lock timeout → API client (`--kube-qps`, `--kube-burst`,
-`--kube-timeout`) → device configuration → hostname → scheduler state → informers synced and the
-registration loop running → metrics server → routes → HTTP, or HTTPS with certificate reload.
+`--kube-timeout`) → device configuration → hostname → scheduler state → certificate pair →
+metrics server (with /explain) → routes → HTTP, or HTTPS with certificate reload → informers synced
+and the registration loop running. Unlike HAMi the listeners start before the informers sync, as
+kube-scheduler's do, so /healthz and /readyz answer during a long first LIST (/readyz: 503 until
+the informers have synced).
 """
 
 from __future__ import annotations
@@ -14,8 +17,9 @@ import logging
 import os
 import signal
 import socket
+import ssl
 import sys
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,6 +34,8 @@ from vgpu_scheduler.scheduler.heap import settle_heap
 from vgpu_scheduler.scheduler.options import SchedulerOptions, invalid_policy
 from vgpu_scheduler.scheduler.process import SchedulerProcess
 from vgpu_scheduler.server.app import make_app
+from vgpu_scheduler.server.explainroute import add_explain_route
+from vgpu_scheduler.server.readiness import readyz_handler
 from vgpu_scheduler.server.tls import ReloadingCertificate
 from vgpu_scheduler.server.warm import LedgerWarmer
 from vgpu_scheduler.server.webhook import webhook_handler
@@ -190,6 +196,12 @@ async def _start_parts(opts: SchedulerOptions, running: Running, cluster: Any) -
         running.extras.append(attach_device_plugin(cluster, process.vendors))
         if opts.embedded_api_bind:
             running.extras.append(await _serve_embedded_api(cluster, opts.embedded_api_bind))
+    cert = _load_certificate(opts)
+    await _start_listeners(opts, running, cert)
+    if cert is not None:  # reloads during a long first sync too
+        running.tasks.append(asyncio.create_task(cert.watch(), name="certificate watch"))
+    # The listeners answer while the informers sync: /readyz is 503 until they have (readiness.py),
+    # the extender verbs wait for the first registration pass.
     await process.start()
     # The ledger's per-node caches filled before the first request, then kept filled (warm.py).
     warmer = LedgerWarmer(process.state.ledger, process.state.vendors.keys)
@@ -197,14 +209,36 @@ async def _start_parts(opts: SchedulerOptions, running: Running, cluster: Any) -
     settle_heap()
     running.tasks.append(asyncio.create_task(warmer.run(), name="ledger warmer"))
 
+
+def _load_certificate(opts: SchedulerOptions) -> ReloadingCertificate | None:
+    """The pair when both flags are set (HAMi's rule); a bad one stops the start in one line,
+    before anything listens."""
+    if not (opts.cert_file and opts.key_file):
+        return None
+    try:
+        return ReloadingCertificate(opts.cert_file, opts.key_file)
+    except (OSError, ValueError, ssl.SSLError) as exc:
+        files = f"{opts.cert_file}, {opts.key_file}"
+        raise StartupError(f"cannot load --cert_file/--key_file ({files}): {exc}") from None
+
+
+async def _start_listeners(
+    opts: SchedulerOptions, running: Running, cert: ReloadingCertificate | None
+) -> None:
+    """The metrics server (with /explain), then the main server (HTTPS when a pair is given)."""
+    from vgpu_scheduler.server.certmetrics import CertCollector
     from vgpu_scheduler.server.metrics import make_metrics_app, metrics_registry
     from vgpu_scheduler.server.opmetrics import OperatorCollector, OperatorSources
 
+    process = running.process
     registry = metrics_registry(
         process.state, legacy=opts.legacy_metrics, extender_stats=process.extender.stats
     )
     registry.register(OperatorCollector(OperatorSources.of_process(process)))
+    if cert is not None:
+        registry.register(CertCollector(cert))
     metrics_app = make_metrics_app(registry)
+    add_explain_route(metrics_app, process.explain)
     running.runners.append(
         await _start_site(metrics_app, opts.metrics_bind_address, flag="--metrics-bind-address")
     )
@@ -214,15 +248,11 @@ async def _start_parts(opts: SchedulerOptions, running: Running, cluster: Any) -
     app = make_app(
         process.extender,
         webhook_handler(opts, process.vendors, quota.admission_fits),
-        readyz=_readyz(process),
+        readyz=readyz_handler(process),
         profiling=opts.profiling,
-        explainer=process.explain,
+        explainer=process.explain if opts.explain_on_main_port else None,
     )
-    ssl_context = None
-    if opts.cert_file and opts.key_file:
-        cert = ReloadingCertificate(opts.cert_file, opts.key_file)
-        ssl_context = cert.context
-        running.tasks.append(asyncio.create_task(cert.watch(), name="certificate watch"))
+    ssl_context = cert.context if cert is not None else None
     http = await _start_site(app, opts.http_bind, flag="--http_bind", ssl_context=ssl_context)
     running.runners.append(http)
     log.info("listening on %s (%s)", opts.http_bind, "https" if ssl_context else "http")
@@ -250,16 +280,6 @@ async def _serve_embedded_api(cluster: Any, address: str) -> _EmbeddedApi:
         raise StartupError(listen_error(shown, "--embedded-api-bind", exc)) from None
     log.info("embedded Kubernetes API listening on %s", server.url)
     return _EmbeddedApi(server)
-
-
-def _readyz(process: SchedulerProcess) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
-    """Always 200 with an empty body, as HAMi; it only logs the leadership (§8.1)."""
-
-    async def readyz(_request: web.Request) -> web.StreamResponse:
-        log.debug("readyz: leader=%s", process.leader.is_leader())
-        return web.Response(status=200)
-
-    return readyz
 
 
 async def stop(running: Running) -> None:
