@@ -52,7 +52,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from itertools import filterfalse
 from typing import Any
 
@@ -70,6 +70,11 @@ from vgpu_scheduler.engine.fit import (
 from vgpu_scheduler.engine.fitcache import fit_key
 from vgpu_scheduler.engine.ledger import DeviceLedger, NodeSummary
 from vgpu_scheduler.engine.nodeview import DeviceUsage, NodeView
+from vgpu_scheduler.engine.outcome import Chosen as Chosen
+from vgpu_scheduler.engine.outcome import Decision as Decision
+from vgpu_scheduler.engine.outcome import Error as Error
+from vgpu_scheduler.engine.outcome import NoFit as NoFit
+from vgpu_scheduler.engine.outcome import NoRequest as NoRequest
 from vgpu_scheduler.engine.pinned import pinned_verdicts
 from vgpu_scheduler.engine.placement import cheapest
 from vgpu_scheduler.engine.podinfo import init_container_count, pod_annotations, pod_key
@@ -98,50 +103,7 @@ SPREAD = "spread"
 BINPACK = "binpack"
 
 
-# ---------------------------------------------------------------------------------------------
-# Results
-
-
-@dataclass(slots=True, frozen=True)
-class Chosen:
-    """The pod fits on `node`: what to patch onto the pod and what to report."""
-
-    node: str
-    devices: PodDevices
-    """Per vendor, per container (init first, padded) — the uncollapsed allocation."""
-    mig: tuple[MigAllocation, ...]
-    annotations: dict[str, str]
-    """Exactly the §4.1 filter patch annotations."""
-    labels: dict[str, str]
-    score: float
-    scores: dict[str, float] = field(default_factory=dict)
-    """Score of every node known to fit (only `node` unless evaluated with `evaluate_all`)."""
-    failed: dict[str, str] = field(default_factory=dict)
-    """Reasons of the nodes evaluated (or unregistered) on the way; HAMi does not report them."""
-
-
-@dataclass(slots=True, frozen=True)
-class NoFit:
-    failed: dict[str, str]
-    """Node -> reason (GenReason string, NodeInsufficientDevice, or "node unregistered")."""
-    reason_counts: Mapping[str, int] | None = field(default=None, compare=False)
-    """How many nodes of `failed` have each reason text, when known without counting them."""
-    source: Snapshot | None = field(default=None, compare=False)
-    """The verdict snapshot `failed` is a copy of, when it is one (its `rendered` answer may be
-    reused while no verdict changes)."""
-
-
-@dataclass(slots=True, frozen=True)
-class Error:
-    message: str
-
-
-@dataclass(slots=True, frozen=True)
-class NoRequest:
-    """The pod asks for no device: Filter echoes the candidate nodes unchanged, no side effects."""
-
-
-Decision = Chosen | NoFit | Error | NoRequest
+# Results: in `outcome`, re-exported here.
 
 
 def node_policy(annotations: Mapping[str, str], default: str) -> str:
