@@ -52,12 +52,18 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from itertools import filterfalse
 from typing import Any
 
 from vgpu_scheduler.devices.protocol import MemoryShortfall, QuotaCheck, Vendors
 from vgpu_scheduler.engine.bounds import ScoreBounds, score_bounds
+from vgpu_scheduler.engine.choice import BINPACK as BINPACK
+from vgpu_scheduler.engine.choice import NODE_UNREGISTERED as NODE_UNREGISTERED
+from vgpu_scheduler.engine.choice import SPREAD as SPREAD
+from vgpu_scheduler.engine.choice import _best, _chosen, _vendor_score
+from vgpu_scheduler.engine.choice import filter_annotations as filter_annotations
+from vgpu_scheduler.engine.choice import node_policy as node_policy
 from vgpu_scheduler.engine.fit import (
     NodeFit,
     PodFitContext,
@@ -69,10 +75,18 @@ from vgpu_scheduler.engine.fit import (
 )
 from vgpu_scheduler.engine.fitcache import fit_key
 from vgpu_scheduler.engine.ledger import DeviceLedger, NodeSummary
-from vgpu_scheduler.engine.nodeview import DeviceUsage, NodeView
+
+# The no-ledger path: in `nodes_only`, re-exported here.
+from vgpu_scheduler.engine.nodes_only import decide_on_nodes as decide_on_nodes
+from vgpu_scheduler.engine.nodes_only import node_view_from_object as node_view_from_object
+from vgpu_scheduler.engine.outcome import Chosen as Chosen
+from vgpu_scheduler.engine.outcome import Decision as Decision
+from vgpu_scheduler.engine.outcome import Error as Error
+from vgpu_scheduler.engine.outcome import NoFit as NoFit
+from vgpu_scheduler.engine.outcome import NoRequest as NoRequest
 from vgpu_scheduler.engine.pinned import pinned_verdicts
 from vgpu_scheduler.engine.placement import cheapest
-from vgpu_scheduler.engine.podinfo import init_container_count, pod_annotations, pod_key
+from vgpu_scheduler.engine.podinfo import init_container_count, pod_key
 from vgpu_scheduler.engine.policy import BEST_FIT
 from vgpu_scheduler.engine.ranking import Ranking, Run, score_runs
 from vgpu_scheduler.engine.requests import pod_has_device_requests, pod_requests
@@ -86,88 +100,14 @@ from vgpu_scheduler.engine.verdicts import (
     pod_fingerprint,
     quota_token,
 )
-from vgpu_scheduler.model import PERCENTAGE_UNSET, ContainerRequests, MigAllocation, PodDevices
-from vgpu_scheduler.wire import keys, objects
-from vgpu_scheduler.wire.allocation import AllocationError
-from vgpu_scheduler.wire.inventory import InventoryError, decode_cordon
+from vgpu_scheduler.model import PERCENTAGE_UNSET, ContainerRequests
+from vgpu_scheduler.wire import objects
 
 log = logging.getLogger(__name__)
 
-NODE_UNREGISTERED = "node unregistered"
-SPREAD = "spread"
-BINPACK = "binpack"
 
 
-# ---------------------------------------------------------------------------------------------
-# Results
-
-
-@dataclass(slots=True, frozen=True)
-class Chosen:
-    """The pod fits on `node`: what to patch onto the pod and what to report."""
-
-    node: str
-    devices: PodDevices
-    """Per vendor, per container (init first, padded) — the uncollapsed allocation."""
-    mig: tuple[MigAllocation, ...]
-    annotations: dict[str, str]
-    """Exactly the §4.1 filter patch annotations."""
-    labels: dict[str, str]
-    score: float
-    scores: dict[str, float] = field(default_factory=dict)
-    """Score of every node known to fit (only `node` unless evaluated with `evaluate_all`)."""
-    failed: dict[str, str] = field(default_factory=dict)
-    """Reasons of the nodes evaluated (or unregistered) on the way; HAMi does not report them."""
-
-
-@dataclass(slots=True, frozen=True)
-class NoFit:
-    failed: dict[str, str]
-    """Node -> reason (GenReason string, NodeInsufficientDevice, or "node unregistered")."""
-    reason_counts: Mapping[str, int] | None = field(default=None, compare=False)
-    """How many nodes of `failed` have each reason text, when known without counting them."""
-    source: Snapshot | None = field(default=None, compare=False)
-    """The verdict snapshot `failed` is a copy of, when it is one (its `rendered` answer may be
-    reused while no verdict changes)."""
-
-
-@dataclass(slots=True, frozen=True)
-class Error:
-    message: str
-
-
-@dataclass(slots=True, frozen=True)
-class NoRequest:
-    """The pod asks for no device: Filter echoes the candidate nodes unchanged, no side effects."""
-
-
-Decision = Chosen | NoFit | Error | NoRequest
-
-
-def node_policy(annotations: Mapping[str, str], default: str) -> str:
-    """`hami.io/node-scheduler-policy` else the default; anything but spread acts as binpack."""
-    policy = annotations.get(keys.NODE_SCHEDULER_POLICY, default)
-    return SPREAD if policy == SPREAD else BINPACK
-
-
-def filter_annotations(
-    node: str,
-    devices: PodDevices,
-    mig: Sequence[MigAllocation],
-    now: int,
-    *,
-    vendors: Vendors,
-    pod: Mapping[str, Any] | None = None,
-) -> dict[str, str]:
-    """The §4.1 filter patch annotations (the caller adds label hami.io/vgpu-node = node): node
-    and time, then each vendor's PatchAnnotations of its part of the allocation (of `pod`)."""
-    out = {keys.VGPU_NODE: node, keys.VGPU_TIME: str(now)}
-    for key, per_container in devices.items():
-        vendor = vendors.get(key)
-        if vendor is None:
-            raise AllocationError(f"no allocation annotation keys for vendor {key!r}")
-        out.update(vendor.patch_annotations(per_container, mig, node=node, now=now, pod=pod))
-    return out
+# Results: in `outcome`, re-exported here.
 
 
 # ---------------------------------------------------------------------------------------------
@@ -209,19 +149,6 @@ def _scoring_vendors(requests: Sequence[ContainerRequests], vendors: Vendors) ->
 def _asked(requests: Sequence[ContainerRequests]) -> tuple[str, ...]:
     """The vendor keys the pod asks, sorted (the key of `DeviceLedger.nodes_with`)."""
     return tuple(sorted({key for creq in requests for key in creq}))
-
-
-def _vendor_score(fit: NodeFit, view: NodeView, vendors: Vendors, policy: str) -> float:
-    """Σ ScoreNode of the vendors in the allocation (HAMi `OverrideScore`), on the usage before the pod."""
-    total = 0.0
-    for key, per_container in fit.devices.items():
-        vendor = vendors.get(key)
-        if vendor is not None and vendor.scores_nodes:
-            total += vendor.score_node(
-                per_container, annotations=view.annotations, devices=view.devices, previous=view.usage,
-                policy=policy,
-            )
-    return total
 
 
 def _may_fit(needs: tuple[_Need, ...], s: NodeSummary) -> bool:
@@ -1076,122 +1003,3 @@ def _kept(shared: VerdictGroup[float], ledger: DeviceLedger, candidates: list[st
     else:
         _rekey(ranking, ledger, changed, key_of)
     return ranking
-
-
-def _best(scores: Mapping[str, float], descending: bool) -> str:
-    if descending:
-        return min(scores, key=lambda n: (-scores[n], n))
-    return min(scores, key=lambda n: (scores[n], n))
-
-
-def _chosen(
-    node: str,
-    fit: NodeFit,
-    score: float,
-    scores: dict[str, float],
-    *,
-    failed: dict[str, str],
-    now: int,
-    vendors: Vendors,
-    pod: Mapping[str, Any] | None = None,
-    ledger: DeviceLedger | None = None,
-) -> Decision:
-    try:
-        annotations = filter_annotations(node, fit.devices, fit.mig, now, vendors=vendors, pod=pod)
-    except AllocationError as exc:
-        return Error(str(exc))
-    finally:
-        if ledger is not None:
-            # A vendor's PatchAnnotations may note state a later fit on this node reads (e.g. the
-            # QoS a device is switching to): cached outcomes of the node must not outlive it.
-            ledger.touch(node)
-    return Chosen(
-        node=node,
-        devices=fit.devices,
-        mig=tuple(fit.mig),
-        annotations=annotations,
-        labels={keys.VGPU_NODE: node},
-        score=score,
-        scores=scores,
-        failed=failed,
-    )
-
-
-# ---------------------------------------------------------------------------------------------
-# Simulation path
-
-
-def node_view_from_object(node: Mapping[str, Any], vendors: Vendors) -> NodeView | None:
-    """Inventory read straight from a Node object (every vendor's GetNodeDevices, in registration
-    order), with no usage; None when no vendor finds a device."""
-    meta = node.get("metadata")
-    meta = meta if isinstance(meta, Mapping) else {}
-    name = str(meta.get("name") or "")
-    raw = meta.get("annotations")
-    annotations = {k: v for k, v in raw.items() if isinstance(v, str)} if isinstance(raw, Mapping) else {}
-    devices = []
-    for vendor in vendors:
-        try:
-            devices.extend(vendor.node_devices(node))
-        except InventoryError as exc:
-            if any(k in annotations for k in vendor.inventory_keys):  # else: no such devices, normal
-                log.warning("node %s: unusable %s inventory: %s", name, vendor.key, exc)
-    if not devices:
-        return None
-    cordoned = decode_cordon(annotations.get(keys.DEVICE_CORDON))
-    return NodeView(name, devices, [DeviceUsage() for _ in devices], cordoned, annotations)
-
-
-def decide_on_nodes(
-    pod: Mapping[str, Any],
-    nodes: Iterable[Mapping[str, Any]],
-    vendors: Vendors,
-    *,
-    default_node_policy: str,
-    default_gpu_policy: str,
-    now: int,
-    quota: QuotaCheck | None = None,
-) -> Decision:
-    """The side-effect-free path for `Nodes` requests (template nodes, §5.7 "Simulation path").
-
-    Inventory comes from each node object, usage is empty, nothing is recorded. Every node is
-    evaluated (HAMi fits all candidates) so the answer lists every node that does not fit. With no
-    usage every node's default score is 0, so without vendor node scores the first fitting node by
-    name is chosen.
-    """
-    requests = pod_requests(pod, vendors)
-    if not pod_has_device_requests(requests):
-        return NoRequest()
-    _, _, name = pod_key(pod)
-    n_init = init_container_count(pod)
-    try:
-        ctx = pod_fit_context(
-            pod, vendors=vendors, default_policy=default_gpu_policy, quota=quota, n_init=n_init
-        )
-    except ScoringWeightsError as exc:
-        return Error(f"calcScore failed {exc} for pod {name}")
-    failed: dict[str, str] = {}
-    views: dict[str, NodeView] = {}
-    for node in nodes:
-        view = node_view_from_object(node, vendors)
-        meta = node.get("metadata")
-        node_name = str(meta.get("name") or "") if isinstance(meta, Mapping) else ""
-        if view is None:
-            failed[node_name] = NODE_UNREGISTERED
-        elif node_name not in views:
-            views[node_name] = view
-    fits: dict[str, NodeFit] = {}
-    scores: dict[str, float] = {}
-    policy = node_policy(pod_annotations(pod), default_node_policy)
-    for node_name in sorted(views):
-        result = evaluate_node(requests, n_init, views[node_name], pod, ctx=ctx)
-        if isinstance(result, NodeFit):
-            fits[node_name] = result
-            scores[node_name] = _vendor_score(result, views[node_name], vendors, policy)
-        else:
-            failed[node_name] = result.reason
-    if not fits:
-        return NoFit(failed)
-    best = _best(scores, policy == BINPACK)  # equal scores: the first name wins the tie
-    return _chosen(best, fits[best], scores[best], scores, failed=failed, now=now, vendors=vendors,
-                   pod=pod)

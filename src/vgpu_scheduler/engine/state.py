@@ -16,11 +16,12 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from vgpu_scheduler.devices.protocol import Vendors
 from vgpu_scheduler.engine.fitcache import FitScores, fit_scores_cache
 from vgpu_scheduler.engine.ledger import DeviceLedger
+from vgpu_scheduler.engine.outcome import Chosen
 from vgpu_scheduler.engine.placement import DemandTable
 from vgpu_scheduler.engine.podinfo import (
     PodAllocation,
@@ -37,9 +38,6 @@ from vgpu_scheduler.engine.verdicts import VerdictCache
 from vgpu_scheduler.model import DeviceInfo
 from vgpu_scheduler.wire import keys, objects
 from vgpu_scheduler.wire.objects import init_container_count
-
-if TYPE_CHECKING:
-    from vgpu_scheduler.engine.decide import Chosen
 
 log = logging.getLogger(__name__)
 
