@@ -61,6 +61,7 @@ from vgpu_scheduler.scheduler.failures import (
     main_reason,
     reason_types,
 )
+from vgpu_scheduler.scheduler.pending import PendingBinds
 from vgpu_scheduler.scheduler.requeue import RequeueNudger
 from vgpu_scheduler.scheduler.stats import (
     BIND_OUTCOMES,
@@ -228,13 +229,10 @@ class Extender:
         self.pod_wait = pod_wait
         self.sync_wait = sync_wait
         self.now = now
-        # Filter decisions waiting for their bind: uid -> the decision (the uncollapsed per-container
-        # allocation the bind patch writes). Dropped at bind, on re-filter and on pod deletion.
-        self._pending: dict[str, Chosen] = {}
-        # Per node, the pods whose decision targets it and until when their bind may still come
-        # (filter time + bind timeout): such a node is about to be locked (lock-aware ranking). A
-        # decision kube-scheduler never binds (rejected after our filter) stops counting then.
-        self._pending_per_node: dict[str, dict[str, float]] = {}
+        # Filter decisions waiting for their bind (scheduler/pending.py); the per-node table under
+        # its old name for the busy-node test and tests.
+        self._pending = PendingBinds()
+        self._pending_per_node = self._pending.per_node
         # uids of pods whose deletion the informer has delivered, oldest first (bounded).
         self._deleted: dict[str, None] = {}
         self.stats = ExtenderStats()
@@ -478,20 +476,10 @@ class Extender:
     def _set_pending(self, uid: str, decision: Chosen, *, locks: bool = True) -> None:
         """Remember the decision until its bind; `locks`: that bind takes the node lock, so the
         node is busy for other locking pods meanwhile."""
-        self._pop_pending(uid)
-        self._pending[uid] = decision
-        if locks:
-            self._pending_per_node.setdefault(decision.node, {})[uid] = self.now() + self.bind_timeout
+        self._pending.set(uid, decision, self.now() + self.bind_timeout if locks else None)
 
     def _pop_pending(self, uid: str) -> Chosen | None:
-        decision = self._pending.pop(uid, None)
-        if decision is not None:
-            waiting = self._pending_per_node.get(decision.node)
-            if waiting is not None:
-                waiting.pop(uid, None)
-                if not waiting:
-                    del self._pending_per_node[decision.node]
-        return decision
+        return self._pending.pop(uid)
 
     def _refuse_invalid(self, pod: Mapping[str, Any], message: str, outcome: _Outcome) -> str:
         """A device quantity that does not parse: an extender Error, so the pod stays pending with
