@@ -22,14 +22,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections import Counter, OrderedDict
+from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from itertools import chain
 from typing import Any, Protocol
 
 from vgpu_scheduler.cluster.errors import ApiConnectionError, ApiError
-from vgpu_scheduler.cluster.instruments import CounterVec, HistogramVec
 from vgpu_scheduler.cluster.nodelock import (
     LockValue,
     NodeLockContention,
@@ -40,7 +38,6 @@ from vgpu_scheduler.cluster.nodelock import (
 from vgpu_scheduler.cluster.stamplock import StampLocker
 from vgpu_scheduler.devices.protocol import NodeLockSpec, Vendors
 from vgpu_scheduler.engine.decide import (
-    NODE_UNREGISTERED,
     Chosen,
     Error,
     NoFit,
@@ -52,7 +49,26 @@ from vgpu_scheduler.engine.podinfo import pod_annotations, pod_key
 from vgpu_scheduler.engine.requests import PodRequestsMemo, pod_has_device_requests, pod_requests
 from vgpu_scheduler.engine.state import SchedulerState
 from vgpu_scheduler.model import ContainerRequests
+
+# Re-exported: server/, simulate/ and tests import these names from here.
+from vgpu_scheduler.scheduler.failures import (
+    NODE_UNREGISTERED_REASON,
+    OTHER_REASON,
+    _main_reason,
+    failed_by_type,
+    failed_type_counts,
+    filtering_failed_messages,
+    main_reason,
+    reason_types,
+)
+from vgpu_scheduler.scheduler.pending import PendingBinds
 from vgpu_scheduler.scheduler.requeue import RequeueNudger
+from vgpu_scheduler.scheduler.stats import (
+    BIND_OUTCOMES,
+    FILTER_OUTCOMES,
+    LOCK_OUTCOMES,
+    ExtenderStats,
+)
 from vgpu_scheduler.wire import keys, objects
 from vgpu_scheduler.wire.extender import (
     ExtenderDecodeError,
@@ -61,9 +77,22 @@ from vgpu_scheduler.wire.extender import (
     encode_binding_result,
     encode_filter_result,
 )
-from vgpu_scheduler.wire.reasons import parse_reason
 
 log = logging.getLogger(__name__)
+
+__all__ = [
+    "BIND_OUTCOMES",
+    "FILTER_OUTCOMES",
+    "LOCK_OUTCOMES",
+    "NODE_UNREGISTERED_REASON",
+    "OTHER_REASON",
+    "ExtenderStats",
+    "failed_by_type",
+    "failed_type_counts",
+    "filtering_failed_messages",
+    "main_reason",
+    "reason_types",
+]
 
 NORMAL = "Normal"
 WARNING = "Warning"
@@ -106,44 +135,6 @@ class BindApi(Protocol):
 class Policies:
     node: str = "binpack"
     gpu: str = "spread"
-
-
-FILTER_OUTCOMES = ("chosen", "nofit", "error", "contention", "no_request")
-"""`outcome` of vgpu_scheduler_decisions_total and vgpu_scheduler_filter_duration_seconds."""
-BIND_OUTCOMES = ("bound", "contention", "stopped", "error")
-LOCK_OUTCOMES = ("acquired", "contention", "stopped", "error")
-
-
-def _by_outcome(outcomes: tuple[str, ...]) -> HistogramVec:
-    return HistogramVec(("outcome",), known=[(o,) for o in outcomes])
-
-
-@dataclass(slots=True)
-class ExtenderStats:
-    filters: int = 0
-    binds: int = 0
-    bind_failures: int = 0
-    api_calls_in_bind: int = 0
-    filters_unknown_pod: int = 0
-    """Filters refused because the pod is not (yet) in the informer cache: nothing reserved."""
-    filters_all_busy: int = 0
-    """Filters refused with lock contention: every fitting node was busy binding another pod."""
-    binds_superseded: int = 0
-    """Binds stopped because a newer filter decided again for the same pod."""
-    binds_cancelled: int = 0
-    """Binds whose HTTP caller went away (kube-scheduler's httpTimeout) before they finished."""
-    binds_deadline: int = 0
-    """Binds stopped at --bind-timeout."""
-    binds_wrong_node: int = 0
-    """Binds for a node other than the one the pod's latest filter chose: refused with no write."""
-    lock_contention: int = 0
-    decisions: CounterVec = field(default_factory=lambda: CounterVec(("outcome", "reason")))
-    """Filter decisions by outcome (FILTER_OUTCOMES) and a bounded reason: the HAMi reason type that
-    rejected the most nodes for `nofit`, a fixed word otherwise (see `_Outcome`)."""
-    filter_duration: HistogramVec = field(default_factory=lambda: _by_outcome(FILTER_OUTCOMES))
-    bind_duration: HistogramVec = field(default_factory=lambda: _by_outcome(BIND_OUTCOMES))
-    lock_wait: HistogramVec = field(default_factory=lambda: _by_outcome(LOCK_OUTCOMES))
-    """Time a bind spent taking its node lock (local queue, reads, takeover, PodGroup retries)."""
 
 
 class _Outcome:
@@ -238,13 +229,10 @@ class Extender:
         self.pod_wait = pod_wait
         self.sync_wait = sync_wait
         self.now = now
-        # Filter decisions waiting for their bind: uid -> the decision (the uncollapsed per-container
-        # allocation the bind patch writes). Dropped at bind, on re-filter and on pod deletion.
-        self._pending: dict[str, Chosen] = {}
-        # Per node, the pods whose decision targets it and until when their bind may still come
-        # (filter time + bind timeout): such a node is about to be locked (lock-aware ranking). A
-        # decision kube-scheduler never binds (rejected after our filter) stops counting then.
-        self._pending_per_node: dict[str, dict[str, float]] = {}
+        # Filter decisions waiting for their bind (scheduler/pending.py); the per-node table under
+        # its old name for the busy-node test and tests.
+        self._pending = PendingBinds()
+        self._pending_per_node = self._pending.per_node
         # uids of pods whose deletion the informer has delivered, oldest first (bounded).
         self._deleted: dict[str, None] = {}
         self.stats = ExtenderStats()
@@ -488,20 +476,10 @@ class Extender:
     def _set_pending(self, uid: str, decision: Chosen, *, locks: bool = True) -> None:
         """Remember the decision until its bind; `locks`: that bind takes the node lock, so the
         node is busy for other locking pods meanwhile."""
-        self._pop_pending(uid)
-        self._pending[uid] = decision
-        if locks:
-            self._pending_per_node.setdefault(decision.node, {})[uid] = self.now() + self.bind_timeout
+        self._pending.set(uid, decision, self.now() + self.bind_timeout if locks else None)
 
     def _pop_pending(self, uid: str) -> Chosen | None:
-        decision = self._pending.pop(uid, None)
-        if decision is not None:
-            waiting = self._pending_per_node.get(decision.node)
-            if waiting is not None:
-                waiting.pop(uid, None)
-                if not waiting:
-                    del self._pending_per_node[decision.node]
-        return decision
+        return self._pending.pop(uid)
 
     def _refuse_invalid(self, pod: Mapping[str, Any], message: str, outcome: _Outcome) -> str:
         """A device quantity that does not parse: an extender Error, so the pod stays pending with
@@ -886,96 +864,6 @@ class Extender:
         if uid:
             self._pop_pending(uid)
             self.state.release(uid)
-
-
-def filtering_failed_messages(failed: Mapping[str, str]) -> list[str]:
-    """The FilteringFailed event texts when no node fits (§5.7).
-
-    One event per reason *type* (a node whose reason string names several types counts under
-    each), then the summary. Nodes without a reason type ("node unregistered") only count in the
-    summary, as in HAMi, which groups the nodes it evaluated by `ParseReason`.
-    """
-    # Grouped per distinct reason text first (a no-fit pod has a few texts for thousands of
-    # nodes), the names sorted once: per type, in type order, the sorted names `failed_by_type`
-    # lists.
-    ordered = sorted(failed)
-    texts = set(failed.values())
-    if len(texts) == 1:
-        by_text = {texts.pop(): ordered}
-    else:
-        by_text = {text: [] for text in texts}
-        for node in ordered:
-            by_text[failed[node]].append(node)
-    groups: dict[str, list[list[str]]] = {}
-    for text, nodes in by_text.items():
-        for name in reason_types(text):
-            groups.setdefault(name, []).append(nodes)
-    out = []
-    for name in sorted(groups):
-        lists = groups[name]
-        # A node has one text and a text names a type once: no duplicates to merge away.
-        nodes = lists[0] if len(lists) == 1 else sorted(chain.from_iterable(lists))
-        out.append(f"{len(nodes)} nodes {name}({','.join(nodes)})")
-    out.append(f"no available node, {len(failed)} nodes do not meet")
-    return out
-
-
-def failed_by_type(failed: Mapping[str, str]) -> dict[str, list[str]]:
-    """Reason type -> the nodes whose reason names it (HAMi's `ParseReason` grouping)."""
-    by_type: dict[str, list[str]] = {}
-    for node, reason in failed.items():
-        for name in reason_types(reason):
-            by_type.setdefault(name, []).append(node)
-    return by_type
-
-
-def failed_type_counts(
-    failed: Mapping[str, str], text_counts: Mapping[str, int] | None = None
-) -> dict[str, int]:
-    """Reason type -> how many nodes' reasons name it: `failed_by_type` without the node lists,
-    counted per distinct reason text (a no-fit pod has a few texts for thousands of nodes).
-    `text_counts`: how many nodes have each text, when the caller knows it."""
-    if text_counts is None:
-        text_counts = Counter(failed.values())
-    counts: dict[str, int] = {}
-    for reason, nodes in text_counts.items():
-        for name in reason_types(reason):
-            counts[name] = counts.get(name, 0) + nodes
-    return counts
-
-
-_REASON_TYPES: dict[str, tuple[str, ...]] = {}
-_REASON_TYPES_MAX = 4096
-
-
-def reason_types(reason: str) -> tuple[str, ...]:
-    """The reason types a reason text names (`parse_reason`'s keys), parsed once per text."""
-    types = _REASON_TYPES.get(reason)
-    if types is None:
-        if len(_REASON_TYPES) >= _REASON_TYPES_MAX:
-            _REASON_TYPES.clear()
-        types = _REASON_TYPES[reason] = tuple(parse_reason(reason))
-    return types
-
-
-NODE_UNREGISTERED_REASON = "NodeUnregistered"
-OTHER_REASON = "Other"
-
-
-def main_reason(by_type: Mapping[str, list[str]], failed: Mapping[str, str]) -> str:
-    """The metric reason of a no-fit decision: the reason type naming the most nodes (ties: the
-    first name), else NodeUnregistered when every candidate was unregistered, else Other. Always
-    one of a fixed set, never free text or a node name."""
-    return _main_reason({name: len(nodes) for name, nodes in by_type.items()}, failed)
-
-
-def _main_reason(type_counts: Mapping[str, int], failed: Mapping[str, str]) -> str:
-    """`main_reason` from `failed_type_counts`."""
-    if type_counts:
-        return min(type_counts.items(), key=lambda item: (-item[1], item[0]))[0]
-    if failed and all(reason == NODE_UNREGISTERED for reason in failed.values()):
-        return NODE_UNREGISTERED_REASON
-    return OTHER_REASON
 
 
 class _Refused(Exception):
