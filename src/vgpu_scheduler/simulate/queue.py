@@ -178,12 +178,7 @@ class SchedulingQueue:
 
     def add_unschedulable(self, qp: QueuedPod, now: float) -> None:
         """Hand back a pod that did not fit in the cycle it was popped in."""
-        if qp.key in self:
-            raise QueueError(f"pod {qp.key} is already queued")
-        if qp.attempts == 0:
-            raise QueueError(f"pod {qp.key} was never popped")
-        qp.last_failure = now
-        qp.backoff_expiry = now + self.backoff_duration(qp.attempts)
+        self._failed(qp, now)
         if self._move_request_cycle >= qp.cycle:
             # An event arrived while this pod was being scheduled: it may fit now.
             self._push_backoff_or_active(qp, now)
@@ -240,6 +235,7 @@ class SchedulingQueue:
     # -- internals ---------------------------------------------------------------------------------
 
     def _failed(self, qp: QueuedPod, now: float) -> None:
+        """A popped pod is handed back after a failure at `now`: its backoff starts."""
         if qp.key in self:
             raise QueueError(f"pod {qp.key} is already queued")
         if qp.attempts == 0:
