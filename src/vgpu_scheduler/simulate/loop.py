@@ -238,6 +238,7 @@ class Simulation:
         self._finished: set[str] = set()
         self._started = False
         self._retries = ErrorRetries()
+        self._lock_deadline: tuple[str, float | None] | None = None  # see _next_lock_deadline
         self.end = END_DONE
 
     # -- lifecycle ---------------------------------------------------------------------------------
@@ -386,13 +387,21 @@ class Simulation:
         self.queue.release_parked(self.clock.now)
 
     def _next_lock_deadline(self) -> float | None:
-        """In simulated seconds. Asked only when pods are parked: a walk over every node."""
+        """In simulated seconds. Asked only when pods are parked; a walk over every node, so the
+        answer is kept until a node changes or the clock passes it (a live lock stays live until
+        its deadline, and one stale now never frees anything later)."""
         process = self.process
+        version = process.nodes.resource_version
+        known = self._lock_deadline
+        if known is not None and known[0] == version and (known[1] is None or known[1] > self.clock.now):
+            return known[1]
         deadline = next_lock_deadline(
             process.nodes.store.list(), process.vendors, timeout=process.locker.timeout,
             now=self.clock.datetime(),
         )
-        return deadline.timestamp() - self.clock.epoch if deadline is not None else None
+        at = deadline.timestamp() - self.clock.epoch if deadline is not None else None
+        self._lock_deadline = (version, at)
+        return at
 
     def _retry_after_error(self, qp: QueuedPod, reasons: PendingReasons, error: str) -> None:
         """A filter or bind that answered an error: kube-scheduler retries the pod after its
