@@ -25,9 +25,11 @@ from vgpu_scheduler.server.certmetrics import EXPIRY, FAILURES
 from vgpu_scheduler.server.main import start, stop
 
 
-def _write_pair(ca: trustme.CA, directory: Path, common_name: str) -> tuple[Path, Path]:
+def _write_pair(
+    ca: trustme.CA, directory: Path, common_name: str | None = None, *, not_after: datetime | None = None
+) -> tuple[Path, Path]:
     """Write a pair for 127.0.0.1 atomically (new files renamed over the old ones)."""
-    cert = ca.issue_cert("127.0.0.1", common_name=common_name)
+    cert = ca.issue_cert("127.0.0.1", common_name=common_name, not_after=not_after)
     crt, key = directory / "tls.crt", directory / "tls.key"
     cert.private_key_pem.write_to_path(str(directory / "tls.key.new"))
     cert.cert_chain_pems[0].write_to_path(str(directory / "tls.crt.new"))
@@ -167,13 +169,8 @@ async def test_api_server_over_tls_with_client_certificate(it: Any, tmp_path: Pa
 
 def _issue(ca: trustme.CA, directory: Path, not_after: datetime) -> tuple[Path, Path, int]:
     """A pair for 127.0.0.1 expiring at `not_after`, renamed over the old files; its serial."""
-    leaf = ca.issue_cert("127.0.0.1", not_after=not_after)
-    crt, key = directory / "tls.crt", directory / "tls.key"
-    leaf.private_key_pem.write_to_path(str(directory / "tls.key.new"))
-    leaf.cert_chain_pems[0].write_to_path(str(directory / "tls.crt.new"))
-    os.replace(directory / "tls.key.new", key)
-    os.replace(directory / "tls.crt.new", crt)
-    serial = x509.load_pem_x509_certificate(leaf.cert_chain_pems[0].bytes()).serial_number
+    crt, key = _write_pair(ca, directory, not_after=not_after)
+    serial = x509.load_pem_x509_certificate(crt.read_bytes()).serial_number
     return crt, key, serial
 
 
