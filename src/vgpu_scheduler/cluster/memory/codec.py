@@ -9,15 +9,12 @@ core v1 Events and is converted on the way out.
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import msgspec
 
 from vgpu_scheduler.cluster import api
 from vgpu_scheduler.cluster.api import Obj, ResourceType
-
-if TYPE_CHECKING:  # the store encodes with this module
-    from vgpu_scheduler.cluster.memory.store import Stored
 
 encode = msgspec.json.Encoder().encode
 decode = msgspec.json.Decoder().decode
@@ -31,6 +28,41 @@ def rfc3339(moment: datetime) -> str:
 def copy(obj: Any) -> Any:
     """A deep copy that shares nothing with the caller (stored objects must never be mutated)."""
     return decode(encode(obj))
+
+
+class Stored:
+    """One version of an object. Shared by the store, the history and watch queues, so never mutated.
+
+    `raw` is the encoded object (list item shape, no kind/apiVersion), and all that is kept: answers
+    and watch lines are spliced from it, and a write decodes it once into the private copy it edits
+    anyway. The decoded form is held only while `commit` tells the watchers (`forget_obj` after);
+    keeping it for every current object doubled the memory of a large cluster (a decoded pod is
+    five times its JSON) for reads that decode a copy regardless.
+    """
+
+    __slots__ = ("_obj", "raw")
+
+    def __init__(self, obj: Obj, raw: bytes) -> None:
+        self._obj: Obj | None = obj  # never mutated once stored, never handed out
+        self.raw = raw
+
+    @property
+    def obj(self) -> Obj:
+        """The object, to read only (it may be the one being committed)."""
+        obj = self._obj
+        if obj is None:
+            decoded: Obj = decode(self.raw)
+            return decoded
+        return obj
+
+    def decoded(self) -> Obj:
+        """A private copy of the object, free to edit."""
+        obj: Obj = decode(self.raw)
+        return obj
+
+    def forget_obj(self) -> None:
+        """Keep the bytes only."""
+        self._obj = None
 
 
 def with_kind_raw(rt: ResourceType, raw: bytes) -> bytes:

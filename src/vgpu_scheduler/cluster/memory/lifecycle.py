@@ -17,8 +17,8 @@ from vgpu_scheduler.cluster import api
 from vgpu_scheduler.cluster.api import Obj, ResourceType
 from vgpu_scheduler.cluster.errors import ApiError, details
 from vgpu_scheduler.cluster.memory import statuses
-from vgpu_scheduler.cluster.memory.codec import copy, rfc3339
-from vgpu_scheduler.cluster.memory.store import ObjectStore, Stored
+from vgpu_scheduler.cluster.memory.codec import Stored, copy, rfc3339
+from vgpu_scheduler.cluster.memory.store import ObjectStore
 from vgpu_scheduler.wire import objects
 
 

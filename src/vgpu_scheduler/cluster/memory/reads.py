@@ -15,7 +15,8 @@ from vgpu_scheduler.cluster import api
 from vgpu_scheduler.cluster.api import Obj, ResourceType
 from vgpu_scheduler.cluster.errors import ApiError, status_body
 from vgpu_scheduler.cluster.memory import selectors, statuses
-from vgpu_scheduler.cluster.memory.store import ObjectStore, ResourceStorage, Stored
+from vgpu_scheduler.cluster.memory.codec import Stored
+from vgpu_scheduler.cluster.memory.store import ObjectStore, ResourceStorage
 
 
 def list_objects(

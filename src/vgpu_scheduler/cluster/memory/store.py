@@ -10,53 +10,15 @@ Every write goes through `commit`, the one place that bumps the revision and tel
 from __future__ import annotations
 
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from vgpu_scheduler.cluster import api
 from vgpu_scheduler.cluster.api import Obj, ResourceType
 from vgpu_scheduler.cluster.memory import statuses
-from vgpu_scheduler.cluster.memory.codec import decode, encode
-
-if TYPE_CHECKING:  # watches register here; they import the store's types
-    from vgpu_scheduler.cluster.memory.watch import MemoryWatch
-
-
-class Stored:
-    """One version of an object. Shared by the store, the history and watch queues, so never mutated.
-
-    `raw` is the encoded object (list item shape, no kind/apiVersion), and all that is kept: answers
-    and watch lines are spliced from it, and a write decodes it once into the private copy it edits
-    anyway. The decoded form is held only while `commit` tells the watchers (`forget_obj` after);
-    keeping it for every current object doubled the memory of a large cluster (a decoded pod is
-    five times its JSON) for reads that decode a copy regardless.
-    """
-
-    __slots__ = ("_obj", "raw")
-
-    def __init__(self, obj: Obj, raw: bytes) -> None:
-        self._obj: Obj | None = obj  # never mutated once stored, never handed out
-        self.raw = raw
-
-    @property
-    def obj(self) -> Obj:
-        """The object, to read only (it may be the one being committed)."""
-        obj = self._obj
-        if obj is None:
-            decoded: Obj = decode(self.raw)
-            return decoded
-        return obj
-
-    def decoded(self) -> Obj:
-        """A private copy of the object, free to edit."""
-        obj: Obj = decode(self.raw)
-        return obj
-
-    def forget_obj(self) -> None:
-        """Keep the bytes only."""
-        self._obj = None
+from vgpu_scheduler.cluster.memory.codec import Stored, decode, encode
 
 
 @dataclass(slots=True)
@@ -76,6 +38,19 @@ class Event:
     owned: Obj | None = None
 
 
+class Watcher(Protocol):
+    """An open watch (watch.MemoryWatch) as the store and the hub see it: `commit` offers it each
+    change; the hub cuts it or sends it a bookmark."""
+
+    allow_bookmarks: bool
+
+    def offer(self, ev: Event) -> None: ...
+
+    def push_bookmark(self, annotations: Mapping[str, str] | None = None) -> None: ...
+
+    def drop(self) -> None: ...
+
+
 @dataclass(slots=True)
 class ResourceStorage:
     """The objects, history and open watches of one storage resource (events and events.k8s.io
@@ -85,7 +60,7 @@ class ResourceStorage:
     history: list[Event] = field(default_factory=list)
     floor: int = 0  # every event with rv > floor is still in `history`
     last_write: int = 0  # the resourceVersion of the last commit here
-    watchers: set[MemoryWatch] = field(default_factory=set)
+    watchers: set[Watcher] = field(default_factory=set)
     _sorted: list[str] | None = None
 
     def sorted_keys(self) -> list[str]:

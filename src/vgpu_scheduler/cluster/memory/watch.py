@@ -13,17 +13,23 @@ import logging
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from vgpu_scheduler.cluster import api
 from vgpu_scheduler.cluster.api import Obj, ResourceType
 from vgpu_scheduler.cluster.errors import ApiConnectionError
 from vgpu_scheduler.cluster.memory import selectors
-from vgpu_scheduler.cluster.memory.codec import encode, event_line
-from vgpu_scheduler.cluster.memory.store import Event, Stored
+from vgpu_scheduler.cluster.memory.codec import Stored, encode, event_line
+from vgpu_scheduler.cluster.memory.store import Event, ObjectStore
 
-if TYPE_CHECKING:  # the hub creates watches and holds the settings they read live
-    from vgpu_scheduler.cluster.memory.fanout import WatchHub
+
+class HubSettings(Protocol):
+    """What a watch reads live from the hub that made it (fanout.WatchHub): the store and the
+    settings a test may change while watches are open."""
+
+    store: ObjectStore
+    bookmark_interval: float
+    watch_queue_limit: int
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +50,7 @@ class MemoryWatch:
 
     def __init__(
         self,
-        hub: WatchHub,
+        hub: HubSettings,
         rt: ResourceType,
         *,
         namespace: str | None,
