@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from tests.builders import pod
 from vgpu_scheduler.cluster import api
 from vgpu_scheduler.cluster.errors import ApiError
+from vgpu_scheduler.cluster.memory import selectors, validation
 
 
 @pytest.mark.parametrize(
@@ -108,7 +109,7 @@ LABELS = {"app": "gpu", "tier": "web", "hami.io/vgpu-node": "gpu-node-1", "n": "
     ],
 )
 def test_label_selector(selector: str, matches: bool) -> None:
-    assert api.parse_label_selector(selector).matches(LABELS) is matches
+    assert selectors.parse_label_selector(selector).matches(LABELS) is matches
 
 
 @pytest.mark.parametrize(
@@ -116,10 +117,10 @@ def test_label_selector(selector: str, matches: bool) -> None:
 )
 def test_label_selector_errors(selector: str) -> None:
     if selector == "app=":  # an empty value is legal: "app=" matches app=""
-        assert api.parse_label_selector(selector).matches({"app": ""})
+        assert selectors.parse_label_selector(selector).matches({"app": ""})
         return
     with pytest.raises(ValueError):
-        api.parse_label_selector(selector)
+        selectors.parse_label_selector(selector)
 
 
 POD = pod("p", namespace="ns", spec={"nodeName": "n1", "hostNetwork": True}, phase="Running")
@@ -139,16 +140,16 @@ POD = pod("p", namespace="ns", spec={"nodeName": "n1", "hostNetwork": True}, pha
     ],
 )
 def test_field_selector(selector: str, matches: bool) -> None:
-    assert api.parse_field_selector(selector, api.PODS).matches(POD) is matches
+    assert selectors.parse_field_selector(selector, api.PODS).matches(POD) is matches
 
 
 def test_field_selector_rejects_unsupported_fields() -> None:
     with pytest.raises(ValueError, match=r"field label not supported: spec\.containers"):
-        api.parse_field_selector("spec.containers=x", api.PODS)
+        selectors.parse_field_selector("spec.containers=x", api.PODS)
     with pytest.raises(ValueError, match=r"field label not supported: spec\.nodeName"):
-        api.parse_field_selector("spec.nodeName=x", api.NODES)
-    assert api.parse_field_selector("involvedObject.name=x", api.EVENTS).terms
-    assert api.parse_field_selector("regarding.name=x", api.EVENTS_V1).terms
+        selectors.parse_field_selector("spec.nodeName=x", api.NODES)
+    assert selectors.parse_field_selector("involvedObject.name=x", api.EVENTS).terms
+    assert selectors.parse_field_selector("regarding.name=x", api.EVENTS_V1).terms
 
 
 def test_continue_token_matches_the_apiserver_encoding(fx: Any) -> None:
@@ -279,14 +280,14 @@ def test_bookmark_object_is_the_fixture_shape(fx: Any) -> None:
     ],
 )
 def test_qualified_names(key: str, ok: bool) -> None:
-    assert (api.qualified_name_error(key) is None) is ok
+    assert (selectors.qualified_name_error(key) is None) is ok
 
 
 @pytest.mark.parametrize(
     ("value", "ok"), [("", True), ("gpu-node-1", True), ("a b", False), ("-x", False), ("x" * 64, False)]
 )
 def test_label_values(value: str, ok: bool) -> None:
-    assert (api.label_value_error(value) is None) is ok
+    assert (selectors.label_value_error(value) is None) is ok
 
 
 def test_path_segments_are_percent_encoded_only_when_needed() -> None:
@@ -303,10 +304,10 @@ class _Text(str):
 
 
 def test_meta_value_types() -> None:
-    api.check_meta_types(api.PODS, {"annotations": {"a": "1", "b": _Text("2")}, "labels": {}})
+    validation.check_meta_types(api.PODS, {"annotations": {"a": "1", "b": _Text("2")}, "labels": {}})
     for bad in ({"a": "1", "b": 2}, {"a": None}):
         with pytest.raises(ApiError) as err:
-            api.check_meta_types(api.PODS, {"annotations": bad})
+            validation.check_meta_types(api.PODS, {"annotations": bad})
         assert err.value.status == 400 and "ObjectMeta.metadata.annotations" in err.value.message
 
 
@@ -319,9 +320,9 @@ def test_validation_errors_are_the_same_when_asked_again() -> None:
         },
         "spec": {"containers": [{"name": "c"}]},
     }
-    first = api.validate(api.PODS, copy.deepcopy(obj))
+    first = validation.validate(api.PODS, copy.deepcopy(obj))
     fields = ["metadata.name", "metadata.labels", "metadata.labels", "metadata.annotations"]
     assert [f for f, _, _ in first] == fields
-    assert api.validate(api.PODS, copy.deepcopy(obj)) == first  # answered from the caches
+    assert validation.validate(api.PODS, copy.deepcopy(obj)) == first  # answered from the caches
     obj["metadata"]["annotations"] = {"big": "x" * (256 * 1024)}
-    assert [r for _, r, _ in api.validate(api.PODS, obj)[-1:]] == ["FieldValueTooLong"]
+    assert [r for _, r, _ in validation.validate(api.PODS, obj)[-1:]] == ["FieldValueTooLong"]

@@ -102,8 +102,8 @@ def _page(
     prefix: str,
     start: str,
     limit: int,
-    lsel: api.LabelSelector,
-    fsel: api.FieldSelector,
+    lsel: selectors.LabelSelector,
+    fsel: selectors.FieldSelector,
 ) -> tuple[list[Stored], str | None, bool, int]:
     """One page of the list as it was at `at_rv`: the current objects with the events after
     at_rv undone (the history window guarantees they are all there)."""

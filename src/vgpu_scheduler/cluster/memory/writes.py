@@ -15,7 +15,7 @@ from typing import Any
 from vgpu_scheduler.cluster import api
 from vgpu_scheduler.cluster.api import Obj, ResourceType
 from vgpu_scheduler.cluster.errors import ApiError, details
-from vgpu_scheduler.cluster.memory import statuses
+from vgpu_scheduler.cluster.memory import statuses, validation
 from vgpu_scheduler.cluster.memory.codec import Stored, decode, rfc3339, single_bytes
 from vgpu_scheduler.cluster.memory.store import ObjectStore
 
@@ -35,7 +35,7 @@ def create(
     meta = obj.get("metadata")
     if not isinstance(meta, dict):
         meta = obj["metadata"] = {}
-    api.check_meta_types(rt, meta)
+    validation.check_meta_types(rt, meta)
     if rt.namespaced:
         body_ns = meta.get("namespace")
         if namespace and body_ns and body_ns != namespace:
@@ -60,10 +60,10 @@ def create(
         meta.pop(k, None)
     meta["resourceVersion"] = ""  # placeholder so the key lands in its Go position; set on commit
     if rt is api.PODS:
-        api.default_pod(obj, seeding)
+        validation.default_pod(obj, seeding)
     if rt is api.EVENTS:
         obj = api.core_event_shape(obj)
-    api.raise_invalid(rt, name, api.validate(rt, obj))
+    validation.raise_invalid(rt, name, validation.validate(rt, obj))
     key = store.key(rt, meta.get("namespace"), name)
     if key in st.objects:
         raise ApiError.make(
@@ -169,7 +169,7 @@ def _write(
     meta = new.get("metadata")
     # A copy: a patch that did not touch metadata shares old's, and old must stay as it was.
     meta = new["metadata"] = dict(meta) if isinstance(meta, dict) else {}
-    api.check_meta_types(rt, meta)
+    validation.check_meta_types(rt, meta)
     for k in (
         "name",
         "namespace",
@@ -195,8 +195,8 @@ def _write(
         new = api.core_event_shape(new)
     name = old_meta.get("name", "")
     if rt is api.PODS and subresource is None:
-        api.check_pod_spec_update(name, old.get("spec") or {}, new.get("spec") or {})
-    api.raise_invalid(rt, name, api.validate(rt, new))
+        validation.check_pod_spec_update(name, old.get("spec") or {}, new.get("spec") or {})
+    validation.raise_invalid(rt, name, validation.validate(rt, new))
     if rt is api.PODS and new.get("spec") != old.get("spec") and isinstance(meta.get("generation"), int):
         meta["generation"] += 1
     meta["resourceVersion"] = old_meta.get("resourceVersion")
