@@ -92,23 +92,7 @@ def _node(
 ) -> dict[str, Any]:
     created = _dt.datetime.fromtimestamp(epoch, tz=_dt.UTC)
     rfc3339 = created.strftime("%Y-%m-%dT%H:%M:%SZ")
-    gpu_slots = str(split_count * len(devices))
-    memory_ki = quantity_units("memory", model.memory) // 1024
-    capacity = {
-        "cpu": model.cpu,
-        "ephemeral-storage": "1000Gi",
-        "hugepages-1Gi": "0",
-        "hugepages-2Mi": "0",
-        "memory": f"{memory_ki}Ki",
-        "nvidia.com/gpu": gpu_slots,
-        "pods": "110",
-    }
-    allocatable = dict(capacity)
-    allocatable["cpu"] = f"{quantity_units('cpu', model.cpu) - _RESERVED_CPU_MILLI}m"
-    allocatable["ephemeral-storage"] = "900Gi"
-    allocatable["memory"] = f"{memory_ki - _RESERVED_MEMORY_KI}Ki"
-    machine = uuid.uuid5(_UUID_NAMESPACE, f"machine/{name}")
-    condition = {"lastHeartbeatTime": rfc3339, "lastTransitionTime": rfc3339, "status": "True"}
+    capacity, allocatable = _resources(model, gpu_slots=split_count * len(devices))
     return {
         "apiVersion": "v1",
         "kind": "Node",
@@ -142,30 +126,61 @@ def _node(
             ],
             "allocatable": allocatable,
             "capacity": capacity,
-            "conditions": [
-                {**condition, "message": "kubelet has sufficient memory available",
-                 "reason": "KubeletHasSufficientMemory", "status": "False", "type": "MemoryPressure"},
-                {**condition, "message": "kubelet has no disk pressure",
-                 "reason": "KubeletHasNoDiskPressure", "status": "False", "type": "DiskPressure"},
-                {**condition, "message": "kubelet has sufficient PID available",
-                 "reason": "KubeletHasSufficientPID", "status": "False", "type": "PIDPressure"},
-                {**condition, "message": "kubelet is posting ready status",
-                 "reason": "KubeletReady", "type": "Ready"},
-            ],
+            "conditions": _conditions(rfc3339),
             "daemonEndpoints": {"kubeletEndpoint": {"Port": 10250}},
-            "nodeInfo": {
-                "architecture": "amd64",
-                "bootID": str(uuid.uuid5(_UUID_NAMESPACE, f"boot/{name}")),
-                "containerRuntimeVersion": "containerd://2.1.4",
-                "kernelVersion": "6.8.0-60-generic",
-                "kubeProxyVersion": "",
-                "kubeletVersion": KUBELET_VERSION,
-                "machineID": machine.hex,
-                "operatingSystem": "linux",
-                "osImage": "Ubuntu 24.04.2 LTS",
-                "systemUUID": str(machine),
-            },
+            "nodeInfo": _node_info(name),
         },
+    }
+
+
+def _resources(model: GpuModel, *, gpu_slots: int) -> tuple[dict[str, str], dict[str, str]]:
+    """(capacity, allocatable) as a kubelet reports them, with the device plugin's GPU slots."""
+    memory_ki = quantity_units("memory", model.memory) // 1024
+    capacity = {
+        "cpu": model.cpu,
+        "ephemeral-storage": "1000Gi",
+        "hugepages-1Gi": "0",
+        "hugepages-2Mi": "0",
+        "memory": f"{memory_ki}Ki",
+        "nvidia.com/gpu": str(gpu_slots),
+        "pods": "110",
+    }
+    allocatable = dict(capacity)
+    allocatable["cpu"] = f"{quantity_units('cpu', model.cpu) - _RESERVED_CPU_MILLI}m"
+    allocatable["ephemeral-storage"] = "900Gi"
+    allocatable["memory"] = f"{memory_ki - _RESERVED_MEMORY_KI}Ki"
+    return capacity, allocatable
+
+
+def _conditions(rfc3339: str) -> list[dict[str, str]]:
+    """A healthy kubelet's four node conditions, all stamped `rfc3339`."""
+    condition = {"lastHeartbeatTime": rfc3339, "lastTransitionTime": rfc3339, "status": "True"}
+    return [
+        {**condition, "message": "kubelet has sufficient memory available",
+         "reason": "KubeletHasSufficientMemory", "status": "False", "type": "MemoryPressure"},
+        {**condition, "message": "kubelet has no disk pressure",
+         "reason": "KubeletHasNoDiskPressure", "status": "False", "type": "DiskPressure"},
+        {**condition, "message": "kubelet has sufficient PID available",
+         "reason": "KubeletHasSufficientPID", "status": "False", "type": "PIDPressure"},
+        {**condition, "message": "kubelet is posting ready status",
+         "reason": "KubeletReady", "type": "Ready"},
+    ]
+
+
+def _node_info(name: str) -> dict[str, str]:
+    """nodeInfo with ids derived from the node's name (stable across runs)."""
+    machine = uuid.uuid5(_UUID_NAMESPACE, f"machine/{name}")
+    return {
+        "architecture": "amd64",
+        "bootID": str(uuid.uuid5(_UUID_NAMESPACE, f"boot/{name}")),
+        "containerRuntimeVersion": "containerd://2.1.4",
+        "kernelVersion": "6.8.0-60-generic",
+        "kubeProxyVersion": "",
+        "kubeletVersion": KUBELET_VERSION,
+        "machineID": machine.hex,
+        "operatingSystem": "linux",
+        "osImage": "Ubuntu 24.04.2 LTS",
+        "systemUUID": str(machine),
     }
 
 

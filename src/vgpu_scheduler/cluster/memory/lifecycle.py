@@ -90,6 +90,17 @@ def delete(
 def bind(store: ObjectStore, namespace: str, name: str, binding: Obj) -> None:
     """pods/binding: sets spec.nodeName and the PodScheduled condition."""
     rt = api.PODS
+    bmeta, node = _binding_target(name, binding)
+    new = store.get(rt, namespace, name).decoded()  # private: read first, then edited into the bound pod
+    key = api.key_of(new)
+    _check_binding_preconditions(name, key, bmeta, new["metadata"])
+    _check_bindable(name, new)
+    _bind_pod(new, node, bmeta, rfc3339(store.clock()))
+    store.commit(store.storage(rt), key, api.order_object(new), "MODIFIED")
+
+
+def _binding_target(name: str, binding: Obj) -> tuple[Obj, str]:
+    """The Binding's metadata and target node, or the apiserver's 400/422 for a malformed one."""
     bmeta = binding.get("metadata") or {}
     if not isinstance(bmeta, dict):
         raise ApiError.make(400, "Binding metadata must be an object")
@@ -110,10 +121,12 @@ def bind(store: ObjectStore, namespace: str, name: str, binding: Obj) -> None:
                 ],
             },
         )
-    current = store.get(rt, namespace, name)
-    new = current.decoded()  # private: read first, then edited into the bound pod
-    meta = new["metadata"]
-    key = api.key_of(new)
+    return bmeta, node
+
+
+def _check_binding_preconditions(name: str, key: str, bmeta: Obj, meta: Obj) -> None:
+    """A Binding's uid and resourceVersion are preconditions on the pod, as in the API server."""
+    rt = api.PODS
     want_uid = bmeta.get("uid")
     if want_uid and want_uid != meta.get("uid"):
         raise statuses.conflict(
@@ -128,7 +141,6 @@ def bind(store: ObjectStore, namespace: str, name: str, binding: Obj) -> None:
         )
     want_rv = bmeta.get("resourceVersion")
     if want_rv and want_rv != meta.get("resourceVersion"):
-        # As the API server: a Binding's resourceVersion is a precondition on the pod, like its uid.
         raise statuses.conflict(
             rt,
             name,
@@ -139,14 +151,18 @@ def bind(store: ObjectStore, namespace: str, name: str, binding: Obj) -> None:
                 f"ResourceVersion in object meta: {meta.get('resourceVersion')}",
             ),
         )
-    bound_to = objects.node_name(new)
-    if meta.get("deletionTimestamp"):
+
+
+def _check_bindable(name: str, pod: Obj) -> None:
+    """409 for a pod being deleted or already assigned."""
+    if pod["metadata"].get("deletionTimestamp"):
         raise ApiError.make(
             409,
             f'Operation cannot be fulfilled on pods/binding "{name}": pod {name} is being '
             "deleted, cannot be assigned to a host",
             details=details(name, "pods/binding"),
         )
+    bound_to = objects.node_name(pod)
     if bound_to:
         raise ApiError.make(
             409,
@@ -154,24 +170,22 @@ def bind(store: ObjectStore, namespace: str, name: str, binding: Obj) -> None:
             f'already assigned to node "{bound_to}"',
             details=details(name, "pods/binding"),
         )
-    new.setdefault("spec", {})["nodeName"] = node
+
+
+def _bind_pod(pod: Obj, node: str, bmeta: Obj, now: str) -> None:
+    """spec.nodeName, the Binding's annotations, and a PodScheduled=True condition stamped `now`."""
+    pod.setdefault("spec", {})["nodeName"] = node
     if isinstance(bmeta.get("annotations"), dict) and bmeta["annotations"]:
-        new["metadata"]["annotations"] = {
-            **(new["metadata"].get("annotations") or {}),
+        pod["metadata"]["annotations"] = {
+            **(pod["metadata"].get("annotations") or {}),
             **bmeta["annotations"],
         }
-    status = new.setdefault("status", {})
+    status = pod.setdefault("status", {})
     conditions = [c for c in status.get("conditions") or [] if c.get("type") != "PodScheduled"]
     conditions.append(
-        {
-            "type": "PodScheduled",
-            "status": "True",
-            "lastProbeTime": None,
-            "lastTransitionTime": rfc3339(store.clock()),
-        }
+        {"type": "PodScheduled", "status": "True", "lastProbeTime": None, "lastTransitionTime": now}
     )
     status["conditions"] = conditions
     # Keep phase first in status, where the API server's Go struct order puts it.
     if "phase" in status and next(iter(status)) != "phase":
-        new["status"] = {"phase": status.pop("phase"), **status}
-    store.commit(store.storage(rt), key, api.order_object(new), "MODIFIED")
+        pod["status"] = {"phase": status.pop("phase"), **status}

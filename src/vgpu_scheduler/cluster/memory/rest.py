@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Mapping
+from typing import Any
 
 import msgspec
 
@@ -152,18 +153,7 @@ class RestFrontend:
             assert name is not None
             return 200, (rt, store.get(rt, ns, name))
         if verb == "list":
-            items, meta = reads.list_objects(
-                store,
-                rt,
-                namespace=ns,
-                label_selector=params.get("labelSelector"),
-                field_selector=params.get("fieldSelector"),
-                limit=statuses.parse_int(params.get("limit") or "0", "limit"),
-                continue_=params.get("continue"),
-                resource_version=params.get("resourceVersion"),
-                resource_version_match=params.get("resourceVersionMatch"),
-            )
-            return 200, list_bytes(rt, items, meta)
+            return 200, self._list(rt, ns, params)
         if verb == "create" and sub == "binding":
             assert name is not None and ns is not None
             lifecycle.bind(store, ns, name, _json_object(body, "Binding"))
@@ -179,30 +169,54 @@ class RestFrontend:
             stored = writes.update(store, rt, namespace=ns, name=name, obj=obj, subresource=sub)
             return 200, (rt, stored)
         if verb == "patch":
-            patch_type = _PATCH_TYPES.get((ctype or "").split(";")[0].strip())
-            if patch_type is None:
-                raise ApiError.make(
-                    415,
-                    "the body of the request was in an unknown format - accepted media "
-                    "types include: application/json-patch+json, application/merge-patch+json",
-                )
-            try:
-                patch = decode(body or b"null")
-            except msgspec.DecodeError as exc:
-                raise ApiError.make(400, f"error decoding patch: {exc}") from None
+            patch_type, patch = _patch_of(body, ctype)
             stored = writes.patch(
                 store, rt, namespace=ns, name=name, patch=patch, patch_type=patch_type, subresource=sub
             )
             return 200, (rt, stored)
         if verb == "delete":
-            opts = _json_object(body, "DeleteOptions") if body else {}
-            grace = opts.get("gracePeriodSeconds")
-            if "gracePeriodSeconds" in params:
-                grace = statuses.parse_int(params["gracePeriodSeconds"], "gracePeriodSeconds")
-            pre = opts.get("preconditions") or {}
+            grace, pre = _delete_options(body, params)
             stored = lifecycle.delete(store, rt, namespace=ns, name=name, grace=grace, preconditions=pre)
             return 200, (rt, stored)
         raise ApiError.make(405, "the server does not allow this method on the requested resource")
+
+    def _list(self, rt: api.ResourceType, ns: str | None, params: Mapping[str, str]) -> bytes:
+        items, meta = reads.list_objects(
+            self.store,
+            rt,
+            namespace=ns,
+            label_selector=params.get("labelSelector"),
+            field_selector=params.get("fieldSelector"),
+            limit=statuses.parse_int(params.get("limit") or "0", "limit"),
+            continue_=params.get("continue"),
+            resource_version=params.get("resourceVersion"),
+            resource_version_match=params.get("resourceVersionMatch"),
+        )
+        return list_bytes(rt, items, meta)
+
+
+def _patch_of(body: bytes | None, ctype: str | None) -> tuple[str, Any]:
+    """(patch type, decoded patch) of a PATCH request, or the apiserver's 415 / 400."""
+    patch_type = _PATCH_TYPES.get((ctype or "").split(";")[0].strip())
+    if patch_type is None:
+        raise ApiError.make(
+            415,
+            "the body of the request was in an unknown format - accepted media "
+            "types include: application/json-patch+json, application/merge-patch+json",
+        )
+    try:
+        return patch_type, decode(body or b"null")
+    except msgspec.DecodeError as exc:
+        raise ApiError.make(400, f"error decoding patch: {exc}") from None
+
+
+def _delete_options(body: bytes | None, params: Mapping[str, str]) -> tuple[Any, Any]:
+    """(grace period, preconditions) of a DELETE: the body's DeleteOptions, the query's grace."""
+    opts = _json_object(body, "DeleteOptions") if body else {}
+    grace = opts.get("gracePeriodSeconds")
+    if "gracePeriodSeconds" in params:
+        grace = statuses.parse_int(params["gracePeriodSeconds"], "gracePeriodSeconds")
+    return grace, opts.get("preconditions") or {}
 
 
 def _verb(method: str, info: api.PathInfo) -> str:
