@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import math
 import operator
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.samples import Sample
 
-from vgpu_scheduler.server.metrics.snapshot import MetricsSnapshot
+from vgpu_scheduler.server.metrics.snapshot import ContainerRow, DeviceRow, MetricsSnapshot, MigRow, QuotaRow
 
 ZONE = "vGPU"
 MIB = 1024 * 1024
@@ -150,62 +150,78 @@ def families(snapshot: MetricsSnapshot, legacy: bool = False) -> list[Metric]:
         return f
 
     for d in snapshot.devices:
-        idx, cores, memlimit = str(d.index), str(d.devcore), str(d.devmem)
-        dev = (d.node, d.uuid, idx, d.type)
-        fam(MEMORY_LIMIT).add(dev, float(d.devmem * MIB))
-        amd_cores = d.amd and d.devcore > 0  # HAMi normalizes AMD only with a known capacity
-        fam(CORE_LIMIT).add(dev, 100.0 if amd_cores else float(d.devcore))
-        fam(MEMORY_ALLOCATED).add((d.node, d.uuid, idx, cores, d.type), float(d.usedmem * MIB))
-        fam(SHARED_COUNT).add(dev, float(d.used))
-        fam(CORE_ALLOCATED).add(
-            dev, normalized_cores(d.usedcores, d.devcore) if amd_cores else float(d.usedcores)
-        )
-        fam(OVERVIEW).add((d.node, d.uuid, idx, cores, memlimit, d.type), float(d.usedmem * MIB))
-        if d.devmem > 0:
-            fam(MEMORY_RATIO).add(dev, d.usedmem / d.devmem)
-        if legacy:
-            fam(LEGACY_MEMORY_LIMIT).add(dev, float(d.devmem * MIB))
-            fam(LEGACY_CORE_LIMIT).add(dev, float(d.devcore))
-            fam(LEGACY_MEMORY_ALLOCATED).add((d.node, d.uuid, idx, cores, d.type), float(d.usedmem * MIB))
-            fam(LEGACY_SHARED).add(dev, float(d.used))
-            fam(LEGACY_CORE_ALLOCATED).add(dev, float(d.usedcores))
-            fam(LEGACY_OVERVIEW).add((d.node, d.uuid, idx, cores, memlimit, d.type), float(d.usedmem * MIB))
-            if d.devmem > 0:
-                fam(LEGACY_MEMORY_PERCENTAGE).add((d.node, d.uuid, idx), d.usedmem / d.devmem)
-
+        _device_series(fam, d, legacy)
     for m in snapshot.migs:
-        fam(MIG_INSTANCE).add(
-            (
-                m.node,
-                m.uuid,
-                str(m.index),
-                m.mig_uuid,
-                m.profile,
-                str(m.gpu_instance_id),
-                str(m.compute_instance_id),
-                str(m.placement_start),
-                str(m.placement_size),
-            ),
-            1.0,
-        )
-        if legacy:
-            fam(LEGACY_MIG).add((m.node, m.uuid, str(m.index), f"{m.profile}-{m.gpu_instance_id}"), 1.0)
-
+        _mig_series(fam, m, legacy)
     for q in snapshot.quotas:
-        limit = q.limit if q.limit is not None else 0
-        fam(QUOTA_USED).add((q.namespace, q.resource, str(limit)), float(q.used))
-        if q.limit is not None:
-            fam(QUOTA_LIMIT).add((q.namespace, q.resource), float(q.limit))
-        if legacy:
-            fam(LEGACY_QUOTA_USED).add((q.namespace, q.resource, str(limit)), float(q.used))
-
+        _quota_series(fam, q, legacy)
     for c in snapshot.containers:
-        ctr = (c.namespace, c.node, c.pod, str(c.container_index), c.uuid)
-        fam(VGPU_MEMORY).add(ctr, float(c.usedmem * MIB))
-        amd_cores = c.amd and c.devcore > 0
-        fam(VGPU_CORE).add(ctr, normalized_cores(c.usedcores, c.devcore) if amd_cores else float(c.usedcores))
-        if legacy:
-            fam(LEGACY_VGPU_MEMORY).add(ctr, float(c.usedmem * MIB))
-            fam(LEGACY_VGPU_CORE).add(ctr, float(c.usedcores))
-
+        _container_series(fam, c, legacy)
     return [fams[name].metric() for name in sorted(fams)]
+
+
+_FamilyOf = Callable[[_Spec], _Family]
+"""The family of a spec, created on first use."""
+
+
+def _device_series(fam: _FamilyOf, d: DeviceRow, legacy: bool) -> None:
+    idx, cores, memlimit = str(d.index), str(d.devcore), str(d.devmem)
+    dev = (d.node, d.uuid, idx, d.type)
+    fam(MEMORY_LIMIT).add(dev, float(d.devmem * MIB))
+    amd_cores = d.amd and d.devcore > 0  # HAMi normalizes AMD only with a known capacity
+    fam(CORE_LIMIT).add(dev, 100.0 if amd_cores else float(d.devcore))
+    fam(MEMORY_ALLOCATED).add((d.node, d.uuid, idx, cores, d.type), float(d.usedmem * MIB))
+    fam(SHARED_COUNT).add(dev, float(d.used))
+    fam(CORE_ALLOCATED).add(
+        dev, normalized_cores(d.usedcores, d.devcore) if amd_cores else float(d.usedcores)
+    )
+    fam(OVERVIEW).add((d.node, d.uuid, idx, cores, memlimit, d.type), float(d.usedmem * MIB))
+    if d.devmem > 0:
+        fam(MEMORY_RATIO).add(dev, d.usedmem / d.devmem)
+    if legacy:
+        fam(LEGACY_MEMORY_LIMIT).add(dev, float(d.devmem * MIB))
+        fam(LEGACY_CORE_LIMIT).add(dev, float(d.devcore))
+        fam(LEGACY_MEMORY_ALLOCATED).add((d.node, d.uuid, idx, cores, d.type), float(d.usedmem * MIB))
+        fam(LEGACY_SHARED).add(dev, float(d.used))
+        fam(LEGACY_CORE_ALLOCATED).add(dev, float(d.usedcores))
+        fam(LEGACY_OVERVIEW).add((d.node, d.uuid, idx, cores, memlimit, d.type), float(d.usedmem * MIB))
+        if d.devmem > 0:
+            fam(LEGACY_MEMORY_PERCENTAGE).add((d.node, d.uuid, idx), d.usedmem / d.devmem)
+
+
+def _mig_series(fam: _FamilyOf, m: MigRow, legacy: bool) -> None:
+    fam(MIG_INSTANCE).add(
+        (
+            m.node,
+            m.uuid,
+            str(m.index),
+            m.mig_uuid,
+            m.profile,
+            str(m.gpu_instance_id),
+            str(m.compute_instance_id),
+            str(m.placement_start),
+            str(m.placement_size),
+        ),
+        1.0,
+    )
+    if legacy:
+        fam(LEGACY_MIG).add((m.node, m.uuid, str(m.index), f"{m.profile}-{m.gpu_instance_id}"), 1.0)
+
+
+def _quota_series(fam: _FamilyOf, q: QuotaRow, legacy: bool) -> None:
+    limit = q.limit if q.limit is not None else 0
+    fam(QUOTA_USED).add((q.namespace, q.resource, str(limit)), float(q.used))
+    if q.limit is not None:
+        fam(QUOTA_LIMIT).add((q.namespace, q.resource), float(q.limit))
+    if legacy:
+        fam(LEGACY_QUOTA_USED).add((q.namespace, q.resource, str(limit)), float(q.used))
+
+
+def _container_series(fam: _FamilyOf, c: ContainerRow, legacy: bool) -> None:
+    ctr = (c.namespace, c.node, c.pod, str(c.container_index), c.uuid)
+    fam(VGPU_MEMORY).add(ctr, float(c.usedmem * MIB))
+    amd_cores = c.amd and c.devcore > 0
+    fam(VGPU_CORE).add(ctr, normalized_cores(c.usedcores, c.devcore) if amd_cores else float(c.usedcores))
+    if legacy:
+        fam(LEGACY_VGPU_MEMORY).add(ctr, float(c.usedmem * MIB))
+        fam(LEGACY_VGPU_CORE).add(ctr, float(c.usedcores))

@@ -5,6 +5,7 @@ on the loop thread."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -108,8 +109,22 @@ def take_snapshot(state: SchedulerState) -> StateSnapshot:
 
 def snapshot_rows(raw: StateSnapshot) -> MetricsSnapshot:
     """The metric rows of a state snapshot (any thread)."""
+    devices, by_id = _device_rows(raw)
+    device_of: dict[str, tuple[int, int, bool]] = {}  # uuid -> (index, devcore, AMD), first node wins
+    for d in devices:
+        device_of.setdefault(d.uuid, (d.index, d.devcore, d.amd))
+    migs: list[MigRow] = []
+    containers: list[ContainerRow] = []
+    for alloc in raw.pods:
+        migs.extend(_mig_rows(alloc, by_id.get(alloc.node, {})))
+        containers.extend(_container_rows(alloc, device_of))
+    quotas = tuple(QuotaRow(e.namespace, e.resource, e.used, e.limit) for e in raw.quotas)
+    return MetricsSnapshot(tuple(devices), tuple(migs), tuple(containers), quotas)
+
+
+def _device_rows(raw: StateSnapshot) -> tuple[list[DeviceRow], dict[str, dict[str, tuple[int, int]]]]:
+    """One row per registered device, and node -> device id -> (index, devcore) for the MIG rows."""
     devices: list[DeviceRow] = []
-    # node -> device id -> (index, devcore), for MIG rows and AMD core normalization.
     by_id: dict[str, dict[str, tuple[int, int]]] = {}
     for node, usage in raw.nodes:
         ids = by_id[node] = {}
@@ -129,50 +144,48 @@ def snapshot_rows(raw: StateSnapshot) -> MetricsSnapshot:
                     _is_amd_device(dev.type),
                 )
             )
-    device_of: dict[str, tuple[int, int, bool]] = {}  # uuid -> (index, devcore, AMD), first node wins
-    for d in devices:
-        device_of.setdefault(d.uuid, (d.index, d.devcore, d.amd))
-    migs: list[MigRow] = []
-    containers: list[ContainerRow] = []
-    for alloc in raw.pods:
-        node_ids = by_id.get(alloc.node, {})
-        for m in alloc.mig:
-            found = node_ids.get(m.gpu_uuid)
-            if found is None or not m.mig_uuid or m.gpu_instance_id is None or m.compute_instance_id is None:
-                continue  # not on a registered device, or not realized by the device plugin yet
-            migs.append(
-                MigRow(
+    return devices, by_id
+
+
+def _mig_rows(alloc: PodAllocation, node_ids: Mapping[str, tuple[int, int]]) -> Iterator[MigRow]:
+    """The pod's realized MIG instances on registered devices of its node."""
+    for m in alloc.mig:
+        found = node_ids.get(m.gpu_uuid)
+        if found is None or not m.mig_uuid or m.gpu_instance_id is None or m.compute_instance_id is None:
+            continue  # not on a registered device, or not realized by the device plugin yet
+        yield MigRow(
+            alloc.node,
+            m.gpu_uuid,
+            found[0],
+            m.mig_uuid,
+            m.profile,
+            m.gpu_instance_id,
+            m.compute_instance_id,
+            m.placement.start,
+            m.placement.size,
+        )
+
+
+def _container_rows(
+    alloc: PodAllocation, device_of: Mapping[str, tuple[int, int, bool]]
+) -> Iterator[ContainerRow]:
+    """One row per device entry of each container (entries without a UUID skipped, as HAMi)."""
+    for per_container in alloc.devices.values():
+        for ci, entries in enumerate(per_container):
+            for entry in entries:
+                if not entry.uuid:
+                    continue  # HAMi skips (and warns about) entries without a UUID
+                # HAMi finds the device by UUID among the registered ones and normalizes by
+                # its type and core capacity (an unknown device keeps the raw value).
+                _, devcore, amd = device_of.get(entry.uuid, (0, 0, False))
+                yield ContainerRow(
+                    alloc.namespace,
                     alloc.node,
-                    m.gpu_uuid,
-                    found[0],
-                    m.mig_uuid,
-                    m.profile,
-                    m.gpu_instance_id,
-                    m.compute_instance_id,
-                    m.placement.start,
-                    m.placement.size,
+                    alloc.name,
+                    ci,
+                    entry.uuid,
+                    entry.usedmem,
+                    entry.usedcores,
+                    devcore,
+                    amd,
                 )
-            )
-        for per_container in alloc.devices.values():
-            for ci, entries in enumerate(per_container):
-                for entry in entries:
-                    if not entry.uuid:
-                        continue  # HAMi skips (and warns about) entries without a UUID
-                    # HAMi finds the device by UUID among the registered ones and normalizes by
-                    # its type and core capacity (an unknown device keeps the raw value).
-                    _, devcore, amd = device_of.get(entry.uuid, (0, 0, False))
-                    containers.append(
-                        ContainerRow(
-                            alloc.namespace,
-                            alloc.node,
-                            alloc.name,
-                            ci,
-                            entry.uuid,
-                            entry.usedmem,
-                            entry.usedcores,
-                            devcore,
-                            amd,
-                        )
-                    )
-    quotas = tuple(QuotaRow(e.namespace, e.resource, e.used, e.limit) for e in raw.quotas)
-    return MetricsSnapshot(tuple(devices), tuple(migs), tuple(containers), quotas)
