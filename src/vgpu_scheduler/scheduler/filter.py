@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -25,7 +24,7 @@ from vgpu_scheduler.engine.podinfo import pod_key
 from vgpu_scheduler.engine.requests import PodRequestsMemo, pod_has_device_requests
 from vgpu_scheduler.engine.state import SchedulerState
 from vgpu_scheduler.model import ContainerRequests
-from vgpu_scheduler.scheduler.failures import _main_reason, failed_type_counts, filtering_failed_messages
+from vgpu_scheduler.scheduler.failures import FailureTexts, _main_reason, failed_type_counts
 from vgpu_scheduler.scheduler.locks import is_pod_group_member, takes_shared_lock
 from vgpu_scheduler.scheduler.pending import Reservations
 from vgpu_scheduler.scheduler.ports import NORMAL, WARNING, EventSink
@@ -37,9 +36,6 @@ from vgpu_scheduler.wire.extender import ExtenderDecodeError, decode_extender_ar
 
 log = logging.getLogger(__name__)
 
-FAILURE_TEXTS_KEPT = 16
-"""How many no-fit answers keep their FilteringFailed texts for the pod's retries (see
-`Filter._failure_texts_of`)."""
 EVALUATE_ALL_LIMIT = 64
 """Up to this many candidates every node is evaluated, so FilteringSucceed lists every fitting node
 with its score as HAMi's does; above it the decision stops at the first fit (see engine/decide.py)."""
@@ -117,8 +113,7 @@ class Filter:
         self.settings = settings
         self.synced = synced
         self.cached_pod = cached_pod
-        # id(FailedNodes answer) -> (that answer, its FilteringFailed texts), most recent last.
-        self._failure_texts: OrderedDict[int, tuple[bytes, list[str]]] = OrderedDict()
+        self._failure_texts = FailureTexts()
 
     async def filter(self, body: bytes) -> bytes:
         """The filter verb: an ExtenderArgs body in, an ExtenderFilterResult body out."""
@@ -278,7 +273,7 @@ class Filter:
         if self._discards_events:
             return FilterAnswer(no_fit=decision)
         body = encode_no_fit(decision)  # encoded once: the events' texts are kept by it
-        self._record_failure(pod, self._failure_texts_of(decision, body))
+        self._record_failure(pod, self._failure_texts.of(decision, body))
         return FilterAnswer(no_fit=decision, body=body)
 
     def _all_busy(self, pod: Mapping[str, Any], decision: Chosen, outcome: _Outcome) -> FilterAnswer:
@@ -372,25 +367,6 @@ class Filter:
     def _record_failure(self, pod: Mapping[str, Any], messages: list[str]) -> None:
         for message in messages:
             self.events.record(pod, WARNING, "FilteringFailed", message)
-
-    def _failure_texts_of(self, decision: NoFit, answer: bytes) -> list[str]:
-        """`filtering_failed_messages(decision.failed)`, reused while the answer is.
-
-        A retried pod's answer is its verdict snapshot's kept encoding (`encode_no_fit`): the same
-        bytes object exactly while no verdict changed, and the texts are a function of the same
-        verdicts. So the texts are kept by the answer object's identity (the entry holds the
-        answer, so its id is not reused while kept)."""
-        kept = self._failure_texts
-        entry = kept.get(id(answer))
-        if entry is not None and entry[0] is answer:
-            kept.move_to_end(id(answer))
-            return entry[1]
-        messages = filtering_failed_messages(decision.failed)
-        if decision.source is not None and decision.source.rendered is answer:
-            kept[id(answer)] = (answer, messages)
-            if len(kept) > FAILURE_TEXTS_KEPT:
-                kept.popitem(last=False)
-        return messages
 
 
 def cached_with_uid(
