@@ -26,7 +26,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Generic, TypeVar, cast
+from typing import Any, Generic, TypeVar, cast, overload
 
 from vgpu_scheduler.cluster.nodelock import NodeLocker
 from vgpu_scheduler.engine.podinfo import pod_key
@@ -87,7 +87,15 @@ class _Setting(Generic[T]):
     def __set_name__(self, owner: type, name: str) -> None:
         self.name = name
 
-    def __get__(self, extender: Extender, owner: type | None = None) -> T:
+    @overload
+    def __get__(self, extender: None, owner: type) -> _Setting[T]: ...
+
+    @overload
+    def __get__(self, extender: Extender, owner: type | None = None) -> T: ...
+
+    def __get__(self, extender: Extender | None, owner: type | None = None) -> T | _Setting[T]:
+        if extender is None:  # on the class itself (help(), introspection)
+            return self
         return cast(T, getattr(extender.settings, self.name))
 
     def __set__(self, extender: Extender, value: T) -> None:
