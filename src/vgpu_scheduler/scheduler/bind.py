@@ -1,4 +1,5 @@
-"""The bind verb (§6): lock the node, write the pod's annotations, create the Binding, unlock.
+"""The bind verb (§6): lock the node, write the pod's annotations, create the Binding (the device
+plugin releases the lock once it has allocated); on a failure, release the locks this bind took.
 
 One concern: one bind from its arguments to its answer. A bind acts only on the decision it belongs
 to: a newer filter for the same pod supersedes a bind still in flight, which stops before its next

@@ -7,7 +7,8 @@ process composition call; each room can be read alone:
 * scheduler/bind.py: the bind verb (node locks, pod patch, Binding, release on failure);
 * scheduler/pending.py: reservations waiting for their bind, the busy-node test, the sweep;
 * scheduler/failures.py: the no-fit reason and event texts; scheduler/stats.py: the metrics;
-* scheduler/locks.py: which node locks a bind takes; scheduler/settings.py: the shared tunables.
+* scheduler/locks.py: which node locks a bind takes; scheduler/settings.py: the shared tunables;
+  scheduler/ports.py: the event sink and the API calls a bind makes.
 
 Two deliberate differences from HAMi, both invisible on the wire:
 
