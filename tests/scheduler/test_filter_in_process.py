@@ -10,7 +10,7 @@ import pytest
 
 from tests.builders import gpu_pod
 from tests.scheduler.conftest import Stack
-from vgpu_scheduler.scheduler import extender as extender_module
+from vgpu_scheduler.wire.extender import encode_filter_result
 
 Obj = dict[str, Any]
 
@@ -73,13 +73,14 @@ async def test_the_names_given_are_not_changed(stack: Stack) -> None:
 async def test_a_no_fit_answer_is_encoded_once(stack: Stack, monkeypatch: pytest.MonkeyPatch) -> None:
     """Its FailedNodes (one entry per node: thousands) serve the events' texts and the answer."""
     calls: list[object] = []
-    real = extender_module.encode_filter_result
+    real = encode_filter_result
 
     def counting(**kwargs: Any) -> bytes:
         calls.append(kwargs.get("failed"))
         return real(**kwargs)
 
-    monkeypatch.setattr(extender_module, "encode_filter_result", counting)
+    # Patched where encode_no_fit looks it up.
+    monkeypatch.setattr("vgpu_scheduler.scheduler.filter.encode_filter_result", counting)
     p = await stack.create(gpu_pod("big", mem=1024 * 1024))
     answer = await stack.filter({"Pod": p, "NodeNames": ["n1", "n2"]})
     assert sorted(answer["FailedNodes"]) == ["n1", "n2"]

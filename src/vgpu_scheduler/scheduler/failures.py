@@ -1,16 +1,17 @@
 """Failure texts of a no-fit filter: the FilteringFailed event texts and the metric reason.
 
-One concern: turning a `NoFit` decision's node -> reason map into HAMi's grouped texts (§5.7)
-and into one bounded reason word for the metrics.
+One concern: turning a `NoFit` decision's node -> reason map into HAMi's grouped texts (§5.7),
+kept for the pod's retries while its answer is unchanged, and into one bounded reason word for
+the metrics.
 """
 
 from __future__ import annotations
 
-from collections import Counter
+from collections import Counter, OrderedDict
 from collections.abc import Mapping
 from itertools import chain
 
-from vgpu_scheduler.engine.decide import NODE_UNREGISTERED
+from vgpu_scheduler.engine.decide import NODE_UNREGISTERED, NoFit
 from vgpu_scheduler.wire.reasons import parse_reason
 
 
@@ -44,6 +45,40 @@ def filtering_failed_messages(failed: Mapping[str, str]) -> list[str]:
         out.append(f"{len(nodes)} nodes {name}({','.join(nodes)})")
     out.append(f"no available node, {len(failed)} nodes do not meet")
     return out
+
+
+FAILURE_TEXTS_KEPT = 16
+"""How many no-fit answers keep their FilteringFailed texts for the pod's retries (see
+`FailureTexts`)."""
+
+
+class FailureTexts:
+    """`filtering_failed_messages` of recent no-fit answers, reused while the answer is.
+
+    A retried pod's answer is its verdict snapshot's kept encoding (`encode_no_fit`): the same
+    bytes object exactly while no verdict changed, and the texts are a function of the same
+    verdicts. So the texts are kept by the answer object's identity (the entry holds the answer,
+    so its id is not reused while kept)."""
+
+    __slots__ = ("_kept",)
+
+    def __init__(self) -> None:
+        # id(FailedNodes answer) -> (that answer, its FilteringFailed texts), most recent last.
+        self._kept: OrderedDict[int, tuple[bytes, list[str]]] = OrderedDict()
+
+    def of(self, decision: NoFit, answer: bytes) -> list[str]:
+        """The texts of `decision`, whose encoding is `answer`."""
+        kept = self._kept
+        entry = kept.get(id(answer))
+        if entry is not None and entry[0] is answer:
+            kept.move_to_end(id(answer))
+            return entry[1]
+        messages = filtering_failed_messages(decision.failed)
+        if decision.source is not None and decision.source.rendered is answer:
+            kept[id(answer)] = (answer, messages)
+            if len(kept) > FAILURE_TEXTS_KEPT:
+                kept.popitem(last=False)
+        return messages
 
 
 def failed_by_type(failed: Mapping[str, str]) -> dict[str, list[str]]:

@@ -1,12 +1,27 @@
-"""Pending reservations: filter decisions waiting for their bind.
+"""Pending reservations: filter decisions waiting for their bind, and what they mean for others.
 
-One concern: the uid -> decision table and, per node, the pods whose bind is still expected there
-(the lock-aware ranking reads it to treat such a node as about to be locked).
+One concern: the devices the filter reserved and the binds it expects. `PendingBinds` is the
+uid -> decision table with, per node, the pods whose bind is still expected there; `Reservations`
+adds the rest of a reservation's life: the uids of deleted pods (a late filter for one must reserve
+nothing), the busy-node test of lock-aware placement (a node about to be locked, or locked by
+another live bind, ranks last), dropping a reservation, and the sweep behind pod deletion.
 """
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from vgpu_scheduler.cluster.nodelock import LockValue, NodeLocker, dangling_cause
 from vgpu_scheduler.engine.decide import Chosen
+from vgpu_scheduler.engine.state import SchedulerState
+from vgpu_scheduler.scheduler.settings import ExtenderSettings
+
+log = logging.getLogger(__name__)
+
+RECENTLY_DELETED = 10_000
+"""How many deleted pod uids are remembered to refuse a late filter for them (see `note_deleted`)."""
 
 
 class PendingBinds:
@@ -18,8 +33,7 @@ class PendingBinds:
         # uid -> the decision (the uncollapsed per-container allocation the bind patch writes).
         # Dropped at bind, on re-filter and on pod deletion.
         self.decisions: dict[str, Chosen] = {}
-        # node -> uid -> until when its bind may still come (filter time + bind timeout). Never
-        # reassigned: the Extender keeps an alias to this dict.
+        # node -> uid -> until when its bind may still come (filter time + bind timeout).
         self.per_node: dict[str, dict[str, float]] = {}
 
     def get(self, uid: str) -> Chosen | None:
@@ -41,3 +55,112 @@ class PendingBinds:
                 if not waiting:
                     del self.per_node[decision.node]
         return decision
+
+
+class Reservations:
+    """The pending binds over the scheduler state's reservations, read by filter and bind alike."""
+
+    __slots__ = ("cached_pod", "deleted", "locker", "pending", "settings", "state")
+
+    def __init__(
+        self,
+        *,
+        state: SchedulerState,
+        locker: NodeLocker,
+        cached_pod: Callable[[str, str], dict[str, Any] | None],
+        settings: ExtenderSettings,
+    ) -> None:
+        self.state = state
+        self.locker = locker
+        self.cached_pod = cached_pod
+        self.settings = settings
+        self.pending = PendingBinds()
+        # uids of pods whose deletion the informer has delivered, oldest first (bounded).
+        self.deleted: dict[str, None] = {}
+
+    def get(self, uid: str) -> Chosen | None:
+        """The decision whose bind is expected for this pod, if any."""
+        return self.pending.get(uid)
+
+    def set(self, uid: str, decision: Chosen, *, locks: bool = True) -> None:
+        """Remember the decision until its bind; `locks`: that bind takes the node lock, so the
+        node is busy for other locking pods meanwhile."""
+        settings = self.settings
+        self.pending.set(uid, decision, settings.now() + settings.bind_timeout if locks else None)
+
+    def pop(self, uid: str) -> Chosen | None:
+        """Forget the pending bind; the devices stay reserved in the state."""
+        return self.pending.pop(uid)
+
+    def drop(self, uid: str) -> None:
+        """Forget the pending bind and free the devices reserved for the pod."""
+        if uid:
+            self.pop(uid)
+            self.state.release(uid)
+
+    def note_deleted(self, uid: str) -> None:
+        """The pod is gone: no bind is coming. kube-scheduler's cache may lag ours and still filter
+        it; no event will ever come for it again, so a reservation made then would never be freed:
+        remember the uid so such a filter is refused (HAMi's filter-time patch fails with NotFound
+        the same way)."""
+        self.pop(uid)
+        if uid:
+            self.deleted[uid] = None
+            if len(self.deleted) > RECENTLY_DELETED:
+                del self.deleted[next(iter(self.deleted))]
+
+    def was_deleted(self, uid: str) -> bool:
+        return uid in self.deleted
+
+    def sweep(self, pod_exists: Callable[[str, str, str], bool], max_age: float) -> int:
+        """Drop reservations older than `max_age` seconds whose pod is gone from the informer.
+
+        The safety net behind `note_deleted`: a pod deleted before our watch ever saw it, then
+        filtered from kube-scheduler's lagging cache, would otherwise hold its devices forever.
+        """
+        dropped = 0
+        now = self.settings.now()
+        for uid, reserved_at in self.state.reservations():
+            alloc = self.state.allocation(uid)
+            try:
+                age = now - int(reserved_at)
+            except ValueError:
+                age = max_age + 1
+            if alloc is None or age <= max_age or pod_exists(alloc.namespace, alloc.name, uid):
+                continue
+            log.info("dropping the reservation of vanished pod %s/%s", alloc.namespace, alloc.name)
+            self.drop(uid)
+            dropped += 1
+        return dropped
+
+    def busy_node_test(self, uid: str, namespace: str, name: str) -> Callable[[str], bool] | None:
+        """Is a bind other than this pod's about to run, or holding the lock, on the node? None
+        when no node can be (no other bind pending, no cached node carrying a lock): the same
+        ranking, without asking about every node."""
+        now = self.settings.now()
+        # Only nodes with a pending bind of another pod, or carrying a lock, can be busy.
+        about_to_lock = {
+            node
+            for node, waiting in self.pending.per_node.items()
+            if any(until > now for other, until in waiting.items() if other != uid)
+        }
+        locker = self.locker
+        locked = locker.maybe_locked()
+        if not about_to_lock and locked is not None and not locked:
+            return None
+
+        def busy(node: str) -> bool:
+            if node in about_to_lock:
+                return True
+            if locked is not None and node not in locked:
+                return False
+            held = locker.live_holder(node, self._holder_alive)
+            return held is not None and (held.namespace, held.pod) != (namespace, name)
+
+        return busy
+
+    def _holder_alive(self, held: LockValue, node: str) -> bool:
+        """Can the holder of lock `held` on `node` still need it? Not when it is gone, or in a
+        state `dangling_cause` names (the lock is dangling: the next bind takes it over)."""
+        pod = self.cached_pod(held.namespace, held.pod)
+        return pod is not None and dangling_cause(pod, node, held) is None

@@ -114,16 +114,7 @@ class SchedulerProcess:
         self.state = SchedulerState(self.vendors)
         self.synced = asyncio.Event()
         self.recorder: EventRecorder | None = None
-        self.events: EventSink
-        if events is None:
-            # Events on a rate limit of their own, as kube-scheduler's separate event client:
-            # they are best-effort and must never delay a bind's calls.
-            events_client = client.with_own_rate_limit(
-                min(opts.kube_qps, EVENT_QPS), min(opts.kube_burst, EVENT_BURST)
-            )
-            self.recorder = self.events = EventRecorder(events_client, opts.scheduler_name)
-        else:
-            self.events = events
+        self.events: EventSink = events if events is not None else self._event_recorder()
         self.leader = LeaderTracker(
             client,
             hostname=hostname,
@@ -148,9 +139,29 @@ class SchedulerProcess:
             locked_nodes=lambda: self.nodes.store.marked,
         )
         self.pods = Reflector(client, "pods")
-        self.extender = Extender(
+        self.extender = self._new_extender()
+        self.pods.handler = _PodHandler(self.state, self.extender)
+        self.quotas = Reflector(client, "resourcequotas", handler=_QuotaHandler(self.state))
+        self.registration = self._new_registration()
+        self.nodes.handler = self.registration.handler
+        self.leader.add_listener(self.registration.on_leader_change)
+        self._sweeper: asyncio.Task[None] | None = None
+
+    def _event_recorder(self) -> EventRecorder:
+        """Events on a rate limit of their own, as kube-scheduler's separate event client: they are
+        best-effort and must never delay a bind's calls."""
+        opts = self.opts
+        events_client = self.client.with_own_rate_limit(
+            min(opts.kube_qps, EVENT_QPS), min(opts.kube_burst, EVENT_BURST)
+        )
+        self.recorder = EventRecorder(events_client, opts.scheduler_name)
+        return self.recorder
+
+    def _new_extender(self) -> Extender:
+        opts = self.opts
+        return Extender(
             state=self.state,
-            api=client,
+            api=self.client,
             locker=self.locker,
             events=self.events,
             policies=Policies(opts.node_scheduler_policy, opts.gpu_scheduler_policy),
@@ -161,12 +172,12 @@ class SchedulerProcess:
             bind_timeout=opts.bind_timeout,
             lock_aware=opts.lock_aware_placement,
             requeue_nudges=opts.requeue_nudges,
-            now=now,
+            now=self.now,
         )
-        self.pods.handler = _PodHandler(self.state, self.extender)
-        self.quotas = Reflector(client, "resourcequotas", handler=_QuotaHandler(self.state))
-        self.registration = RegistrationLoop(
-            client,
+
+    def _new_registration(self) -> RegistrationLoop:
+        return RegistrationLoop(
+            self.client,
             self.state,
             self.nodes.store,
             is_leader=self.leader.is_leader,
@@ -176,9 +187,6 @@ class SchedulerProcess:
             now=self._now_datetime,
             synced=self.synced,
         )
-        self.nodes.handler = self.registration.handler
-        self.leader.add_listener(self.registration.on_leader_change)
-        self._sweeper: asyncio.Task[None] | None = None
 
     def explain(self, namespace: str, name: str) -> Explanation | None:
         """Why the cached pod is where it is or pending, over every node of the cache (None: no
