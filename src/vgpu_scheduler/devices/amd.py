@@ -35,6 +35,7 @@ from vgpu_scheduler.devices.protocol import (
     VendorFlags,
 )
 from vgpu_scheduler.devices.sections import Section
+from vgpu_scheduler.devices.spec import RESOURCE_NAME_KEYS, VendorSpec
 from vgpu_scheduler.model import (
     ContainerDevice,
     ContainerDeviceRequest,
@@ -204,3 +205,6 @@ def device_cores(pct: int, devmem: int, devcore: int, memreq: int) -> int | None
 def vendors(config: DeviceConfig, flags: VendorFlags) -> Sequence[Vendor]:
     names = Section(config.other_vendors.get("amd")).resource_names()
     return [AmdVendor(names)]
+
+
+SPEC = VendorSpec("amd", __name__, keys=dict.fromkeys(RESOURCE_NAME_KEYS))

@@ -44,6 +44,7 @@ from vgpu_scheduler.devices.protocol import (
     VendorFlags,
 )
 from vgpu_scheduler.devices.sections import Section
+from vgpu_scheduler.devices.spec import VendorSpec
 from vgpu_scheduler.model import (
     ContainerDevice,
     ContainerDeviceRequest,
@@ -337,3 +338,6 @@ def graph_select(
 def vendors(config: DeviceConfig, flags: VendorFlags) -> Sequence[Vendor]:
     names = Section(config.other_vendors.get("awsneuron")).resource_names(memory=False, memory_factor=1)
     return [AWSNeuronVendor(names)]
+
+
+SPEC = VendorSpec("awsneuron", __name__, keys=dict.fromkeys(("resourceCountName", "resourceCoreName")))

@@ -27,6 +27,7 @@ from vgpu_scheduler.devices.protocol import (
     VendorFlags,
 )
 from vgpu_scheduler.devices.sections import Section
+from vgpu_scheduler.devices.spec import VendorSpec
 from vgpu_scheduler.model import (
     ContainerDevice,
     ContainerDeviceRequest,
@@ -113,3 +114,6 @@ class BirenVendor(GenericVendor):
 def vendors(config: DeviceConfig, flags: VendorFlags) -> Sequence[Vendor]:
     # HAMi's ResourceNames for Biren hold only the count (memory factor 0).
     return [BirenVendor(Section(config.other_vendors.get("biren")).resource_names(memory=False, cores=False))]
+
+
+SPEC = VendorSpec("biren", __name__, keys=dict.fromkeys(("resourceCountName",)))

@@ -34,6 +34,7 @@ from vgpu_scheduler.devices.protocol import (
     VendorFlags,
 )
 from vgpu_scheduler.devices.sections import Section
+from vgpu_scheduler.devices.spec import VendorSpec
 from vgpu_scheduler.model import (
     ContainerDevice,
     ContainerDeviceRequest,
@@ -277,3 +278,6 @@ def custom_infos(value: str, n: int) -> list[Mapping[str, Any] | None]:
 def vendors(config: DeviceConfig, flags: VendorFlags) -> Sequence[Vendor]:
     names = Section(config.other_vendors.get("vastai")).resource_names(memory=False, cores=False)
     return [VastaiVendor(names)]
+
+
+SPEC = VendorSpec("vastai", __name__, keys=dict.fromkeys(("resourceCountName",)))
