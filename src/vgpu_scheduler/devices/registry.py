@@ -11,13 +11,11 @@ section's vendors (several for sections such as `iluvatars`). Adding a vendor ad
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 from vgpu_scheduler.config import DeviceConfig
 from vgpu_scheduler.devices.protocol import Vendor, VendorConfigError, VendorFlags, Vendors
-from vgpu_scheduler.devices.spec import VendorSpec
-
-Factory = Callable[[DeviceConfig, VendorFlags], Sequence[Vendor]]
+from vgpu_scheduler.devices.spec import Factory, VendorSpec
 
 Entry = VendorSpec
 """A registry line (`Entry(section, module, gate=...)`), kept under its former name."""
@@ -66,6 +64,8 @@ REGISTRY: tuple[VendorSpec, ...] = (
 
 
 def factory(entry: VendorSpec) -> Factory:
+    if entry.factory is not None:
+        return entry.factory
     module = importlib.import_module(_module_path(entry.module))
     built: Factory = module.vendors
     return built

@@ -9,8 +9,14 @@ options (`scheduler.options`), the device-config reader (`configfile`) and the `
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+
+from vgpu_scheduler.config import DeviceConfig
+from vgpu_scheduler.devices.protocol import Vendor, VendorFlags
+
+Factory = Callable[[DeviceConfig, VendorFlags], Sequence[Vendor]]
+"""A section's `vendors(config, flags)`."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,7 +62,8 @@ class VendorSpec:
     """One registry line: a device-config section and the module that builds its vendors.
 
     `module` holds `vendors(config, flags) -> Sequence[Vendor]`; a name without a dot is a module
-    under `vgpu_scheduler.devices`, a dotted name is absolute (a vendor kept outside the package)."""
+    under `vgpu_scheduler.devices`, a dotted name is absolute. `factory`, when given, is that
+    function itself (a vendor defined outside any importable module, such as a test's)."""
 
     section: str
     """Top-level key of the device configuration file."""
@@ -68,6 +75,7 @@ class VendorSpec:
     """The gate flag's usage text."""
     flags: tuple[VendorFlag, ...] = ()
     """The vendor's other global flags (legacy resource names and the like)."""
+    factory: Factory | None = None
     keys: ConfigShape | Each | None = None
     """The section's keys (`Each` for a section that is a list of entries, such as `iluvatars`;
     None: the section is not checked for unknown keys)."""

@@ -343,9 +343,12 @@ class _Parser:
                 raise FlagError(f"flag needs an argument: {c!r} in {arg}")
 
 
-def parse_args(argv: Sequence[str], flags: Sequence[Flag] = FLAGS) -> tuple[SchedulerOptions, list[str]]:
+def parse_args(
+    argv: Sequence[str], flags: Sequence[Flag] = FLAGS, *, options: type[SchedulerOptions] = SchedulerOptions
+) -> tuple[SchedulerOptions, list[str]]:
     """Parse the command line (without the program name) into options and positional arguments;
-    `flags` restricts the accepted flags (a subcommand sees only the persistent ones)."""
+    `flags` restricts the accepted flags (a subcommand sees only the persistent ones); `options` is
+    the type filled (`scheduler.options.options_type` of a registry with vendors of its own)."""
     parser = _Parser(flags)
     positional: list[str] = []
     rest = list(argv)
@@ -362,7 +365,7 @@ def parse_args(argv: Sequence[str], flags: Sequence[Flag] = FLAGS) -> tuple[Sche
             parser.long(arg, arg[1:], rest)  # single-dash long name, as Go's flag package allows
         else:
             parser.shorthands(arg, rest)
-    return SchedulerOptions(**parser.values), positional
+    return options(**parser.values), positional
 
 
 def flag_value_string(opts: SchedulerOptions, flag: Flag) -> str:

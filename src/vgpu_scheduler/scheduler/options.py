@@ -112,6 +112,23 @@ class SchedulerOptions:
 
 
 
+def options_type(registry: Sequence[VendorSpec]) -> type[SchedulerOptions]:
+    """`SchedulerOptions`, with a field more for each option `registry` declares that it lacks (a
+    vendor registered outside the package, such as a test's): what `flags.parse_args` fills."""
+    known = {f.name for f in dataclasses.fields(SchedulerOptions)}
+    extra = [
+        (name, type(flag.default), dataclasses.field(default=flag.default))
+        for name, flag in vendor_options(registry).items()
+        if name not in known
+    ]
+    if not extra:
+        return SchedulerOptions
+    made: type[SchedulerOptions] = dataclasses.make_dataclass(
+        "SchedulerOptions", extra, bases=(SchedulerOptions,), frozen=True, slots=True
+    )
+    return made
+
+
 def vendor_flags(opts: SchedulerOptions, registry: Sequence[VendorSpec] = REGISTRY) -> VendorFlags:
     """What the vendors read of the command line: the gates and the legacy per-vendor flags."""
     gates = {spec.gate: bool(getattr(opts, spec.gate, False)) for spec in registry if spec.gate}
