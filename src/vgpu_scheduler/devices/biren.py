@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from vgpu_scheduler.config import DeviceConfig
-from vgpu_scheduler.devices.base import GenericVendor, SelectionFilters
+from vgpu_scheduler.devices.base import GenericVendor
 from vgpu_scheduler.devices.protocol import (
     FitResult,
     Obj,
@@ -27,6 +27,7 @@ from vgpu_scheduler.devices.protocol import (
     VendorFlags,
 )
 from vgpu_scheduler.devices.sections import Section
+from vgpu_scheduler.devices.selection import SelectionFilters
 from vgpu_scheduler.devices.spec import VendorSpec
 from vgpu_scheduler.model import (
     ContainerDevice,

@@ -28,8 +28,9 @@ from typing import Any
 
 from vgpu_scheduler.config import DeviceConfig
 from vgpu_scheduler.devices import resources as res
-from vgpu_scheduler.devices.base import GenericVendor, trunc_div
+from vgpu_scheduler.devices.base import GenericVendor
 from vgpu_scheduler.devices.protocol import Health, NodeLockSpec, Obj, Vendor, VendorFlags
+from vgpu_scheduler.devices.resources import trunc_div
 from vgpu_scheduler.devices.sections import Section
 from vgpu_scheduler.devices.spec import RESOURCE_NAME_KEYS, VendorFlag, VendorSpec
 from vgpu_scheduler.model import ContainerDeviceRequest, DeviceInfo, PodSingleDevice

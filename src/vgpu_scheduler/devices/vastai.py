@@ -25,7 +25,7 @@ from typing import Any
 import msgspec
 
 from vgpu_scheduler.config import DeviceConfig
-from vgpu_scheduler.devices.base import GenericVendor, SelectionFilters
+from vgpu_scheduler.devices.base import GenericVendor
 from vgpu_scheduler.devices.protocol import (
     FitResult,
     Obj,
@@ -34,6 +34,7 @@ from vgpu_scheduler.devices.protocol import (
     VendorFlags,
 )
 from vgpu_scheduler.devices.sections import Section
+from vgpu_scheduler.devices.selection import SelectionFilters
 from vgpu_scheduler.devices.spec import VendorSpec
 from vgpu_scheduler.model import (
     ContainerDevice,
