@@ -91,3 +91,14 @@ def build(
             key = f"{entry.section}.{exc.key}" if exc.key else entry.section
             raise VendorConfigError(exc.problem, key) from None
     return Vendors(out)
+
+
+def chart_sections(registry: Sequence[VendorSpec] = REGISTRY) -> str:
+    """The Helm chart's section list (`vgpu-scheduler.sections` in charts/vgpu-scheduler/templates/
+    _helpers.tpl), from the registry: each section in registration order with the `devices.<vendor>`
+    switch that enables it ("" = always on). `scripts/chart-sections` writes it into the chart."""
+    lines = []
+    for spec in registry:
+        switch = spec.chart_vendor or '""'
+        lines.append(f"- {{section: {spec.section}, vendor: {switch}}}\n")
+    return "".join(lines)

@@ -80,6 +80,17 @@ class VendorSpec:
     """The section's keys (`Each` for a section that is a list of entries, such as `iluvatars`;
     None: the section is not checked for unknown keys)."""
 
+    chart_switch: str | None = None
+    """The Helm chart's `devices.<switch>.enabled` value that puts the section in the extender's
+    device config: "" = always there; None = the gate's vendor (`ascend`), else the section name."""
+
+    @property
+    def chart_vendor(self) -> str:
+        """The chart switch in effect (see `chart_switch`)."""
+        if self.chart_switch is not None:
+            return self.chart_switch
+        return self.gate.removeprefix("enable_") if self.gate else self.section
+
     @property
     def listed(self) -> bool:
         """The section is a list of entries rather than a mapping."""

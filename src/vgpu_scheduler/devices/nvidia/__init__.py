@@ -25,6 +25,7 @@ NVIDIA_KEYS: tuple[str, ...] = (
 SPEC = VendorSpec(
     "nvidia",
     __name__,
+    chart_switch="",  # the chart always writes the section
     keys={
         **dict.fromkeys(NVIDIA_KEYS),
         "migProfileAllowlist": Each(dict.fromkeys(("models", "profiles"))),
