@@ -19,35 +19,26 @@ import logging
 import math
 import os
 import re
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import yaml
 
 from vgpu_scheduler.config import DeviceConfig, MigProfileAllowlist, NvidiaConfig
-from vgpu_scheduler.devices import registry
 from vgpu_scheduler.devices.protocol import VendorConfigError
+from vgpu_scheduler.devices.registry import REGISTRY, build
+from vgpu_scheduler.devices.spec import ConfigShape, Each, VendorSpec
 
 # ---------------------------------------------------------------------------------------------
 # Loading and validation of the device config file (`--device-config-file`, §2).
 
-VENDOR_SECTIONS: tuple[str, ...] = (
-    "nvidia",
-    "cambricon",
-    "hygon",
-    "metax",
-    "mthreads",
-    "iluvatars",
-    "enflame",
-    "kunlun",
-    "awsneuron",
-    "amd",
-    "vastai",
-    "biren",
-    "vnpus",
-)
-"""Top-level keys HAMi's config struct knows; anything else is ignored with a warning."""
+def vendor_sections(registry: Sequence[VendorSpec] = REGISTRY) -> tuple[str, ...]:
+    """Top-level keys HAMi's config struct knows (the registry's sections); anything else is ignored
+    with a warning."""
+    return tuple(spec.section for spec in registry)
+
+
+VENDOR_SECTIONS: tuple[str, ...] = vendor_sections()
 
 GPU_CORE_POLICIES = ("default", "force", "disable")
 
@@ -191,32 +182,6 @@ def _parse_log_level(r: _Reader, key: str) -> int | None:
     raise r.error(key, f"expected a non-negative integer log level, got {_describe(raw)}")
 
 
-_NVIDIA_KEYS = frozenset(
-    {
-        "resourceCountName",
-        "resourceMemoryName",
-        "resourceMemoryPercentageName",
-        "resourceCoreName",
-        "resourcePriorityName",
-        "overwriteEnv",
-        "defaultMemory",
-        "defaultCores",
-        "defaultGPUNum",
-        "memoryFactor",
-        "disableCoreLimit",
-        "gpuCorePolicy",
-        "runtimeClassName",
-        "migProfileAllowlist",
-        "deviceSplitCount",
-        "deviceMemoryScaling",
-        "deviceCoreScaling",
-        "preConfiguredDeviceMemory",
-        "libCudaLogLevel",
-        "enableNumaTopology",
-    }
-)
-
-
 def _parse_nvidia(source: str, raw: Any) -> NvidiaConfig:
     """The `nvidia` section; keys it leaves out take the chart defaults.
 
@@ -267,58 +232,23 @@ def _parse_nvidia(source: str, raw: Any) -> NvidiaConfig:
     )
 
 
-@dataclass(frozen=True, slots=True)
-class _Each:
-    """A list whose entries are mappings of `shape` (an `iluvatars` chip, a vNPU template)."""
+def config_shape(registry: Sequence[VendorSpec] = REGISTRY) -> ConfigShape:
+    """The yaml tags of HAMi v2.10.0's config structs (pkg/scheduler/config.Config and each
+    vendor's, as each vendor declares them): what Go's decoder fills. Keys the scheduler itself never
+    reads (device-plugin ones) are known too."""
+    return {spec.section: spec.keys for spec in registry}
 
-    shape: _Shape
 
+CONFIG_SHAPE: ConfigShape = config_shape()
 
-_Shape = Mapping[str, "_Shape | _Each | None"]
-"""The keys of a mapping, each with the shape of its value: None for a leaf (or a list of leaves),
-a shape for a mapping, `_Each` for a list of mappings."""
-
-_RESOURCE_NAMES = ("resourceCountName", "resourceMemoryName", "resourceCoreName")
-_VNPU_CHIP: _Shape = {
-    **dict.fromkeys(
-        ("commonWord", "chipName", "resourceName", "resourceMemoryName", "resourceCoreName",
-         "memoryAllocatable", "memoryCapacity", "memoryFactor", "aiCore", "aiCPU", "runtimeClassName",
-         "overwriteEnv", "superPod")
-    ),
-    "templates": _Each(dict.fromkeys(("name", "memory", "aiCore", "aiCPU"))),
-}
-# The yaml tags of HAMi v2.10.0's config structs (pkg/scheduler/config.Config and each vendor's):
-# what Go's decoder fills. Keys the scheduler itself never reads (device-plugin ones) are known too.
-CONFIG_SHAPE: _Shape = {
-    "nvidia": {
-        **dict.fromkeys(_NVIDIA_KEYS - {"migProfileAllowlist"}),
-        "migProfileAllowlist": _Each(dict.fromkeys(("models", "profiles"))),
-    },
-    "cambricon": dict.fromkeys(_RESOURCE_NAMES),
-    "hygon": dict.fromkeys((*_RESOURCE_NAMES, "memoryFactor")),
-    "metax": dict.fromkeys(
-        ("resourceCountName", "resourceVCountName", "resourceVMemoryName", "resourceVCoreName",
-         "sgpuTopologyAware")
-    ),
-    "mthreads": dict.fromkeys(_RESOURCE_NAMES),
-    "iluvatars": _Each(dict.fromkeys(("commonWord", "chipName", *_RESOURCE_NAMES))),
-    "enflame": dict.fromkeys(
-        ("resourceNameGCU", "resourceNameDRSGCU", "resourceNameGCUMemory", "resourceNameGCUCore",
-         "resourceNameVGCU", "resourceNameVGCUPercentage")
-    ),
-    "kunlun": dict.fromkeys(("resourceCountName", "resourceVCountName", "resourceVMemoryName")),
-    "awsneuron": dict.fromkeys(("resourceCountName", "resourceCoreName")),
-    "amd": dict.fromkeys(_RESOURCE_NAMES),
-    "vastai": dict.fromkeys(("resourceCountName",)),
-    "biren": dict.fromkeys(("resourceCountName",)),
-    "vnpus": {"hamiVnpuCore": None, "configs": _Each(_VNPU_CHIP)},
-}
 
 _warned_keys: set[str] = set()
 """Unknown key paths already warned about: once per process, however often a config is loaded."""
 
 
-def unknown_keys(data: Mapping[Any, Any], shape: _Shape = CONFIG_SHAPE, path: str = "") -> Iterator[str]:
+def unknown_keys(
+    data: Mapping[Any, Any], shape: ConfigShape = CONFIG_SHAPE, path: str = ""
+) -> Iterator[str]:
     """The paths (`nvidia.resourceCountNmae`, `iluvatars[1].chipNmae`) of the keys of `data` that
     `shape` does not have, in file order. Values of the wrong type are left to the typed readers."""
     for key, value in data.items():
@@ -327,7 +257,7 @@ def unknown_keys(data: Mapping[Any, Any], shape: _Shape = CONFIG_SHAPE, path: st
             yield where
             continue
         inner = shape[key]
-        if isinstance(inner, _Each) and isinstance(value, list):
+        if isinstance(inner, Each) and isinstance(value, list):
             for i, item in enumerate(value):
                 if isinstance(item, dict):
                     yield from unknown_keys(item, inner.shape, f"{where}[{i}]")
@@ -335,32 +265,32 @@ def unknown_keys(data: Mapping[Any, Any], shape: _Shape = CONFIG_SHAPE, path: st
             yield from unknown_keys(value, inner, where)
 
 
-def _warn_unknown_keys(source: str, data: Mapping[Any, Any]) -> None:
+def _warn_unknown_keys(source: str, data: Mapping[Any, Any], shape: ConfigShape) -> None:
     """A warning per unknown key, not an error: HAMi's decoder ignores such keys, so a config that
     works with HAMi must start here; but a misspelt key silently taking the default is a trap."""
-    for path in unknown_keys(data):
+    for path in unknown_keys(data, shape):
         if path in _warned_keys:
             continue
         _warned_keys.add(path)
         parent, _, key = path.rpartition(".")
-        close = _closest(key, _shape_at(parent))
+        close = _closest(key, _shape_at(shape, parent))
         hint = f"; did you mean {close}?" if close else ""
         log.warning("device config %s: unknown key %s (ignored%s)", source, path, hint)
 
 
-def _shape_at(path: str) -> _Shape | None:
-    """The shape of the mapping at `path` (`vnpus.configs[0]`), None when there is none."""
-    shape: _Shape | _Each | None = CONFIG_SHAPE
+def _shape_at(top: ConfigShape, path: str) -> ConfigShape | None:
+    """The shape of the mapping at `path` (`vnpus.configs[0]`) in `top`, None when there is none."""
+    shape: ConfigShape | Each | None = top
     for part in path.split(".") if path else ():
         if not isinstance(shape, Mapping):
             return None
         shape = shape.get(part.partition("[")[0])
-        if isinstance(shape, _Each):
+        if isinstance(shape, Each):
             shape = shape.shape
     return shape if isinstance(shape, Mapping) else None
 
 
-def _closest(key: str, shape: _Shape | None) -> str:
+def _closest(key: str, shape: ConfigShape | None) -> str:
     """The known key `key` most likely misspells (case aside: `aicpu` is `aiCPU`), or ""."""
     known = {k.lower(): k for k in shape or ()}
     close = difflib.get_close_matches(key.lower(), list(known), n=1)
@@ -382,8 +312,11 @@ def _is_empty(value: Any) -> bool:
 _YamlLoader: type[Any] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
-def parse_device_config(text: str, source: str = "<string>") -> DeviceConfig:
-    """Parse and validate device config YAML; `source` names it in error messages."""
+def parse_device_config(
+    text: str, source: str = "<string>", *, registry: Sequence[VendorSpec] = REGISTRY
+) -> DeviceConfig:
+    """Parse and validate device config YAML; `source` names it in error messages. The sections are
+    the `registry`'s (each vendor declares its own)."""
     try:
         data = yaml.load(text, Loader=_YamlLoader)
     except yaml.YAMLError as exc:
@@ -392,21 +325,22 @@ def parse_device_config(text: str, source: str = "<string>") -> DeviceConfig:
         raise DeviceConfigError(source, "", "the device config is empty")
     if not isinstance(data, dict):
         raise DeviceConfigError(source, "", f"expected a mapping of vendor sections, got {_describe(data)}")
-    _warn_unknown_keys(source, data)
-    data = {key: value for key, value in data.items() if key in VENDOR_SECTIONS}
+    _warn_unknown_keys(source, data, CONFIG_SHAPE if registry is REGISTRY else config_shape(registry))
+    listed = {spec.section: spec.listed for spec in registry}
+    data = {key: value for key, value in data.items() if key in listed}
     # Types first, so a mistyped key is reported as such rather than as "empty".
     nvidia = _parse_nvidia(source, data.get("nvidia"))
     for key, value in data.items():
         if key == "nvidia" or value is None:
             continue
-        wanted = list if key == "iluvatars" else dict
+        wanted = list if listed[key] else dict
         if not isinstance(value, wanted):
             raise DeviceConfigError(source, key, f"expected a {_KIND[wanted]}, got {_describe(value)}")
     if all(_is_empty(v) for v in data.values()):
         raise DeviceConfigError(source, "", "all configurations are empty")
     config = DeviceConfig(nvidia=nvidia, other_vendors={k: v for k, v in data.items() if k != "nvidia"})
     try:  # each registered vendor reads its own section
-        registry.build(config)
+        build(config, registry=registry)
     except VendorConfigError as exc:
         raise DeviceConfigError(source, exc.key, exc.problem) from None
     return config

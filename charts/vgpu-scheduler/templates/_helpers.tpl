@@ -103,7 +103,8 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | 
 {{/* Device config -------------------------------------------------------------------------- */}}
 
 {{/* The device config's sections in the registry's order, each with the devices.<vendor> switch
-that enables it ("" = always on). */}}
+that enables it ("" = always on). Written by scripts/chart-sections from the vendor registry
+(src/vgpu_scheduler/devices/registry.py): do not edit by hand. */}}
 {{- define "vgpu-scheduler.sections" -}}
 - {section: nvidia, vendor: ""}
 - {section: cambricon, vendor: cambricon}

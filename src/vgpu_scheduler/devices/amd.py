@@ -24,7 +24,7 @@ from typing import Any
 
 from vgpu_scheduler.config import DeviceConfig
 from vgpu_scheduler.devices import resources as res
-from vgpu_scheduler.devices.base import GenericVendor, SelectionFilters, trunc_div
+from vgpu_scheduler.devices.base import GenericVendor
 from vgpu_scheduler.devices.protocol import (
     FitResult,
     Health,
@@ -34,7 +34,10 @@ from vgpu_scheduler.devices.protocol import (
     Vendor,
     VendorFlags,
 )
+from vgpu_scheduler.devices.resources import trunc_div
 from vgpu_scheduler.devices.sections import Section
+from vgpu_scheduler.devices.selection import SelectionFilters
+from vgpu_scheduler.devices.spec import RESOURCE_NAME_KEYS, VendorSpec
 from vgpu_scheduler.model import (
     ContainerDevice,
     ContainerDeviceRequest,
@@ -204,3 +207,6 @@ def device_cores(pct: int, devmem: int, devcore: int, memreq: int) -> int | None
 def vendors(config: DeviceConfig, flags: VendorFlags) -> Sequence[Vendor]:
     names = Section(config.other_vendors.get("amd")).resource_names()
     return [AmdVendor(names)]
+
+
+SPEC = VendorSpec("amd", __name__, keys=dict.fromkeys(RESOURCE_NAME_KEYS))

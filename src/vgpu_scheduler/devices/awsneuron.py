@@ -32,7 +32,7 @@ from typing import Any
 
 from vgpu_scheduler.config import DeviceConfig
 from vgpu_scheduler.devices import resources as res
-from vgpu_scheduler.devices.base import GenericVendor, SelectionFilters
+from vgpu_scheduler.devices.base import GenericVendor
 from vgpu_scheduler.devices.capacity import as_int64, as_uint64, capacity_int64
 from vgpu_scheduler.devices.protocol import (
     FitResult,
@@ -44,6 +44,8 @@ from vgpu_scheduler.devices.protocol import (
     VendorFlags,
 )
 from vgpu_scheduler.devices.sections import Section
+from vgpu_scheduler.devices.selection import SelectionFilters
+from vgpu_scheduler.devices.spec import VendorSpec
 from vgpu_scheduler.model import (
     ContainerDevice,
     ContainerDeviceRequest,
@@ -337,3 +339,6 @@ def graph_select(
 def vendors(config: DeviceConfig, flags: VendorFlags) -> Sequence[Vendor]:
     names = Section(config.other_vendors.get("awsneuron")).resource_names(memory=False, memory_factor=1)
     return [AWSNeuronVendor(names)]
+
+
+SPEC = VendorSpec("awsneuron", __name__, keys=dict.fromkeys(("resourceCountName", "resourceCoreName")))

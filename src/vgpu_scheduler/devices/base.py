@@ -17,12 +17,12 @@ one, else the vendor's `quick_verdict` itself.
 from __future__ import annotations
 
 from collections.abc import Hashable, Mapping, Sequence
-from dataclasses import dataclass
 from datetime import datetime, tzinfo
 from typing import Any
 
 from vgpu_scheduler.devices import handshake
 from vgpu_scheduler.devices import resources as res
+from vgpu_scheduler.devices.podquota import quota_usage
 from vgpu_scheduler.devices.protocol import (
     FitResult,
     Health,
@@ -36,6 +36,8 @@ from vgpu_scheduler.devices.protocol import (
     ResourceNames,
 )
 from vgpu_scheduler.devices.quick import plain_judge, short_of_memory
+from vgpu_scheduler.devices.selection import NO_FILTERS, type_list, uuid_set
+from vgpu_scheduler.devices.selection import SelectionFilters as SelectionFilters
 from vgpu_scheduler.model import (
     PERCENTAGE_UNSET,
     ContainerDevice,
@@ -53,106 +55,6 @@ from vgpu_scheduler.wire.inventory import InventoryError, decode_node_devices
 
 Collected = list[tuple[int, int, int]]
 """(node position, memory, cores) of the devices a fit took so far."""
-
-
-# --------------------------------------------------------------------------------------------
-# Selection annotations (HAMi CheckType / CheckUUID)
-
-
-def type_list(value: str | None) -> tuple[str, ...] | None:
-    """use/nouse type members upper-cased, empties dropped; None = no constraint (absent or blank)."""
-    if value is None or not value.strip():
-        return None
-    return tuple(m.strip().upper() for m in value.split(",") if m.strip())
-
-
-def uuid_set(value: str | None) -> frozenset[str] | None:
-    """use/nouse uuid members trimmed; None = no constraint (absent or blank)."""
-    if value is None or not value.strip():
-        return None
-    return frozenset(m.strip() for m in value.split(","))
-
-
-@dataclass(slots=True, frozen=True)
-class SelectionFilters:
-    """A pod's device selection annotations for one vendor; None fields constrain nothing."""
-
-    use_types: tuple[str, ...] | None = None
-    nouse_types: tuple[str, ...] | None = None
-    use_uuids: frozenset[str] | None = None
-    nouse_uuids: frozenset[str] | None = None
-    mode: str | None = None
-    """A device passes only if its `mode` is a substring of this (NVIDIA `nvidia.com/vgpu-mode`)."""
-
-    @property
-    def types_active(self) -> bool:
-        return self.use_types is not None or self.nouse_types is not None or self.mode is not None
-
-    @property
-    def uuids_active(self) -> bool:
-        return self.use_uuids is not None or self.nouse_uuids is not None
-
-    def type_ok(self, dev: DeviceInfo) -> bool:
-        """Type filters (case-insensitive substring) and the mode filter (substring)."""
-        if self.use_types is not None or self.nouse_types is not None:
-            model = dev.type.upper()
-            if self.use_types is not None and not any(t in model for t in self.use_types):
-                return False
-            if self.nouse_types is not None and any(t in model for t in self.nouse_types):
-                return False
-        return self.mode is None or dev.mode in self.mode
-
-    def uuid_ok(self, uuid: str) -> bool:
-        if self.use_uuids is not None and uuid not in self.use_uuids:
-            return False
-        return self.nouse_uuids is None or uuid not in self.nouse_uuids
-
-
-NO_FILTERS = SelectionFilters()
-
-
-# --------------------------------------------------------------------------------------------
-# Helpers shared with vendors that write their own ladder
-
-
-def trunc_div(a: int, b: int) -> int:
-    """Go integer division (truncates toward zero)."""
-    q = abs(a) // b
-    return q if a >= 0 else -q
-
-
-def quota_usage(
-    allocated: Sequence[ContainerDevices],
-    n_init: int,
-    current: Sequence[tuple[str, int, int]],
-) -> tuple[int, int]:
-    """Whole-pod hypothetical (memory, cores) of one vendor, init containers collapsed (§5.8).
-
-    `allocated` is the allocation list being built (HAMi passes its own list: during the init
-    phase the init entries so far, during the app phase the app entries so far — so app
-    container j counts as an init container when j < n_init, as in HAMi); `current` is this
-    container's collected devices plus the candidate, at index len(allocated).
-    """
-    acc: dict[str, list[int]] = {}  # uuid -> [init peak mem, init peak cores, app mem, app cores]
-    for ci, ctr in enumerate(allocated):
-        for dev in ctr:
-            a = acc.setdefault(dev.uuid, [0, 0, 0, 0])
-            if ci < n_init:
-                a[0] = max(a[0], dev.usedmem)
-                a[1] = max(a[1], dev.usedcores)
-            else:
-                a[2] += dev.usedmem
-                a[3] += dev.usedcores
-    init = len(allocated) < n_init
-    for uuid, mem, cores in current:
-        a = acc.setdefault(uuid, [0, 0, 0, 0])
-        if init:
-            a[0] = max(a[0], mem)
-            a[1] = max(a[1], cores)
-        else:
-            a[2] += mem
-            a[3] += cores
-    return sum(max(a[0], a[2]) for a in acc.values()), sum(max(a[1], a[3]) for a in acc.values())
 
 
 # --------------------------------------------------------------------------------------------
@@ -493,7 +395,7 @@ class GenericVendor:
                 else:
                     if coresreq > 100:
                         coresreq = 100  # HAMi logs and clamps; the clamp sticks for later devices
-                    memreq = trunc_div(dev.devmem * pct, 100) if by_pct else fixed_mem
+                    memreq = res.trunc_div(dev.devmem * pct, 100) if by_pct else fixed_mem
                     devcore = dev.devcore
                     if quota is not None and not quota.fits(
                         # HAMi `fitQuota`: the whole pod's would-be usage of this vendor.

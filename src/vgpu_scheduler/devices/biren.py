@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from vgpu_scheduler.config import DeviceConfig
-from vgpu_scheduler.devices.base import GenericVendor, SelectionFilters
+from vgpu_scheduler.devices.base import GenericVendor
 from vgpu_scheduler.devices.protocol import (
     FitResult,
     Obj,
@@ -27,6 +27,8 @@ from vgpu_scheduler.devices.protocol import (
     VendorFlags,
 )
 from vgpu_scheduler.devices.sections import Section
+from vgpu_scheduler.devices.selection import SelectionFilters
+from vgpu_scheduler.devices.spec import VendorSpec
 from vgpu_scheduler.model import (
     ContainerDevice,
     ContainerDeviceRequest,
@@ -113,3 +115,6 @@ class BirenVendor(GenericVendor):
 def vendors(config: DeviceConfig, flags: VendorFlags) -> Sequence[Vendor]:
     # HAMi's ResourceNames for Biren hold only the count (memory factor 0).
     return [BirenVendor(Section(config.other_vendors.get("biren")).resource_names(memory=False, cores=False))]
+
+
+SPEC = VendorSpec("biren", __name__, keys=dict.fromkeys(("resourceCountName",)))

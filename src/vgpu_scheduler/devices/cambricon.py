@@ -28,9 +28,11 @@ from typing import Any
 
 from vgpu_scheduler.config import DeviceConfig
 from vgpu_scheduler.devices import resources as res
-from vgpu_scheduler.devices.base import GenericVendor, trunc_div
+from vgpu_scheduler.devices.base import GenericVendor
 from vgpu_scheduler.devices.protocol import Health, NodeLockSpec, Obj, Vendor, VendorFlags
+from vgpu_scheduler.devices.resources import trunc_div
 from vgpu_scheduler.devices.sections import Section
+from vgpu_scheduler.devices.spec import RESOURCE_NAME_KEYS, VendorFlag, VendorSpec
 from vgpu_scheduler.model import ContainerDeviceRequest, DeviceInfo, PodSingleDevice
 from vgpu_scheduler.wire.inventory import InventoryError
 
@@ -145,3 +147,15 @@ def _capacity(node: Obj) -> dict[str, Any]:
 def vendors(config: DeviceConfig, flags: VendorFlags) -> Sequence[Vendor]:
     names = Section(config.other_vendors.get("cambricon")).resource_names(memory_factor=MEMORY_UNIT)
     return [CambriconVendor(names)]
+
+
+SPEC = VendorSpec(
+    "cambricon",
+    __name__,
+    flags=(
+        VendorFlag("cambricon-mlu-cores", "cambricon.com/mlu.smlu.vcore", "cambricon mlu core resource"),
+        VendorFlag("cambricon-mlu-memory", "cambricon.com/mlu.smlu.vmemory", "cambricon mlu memory resource"),
+        VendorFlag("cambricon-mlu-name", "cambricon.com/mlu", "cambricon mlu resource count"),
+    ),
+    keys=dict.fromkeys(RESOURCE_NAME_KEYS),
+)

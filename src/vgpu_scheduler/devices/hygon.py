@@ -18,6 +18,7 @@ from vgpu_scheduler.config import DeviceConfig
 from vgpu_scheduler.devices.base import GenericVendor
 from vgpu_scheduler.devices.protocol import Vendor, VendorFlags
 from vgpu_scheduler.devices.sections import Section
+from vgpu_scheduler.devices.spec import RESOURCE_NAME_KEYS, VendorFlag, VendorSpec
 
 DCU = "DCU"
 REGISTER = "hami.io/node-dcu-register"
@@ -46,3 +47,15 @@ class HygonVendor(GenericVendor):
 def vendors(config: DeviceConfig, flags: VendorFlags) -> Sequence[Vendor]:
     names = Section(config.other_vendors.get("hygon")).resource_names(memory_factor="memoryFactor")
     return [HygonVendor(names)]
+
+
+SPEC = VendorSpec(
+    "hygon",
+    __name__,
+    flags=(
+        VendorFlag("dcu-cores", "hygon.com/dcucores", "dcu core resource"),
+        VendorFlag("dcu-memory", "hygon.com/dcumem", "dcu memory resource"),
+        VendorFlag("dcu-name", "hygon.com/dcunum", "dcu resource count"),
+    ),
+    keys=dict.fromkeys((*RESOURCE_NAME_KEYS, "memoryFactor")),
+)

@@ -34,6 +34,7 @@ from vgpu_scheduler.devices.protocol import (
     VendorFlags,
 )
 from vgpu_scheduler.devices.sections import Section
+from vgpu_scheduler.devices.spec import RESOURCE_NAME_KEYS, Each, VendorSpec
 from vgpu_scheduler.model import ContainerDeviceRequest
 
 SECTION = "iluvatars"
@@ -154,3 +155,12 @@ def vendors(config: DeviceConfig, flags: VendorFlags) -> Sequence[Vendor]:
         vendor = chip_vendor(item, index)
         by_key[vendor.key] = vendor
     return list(by_key.values())
+
+
+SPEC = VendorSpec(
+    SECTION,
+    __name__,
+    gate="enable_iluvatar",
+    gate_help="enable iluvatar device",
+    keys=Each(dict.fromkeys(("commonWord", "chipName", *RESOURCE_NAME_KEYS))),
+)

@@ -27,7 +27,7 @@ from typing import Any
 
 from vgpu_scheduler.config import DeviceConfig
 from vgpu_scheduler.devices import resources as res
-from vgpu_scheduler.devices.base import GenericVendor, SelectionFilters, trunc_div
+from vgpu_scheduler.devices.base import GenericVendor
 from vgpu_scheduler.devices.capacity import capacity_int64
 from vgpu_scheduler.devices.protocol import (
     FitResult,
@@ -38,7 +38,10 @@ from vgpu_scheduler.devices.protocol import (
     Vendor,
     VendorFlags,
 )
+from vgpu_scheduler.devices.resources import trunc_div
 from vgpu_scheduler.devices.sections import Section
+from vgpu_scheduler.devices.selection import SelectionFilters
+from vgpu_scheduler.devices.spec import RESOURCE_NAME_KEYS, VendorFlag, VendorSpec
 from vgpu_scheduler.model import (
     PERCENTAGE_UNSET,
     ContainerDevice,
@@ -242,3 +245,15 @@ class MthreadsVendor(GenericVendor):
 def vendors(config: DeviceConfig, flags: VendorFlags) -> Sequence[Vendor]:
     names = Section(config.other_vendors.get("mthreads")).resource_names(memory_factor=MEMORY_FACTOR)
     return [MthreadsVendor(names)]
+
+
+SPEC = VendorSpec(
+    "mthreads",
+    __name__,
+    flags=(
+        VendorFlag("mthreads-cores", "mthreads.com/sgpu-core", "mthreads core resource"),
+        VendorFlag("mthreads-memory", "mthreads.com/sgpu-memory", "mthreads memory resource"),
+        VendorFlag("mthreads-name", "mthreads.com/vgpu", "mthreads resource count"),
+    ),
+    keys=dict.fromkeys(RESOURCE_NAME_KEYS),
+)

@@ -58,15 +58,26 @@ class Pinned:
     (what the verdict there reads of the request: its count and type filters, not its uuids)."""
 
 
-@dataclass(slots=True, frozen=True)
 class VendorFlags:
-    """The command-line flags vendors read (§1.2): the two gates and the legacy resource names."""
+    """The command-line flags vendors read (§1.2): the enable gates that are on and the legacy
+    per-vendor flags, both by option name (`VendorFlags(enable_ascend=True)`). Which options
+    exist is each vendor's declaration (`devices.spec.VendorSpec`)."""
 
-    enable_ascend: bool = False
-    enable_iluvatar: bool = False
-    legacy: Mapping[str, object] = field(default_factory=dict)
-    """Legacy per-vendor flags by option name (`dcu_name`, `metax_vcount`, …). HAMi overwrites
-    them with the configuration file's values, so they matter only where a vendor says so."""
+    __slots__ = ("gates", "legacy")
+
+    def __init__(self, *, legacy: Mapping[str, object] | None = None, **gates: bool) -> None:
+        self.gates: frozenset[str] = frozenset(name for name, on in gates.items() if on)
+        """The gate options set (`enable_ascend`, …)."""
+        self.legacy: Mapping[str, object] = dict(legacy or {})
+        """Legacy per-vendor flags by option name (`dcu_name`, `metax_vcount`, …). HAMi overwrites
+        them with the configuration file's values, so they matter only where a vendor says so."""
+
+    def enabled(self, gate: str) -> bool:
+        """True when the gate option `gate` is on ("" is no gate: always on)."""
+        return not gate or gate in self.gates
+
+    def __repr__(self) -> str:
+        return f"VendorFlags(gates={sorted(self.gates)}, legacy={dict(self.legacy)})"
 
 
 class VendorConfigError(ValueError):

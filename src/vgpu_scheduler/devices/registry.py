@@ -1,68 +1,72 @@
-"""The registry: device-configuration sections -> vendors, in HAMi's registration order (§2).
+"""The registry: every vendor's declaration (`devices.spec.VendorSpec`), in HAMi's registration
+order (§2).
 
 HAMi registers every backend except Ascend and Iluvatar whatever the configuration says (a
 missing section leaves empty resource names, so the vendor never matches a container); Ascend
-and Iluvatar need `--enable-ascend` / `--enable-iluvatar`. Each line names the section and the
-module under `vgpu_scheduler.devices` whose `vendors(config, flags)` builds that section's
-vendors (several for sections such as `iluvatars`).
+and Iluvatar declare a gate (`--enable-ascend` / `--enable-iluvatar`). Each line loads the `SPEC`
+of one module under `vgpu_scheduler.devices`; that module's `vendors(config, flags)` builds the
+section's vendors (several for sections such as `iluvatars`). Adding a vendor adds one line here.
 """
 
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 
 from vgpu_scheduler.config import DeviceConfig
 from vgpu_scheduler.devices.protocol import Vendor, VendorConfigError, VendorFlags, Vendors
+from vgpu_scheduler.devices.spec import Factory, VendorSpec
 
-Factory = Callable[[DeviceConfig, VendorFlags], Sequence[Vendor]]
-
-
-@dataclass(slots=True, frozen=True)
-class Entry:
-    section: str
-    """Top-level key of the device configuration file."""
-    module: str
-    """Module under `vgpu_scheduler.devices` with `vendors(config, flags) -> list[Vendor]`."""
-    gate: str = ""
-    """`VendorFlags` attribute that must be true for the section to register ("" = always)."""
+Entry = VendorSpec
+"""A registry line (`Entry(section, module, gate=...)`), kept under its former name."""
 
 
-# HAMi's order. A vendor's line is uncommented when its module exists; the blank lines between
-# entries let vendors written side by side merge without conflicts.
-REGISTRY: tuple[Entry, ...] = (
-    Entry("nvidia", "nvidia"),
+def _module_path(module: str) -> str:
+    return module if "." in module else f"vgpu_scheduler.devices.{module}"
 
-    Entry("cambricon", "cambricon"),
 
-    Entry("hygon", "hygon"),
+def declared(module: str) -> VendorSpec:
+    """The `SPEC` a vendor module declares (its registry line)."""
+    spec: VendorSpec = importlib.import_module(_module_path(module)).SPEC
+    return spec
 
-    Entry("enflame", "enflame"),
 
-    Entry("mthreads", "mthreads"),
+# HAMi's order. The blank lines between entries let vendors written side by side merge without
+# conflicts.
+REGISTRY: tuple[VendorSpec, ...] = (
+    declared("nvidia"),
 
-    Entry("metax", "metax"),
+    declared("cambricon"),
 
-    Entry("kunlun", "kunlun"),
+    declared("hygon"),
 
-    Entry("awsneuron", "awsneuron"),
+    declared("enflame"),
 
-    Entry("amd", "amd"),
+    declared("mthreads"),
 
-    Entry("vastai", "vastai"),
+    declared("metax"),
 
-    Entry("biren", "biren"),
+    declared("kunlun"),
 
-    Entry("vnpus", "ascend", gate="enable_ascend"),
+    declared("awsneuron"),
 
-    Entry("iluvatars", "iluvatar", gate="enable_iluvatar"),
+    declared("amd"),
+
+    declared("vastai"),
+
+    declared("biren"),
+
+    declared("ascend"),
+
+    declared("iluvatar"),
 
 )
 
 
-def factory(entry: Entry) -> Factory:
-    module = importlib.import_module(f"vgpu_scheduler.devices.{entry.module}")
+def factory(entry: VendorSpec) -> Factory:
+    if entry.factory is not None:
+        return entry.factory
+    module = importlib.import_module(_module_path(entry.module))
     built: Factory = module.vendors
     return built
 
@@ -71,7 +75,7 @@ def build(
     config: DeviceConfig | None = None,
     flags: VendorFlags | None = None,
     *,
-    registry: Sequence[Entry] = REGISTRY,
+    registry: Sequence[VendorSpec] = REGISTRY,
 ) -> Vendors:
     """The registered vendors for a device configuration (default: the chart's `nvidia` defaults).
     Raises VendorConfigError, its key starting with the section."""
@@ -79,7 +83,7 @@ def build(
     flags = flags if flags is not None else VendorFlags()
     out: list[Vendor] = []
     for entry in registry:
-        if entry.gate and not getattr(flags, entry.gate):
+        if not flags.enabled(entry.gate):
             continue
         try:
             out.extend(factory(entry)(config, flags))
@@ -87,3 +91,14 @@ def build(
             key = f"{entry.section}.{exc.key}" if exc.key else entry.section
             raise VendorConfigError(exc.problem, key) from None
     return Vendors(out)
+
+
+def chart_sections(registry: Sequence[VendorSpec] = REGISTRY) -> str:
+    """The Helm chart's section list (`vgpu-scheduler.sections` in charts/vgpu-scheduler/templates/
+    _helpers.tpl), from the registry: each section in registration order with the `devices.<vendor>`
+    switch that enables it ("" = always on). `scripts/chart-sections` writes it into the chart."""
+    lines = []
+    for spec in registry:
+        switch = spec.chart_vendor or '""'
+        lines.append(f"- {{section: {spec.section}, vendor: {switch}}}\n")
+    return "".join(lines)

@@ -21,6 +21,12 @@ MISSING: Any = object()
 """`lookup`'s answer for a resource the container does not name."""
 
 
+def trunc_div(a: int, b: int) -> int:
+    """Go integer division (truncates toward zero)."""
+    q = abs(a) // b
+    return q if a >= 0 else -q
+
+
 def int32(value: int) -> int:
     """Go's `int32(x)` conversion of an int64: keep the low 32 bits, two's complement."""
     return (value + 2**31) % 2**32 - 2**31

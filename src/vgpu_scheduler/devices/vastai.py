@@ -25,7 +25,7 @@ from typing import Any
 import msgspec
 
 from vgpu_scheduler.config import DeviceConfig
-from vgpu_scheduler.devices.base import GenericVendor, SelectionFilters
+from vgpu_scheduler.devices.base import GenericVendor
 from vgpu_scheduler.devices.protocol import (
     FitResult,
     Obj,
@@ -34,6 +34,8 @@ from vgpu_scheduler.devices.protocol import (
     VendorFlags,
 )
 from vgpu_scheduler.devices.sections import Section
+from vgpu_scheduler.devices.selection import SelectionFilters
+from vgpu_scheduler.devices.spec import VendorSpec
 from vgpu_scheduler.model import (
     ContainerDevice,
     ContainerDeviceRequest,
@@ -277,3 +279,6 @@ def custom_infos(value: str, n: int) -> list[Mapping[str, Any] | None]:
 def vendors(config: DeviceConfig, flags: VendorFlags) -> Sequence[Vendor]:
     names = Section(config.other_vendors.get("vastai")).resource_names(memory=False, cores=False)
     return [VastaiVendor(names)]
+
+
+SPEC = VendorSpec("vastai", __name__, keys=dict.fromkeys(("resourceCountName",)))

@@ -25,7 +25,7 @@ from vgpu_scheduler.config import DeviceConfig
 from vgpu_scheduler.configfile import DeviceConfigError, default_device_config, load_device_config
 from vgpu_scheduler.engine.explain import Explanation, render_text
 from vgpu_scheduler.engine.policy import NODE_POLICIES, unknown_gpu_policy
-from vgpu_scheduler.scheduler.options import SchedulerOptions
+from vgpu_scheduler.scheduler.options import SchedulerOptions, gate_flags, with_gates
 from vgpu_scheduler.scheduler.process import SchedulerProcess
 
 PROG = "vgpu-scheduler explain"
@@ -70,9 +70,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device-config-file", metavar="FILE", help="device config (default: the chart's)")
     p.add_argument("--node-scheduler-policy", default="binpack", choices=NODE_POLICIES)
     p.add_argument("--gpu-scheduler-policy", default="spread", metavar="POLICY", type=_gpu_policy)
-    for vendor in ("ascend", "iluvatar"):
-        p.add_argument(f"--enable-{vendor}", nargs="?", const=True, default=False, type=_go_bool,
-                       metavar="BOOL", help=f"register the {vendor} section, as the scheduler's flag does")
+    for gate in gate_flags():  # the vendors' --enable-<vendor>
+        vendor = gate.option.removeprefix("enable_")
+        p.add_argument(f"--{gate.name}", dest=gate.option, nargs="?", const=True, default=False,
+                       type=_go_bool, metavar="BOOL",
+                       help=f"register the {vendor} section, as the scheduler's flag does")
     return p
 
 
@@ -143,11 +145,11 @@ async def _run(args: argparse.Namespace) -> Explanation | None:
     except DeviceConfigError as exc:
         raise InputError(str(exc)) from None
     objects = _snapshot_objects(args.snapshot) if args.snapshot else await _live_objects(args.kubeconfig)
-    opts = SchedulerOptions(
-        node_scheduler_policy=args.node_scheduler_policy,
-        gpu_scheduler_policy=args.gpu_scheduler_policy,
-        enable_ascend=args.enable_ascend,
-        enable_iluvatar=args.enable_iluvatar,
+    opts = with_gates(
+        SchedulerOptions(
+            node_scheduler_policy=args.node_scheduler_policy, gpu_scheduler_policy=args.gpu_scheduler_policy
+        ),
+        {gate.option: getattr(args, gate.option) for gate in gate_flags()},
     )
     return await explain_objects(objects, namespace, name, opts=opts, device_config=config)
 

@@ -6,9 +6,14 @@ simulator read it. It sits below them so none of them needs the CLI parser.
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
 from vgpu_scheduler.devices.protocol import VendorFlags
+from vgpu_scheduler.devices.registry import REGISTRY
+from vgpu_scheduler.devices.spec import VendorFlag, VendorSpec
 from vgpu_scheduler.engine.policy import unknown_gpu_policy, unknown_node_policy
 from vgpu_scheduler.wire.gocompat import go_quote
 
@@ -18,9 +23,44 @@ DEFAULT_KUBE_QPS = 200.0
 DEFAULT_KUBE_BURST = 400
 
 
+_Options = TypeVar("_Options")
+
+
+def vendor_options(registry: Sequence[VendorSpec] = REGISTRY) -> dict[str, VendorFlag]:
+    """Every vendor option (gates and legacy flags) by option name, in registry order: the first
+    flag setting an option gives its default (an alias sets its target's option)."""
+    out: dict[str, VendorFlag] = {}
+    for spec in registry:
+        for flag in spec.all_flags:
+            out.setdefault(flag.option, flag)
+    return out
+
+
+def gate_flags(registry: Sequence[VendorSpec] = REGISTRY) -> tuple[VendorFlag, ...]:
+    """The vendors' enable gates (`--enable-ascend`, …) as flags, in registry order."""
+    return tuple(gate for spec in registry if (gate := spec.gate_flag) is not None)
+
+
+def with_gates(opts: SchedulerOptions, gates: Mapping[str, bool]) -> SchedulerOptions:
+    """`opts` with the gate options `gates` (`{"enable_ascend": True}`) set."""
+    changes: dict[str, Any] = dict(gates)
+    return dataclasses.replace(opts, **changes)
+
+
+def _with_vendor_options(cls: type[_Options]) -> type[_Options]:
+    """Adds a field per vendor option of the registry (§1.2 global flags), with its default, before
+    the dataclass is made: the vendors declare them (`VendorSpec.flags`), not this module."""
+    for name, flag in vendor_options().items():
+        cls.__annotations__[name] = type(flag.default).__name__
+        setattr(cls, name, flag.default)
+    return cls
+
+
 @dataclass(frozen=True, slots=True)
+@_with_vendor_options
 class SchedulerOptions:
-    """Every flag of the scheduler command, with HAMi's names (as snake_case) and defaults."""
+    """Every flag of the scheduler command, with HAMi's names (as snake_case) and defaults; the
+    vendors' global flags (`enable_ascend`, `dcu_name`, …) are fields too, added from the registry."""
 
     # Root flags (§1.1).
     http_bind: str = "127.0.0.1:8080"
@@ -54,31 +94,6 @@ class SchedulerOptions:
     # Global flags (§1.2).
     device_config_file: str = ""
     debug: bool = False
-    enable_ascend: bool = False
-    enable_iluvatar: bool = False
-    cambricon_mlu_name: str = "cambricon.com/mlu"
-    cambricon_mlu_memory: str = "cambricon.com/mlu.smlu.vmemory"
-    cambricon_mlu_cores: str = "cambricon.com/mlu.smlu.vcore"
-    dcu_name: str = "hygon.com/dcunum"
-    dcu_memory: str = "hygon.com/dcumem"
-    dcu_cores: str = "hygon.com/dcucores"
-    mthreads_name: str = "mthreads.com/vgpu"
-    mthreads_memory: str = "mthreads.com/sgpu-memory"
-    mthreads_cores: str = "mthreads.com/sgpu-core"
-    metax_name: str = "metax-tech.com/gpu"
-    metax_vcount: str = "metax-tech.com/sgpu"
-    metax_vcore: str = "metax-tech.com/vcore"
-    metax_vmemory: str = "metax-tech.com/vmemory"
-    sgpu_topology_aware: bool = False
-    kunlun_name: str = "kunlunxin.com/xpu"
-    kunlun_vcount: str = "kunlunxin.com/vxpu"
-    kunlun_vmemory: str = "kunlunxin.com/vxpu-memory"
-    enflame_gcu_resource_name: str = "enflame.com/gcu"
-    enflame_drs_gcu_resource_name: str = "enflame.com/drs-gcu"
-    enflame_gcu_memory_resource_name: str = "enflame.com/gcu-memory"
-    enflame_gcu_core_resource_name: str = "enflame.com/gcu-core"
-    enflame_vgcu_legacy_resource_name: str = "enflame.com/vgcu"
-    enflame_vgcu_percentage_resource_name: str = "enflame.com/vgcu-percentage"
     # klog flags (§1.2).
     add_dir_header: bool = False
     alsologtostderr: bool = False
@@ -96,26 +111,34 @@ class SchedulerOptions:
 
 
 
-LEGACY_VENDOR_FLAGS: tuple[str, ...] = (
-    "cambricon_mlu_name", "cambricon_mlu_memory", "cambricon_mlu_cores",
-    "dcu_name", "dcu_memory", "dcu_cores",
-    "mthreads_name", "mthreads_memory", "mthreads_cores",
-    "metax_name", "metax_vcount", "metax_vcore", "metax_vmemory", "sgpu_topology_aware",
-    "kunlun_name", "kunlun_vcount", "kunlun_vmemory",
-    "enflame_gcu_resource_name", "enflame_drs_gcu_resource_name", "enflame_gcu_memory_resource_name",
-    "enflame_gcu_core_resource_name", "enflame_vgcu_legacy_resource_name",
-    "enflame_vgcu_percentage_resource_name",
-)
-"""The per-vendor global flags (§1.2), handed to the vendors by option name."""
 
-
-def vendor_flags(opts: SchedulerOptions) -> VendorFlags:
-    """What the vendors read of the command line: the two gates and the legacy per-vendor flags."""
-    return VendorFlags(
-        enable_ascend=opts.enable_ascend,
-        enable_iluvatar=opts.enable_iluvatar,
-        legacy={name: getattr(opts, name) for name in LEGACY_VENDOR_FLAGS},
+def options_type(registry: Sequence[VendorSpec]) -> type[SchedulerOptions]:
+    """`SchedulerOptions`, with a field more for each option `registry` declares that it lacks (a
+    vendor registered outside the package, such as a test's): what `flags.parse_args` fills."""
+    known = {f.name for f in dataclasses.fields(SchedulerOptions)}
+    extra = [
+        (name, type(flag.default), dataclasses.field(default=flag.default))
+        for name, flag in vendor_options(registry).items()
+        if name not in known
+    ]
+    if not extra:
+        return SchedulerOptions
+    made: type[SchedulerOptions] = dataclasses.make_dataclass(
+        "SchedulerOptions", extra, bases=(SchedulerOptions,), frozen=True, slots=True
     )
+    return made
+
+
+def vendor_flags(opts: SchedulerOptions, registry: Sequence[VendorSpec] = REGISTRY) -> VendorFlags:
+    """What the vendors read of the command line: the gates and the legacy per-vendor flags."""
+    gates = {spec.gate: bool(getattr(opts, spec.gate, False)) for spec in registry if spec.gate}
+    legacy = {
+        name: getattr(opts, name, flag.default)
+        for spec in registry
+        for flag in spec.flags
+        if (name := flag.option) not in gates
+    }
+    return VendorFlags(legacy=legacy, **gates)
 
 
 def invalid_policy(opts: SchedulerOptions) -> str:

@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -26,7 +26,8 @@ from vgpu_scheduler.cluster.reflector import Reflector
 from vgpu_scheduler.cluster.registration import RegistrationLoop
 from vgpu_scheduler.cluster.store import Store
 from vgpu_scheduler.config import DeviceConfig
-from vgpu_scheduler.devices import registry
+from vgpu_scheduler.devices.registry import REGISTRY, build
+from vgpu_scheduler.devices.spec import VendorSpec
 from vgpu_scheduler.engine.explain import Explanation, explain_pod
 from vgpu_scheduler.engine.state import SchedulerState
 from vgpu_scheduler.scheduler.extender import EventSink, Extender, Policies
@@ -101,12 +102,14 @@ class SchedulerProcess:
         events: EventSink | None = None,
         pod_name: str | None = None,
         pod_namespace: str | None = None,
+        registry: Sequence[VendorSpec] = REGISTRY,
     ) -> None:
+        """`registry`: the vendors to register (the package's; a test adds one of its own)."""
         if not hostname:
             raise ValueError("hostname is empty: the scheduler needs it as its leader identity")
         self.opts = opts
         self.device_config = device_config
-        self.vendors = registry.build(device_config, vendor_flags(opts))
+        self.vendors = build(device_config, vendor_flags(opts, registry), registry=registry)
         self.client = client
         self.hostname = hostname
         self.now = now

@@ -30,9 +30,10 @@ from vgpu_scheduler.cluster.embedded.snapshot import Snapshot, SnapshotError, lo
 from vgpu_scheduler.config import DeviceConfig
 from vgpu_scheduler.configfile import DeviceConfigError, default_device_config, load_device_config
 from vgpu_scheduler.devices import registry
-from vgpu_scheduler.devices.protocol import VendorConfigError, VendorFlags
+from vgpu_scheduler.devices.protocol import VendorConfigError
 from vgpu_scheduler.engine.policy import NODE_POLICIES, unknown_gpu_policy
 from vgpu_scheduler.scheduler.extender import Extender
+from vgpu_scheduler.scheduler.options import SchedulerOptions, gate_flags, vendor_flags, with_gates
 from vgpu_scheduler.simulate.extenderio import HttpExtender
 from vgpu_scheduler.simulate.loop import (
     ARRIVAL_ANNOTATION,
@@ -73,6 +74,11 @@ def _go_bool(value: str) -> bool:
     raise argparse.ArgumentTypeError(f"invalid boolean value {value!r}")
 
 
+def _gates(args: argparse.Namespace) -> dict[str, bool]:
+    """The vendors' enable gates as given (`{"enable_ascend": True, ...}`)."""
+    return {gate.option: getattr(args, gate.option) for gate in gate_flags()}
+
+
 class InputError(ValueError):
     """Bad input; the message is shown as is and the command exits 2."""
 
@@ -96,9 +102,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--count", type=int, default=DEFAULT_COUNT, metavar="N",
                    help=f"pods in the demo workload (default {DEFAULT_COUNT})")
     p.add_argument("--device-config-file", metavar="FILE", help="device config (default: the chart's)")
-    for vendor in ("ascend", "iluvatar"):
-        p.add_argument(f"--enable-{vendor}", nargs="?", const=True, default=False, type=_go_bool,
-                       metavar="BOOL", help=f"register the {vendor} section, as the scheduler's flag does")
+    for gate in gate_flags():  # the vendors' --enable-<vendor>
+        vendor = gate.option.removeprefix("enable_")
+        p.add_argument(f"--{gate.name}", dest=gate.option, nargs="?", const=True, default=False,
+                       type=_go_bool, metavar="BOOL",
+                       help=f"register the {vendor} section, as the scheduler's flag does")
     p.add_argument("--node-scheduler-policy", default="binpack", choices=NODE_POLICIES)
     p.add_argument(
         "--gpu-scheduler-policy",
@@ -169,9 +177,8 @@ def load_inputs(args: argparse.Namespace) -> Inputs:
             config = default_device_config()
     except DeviceConfigError as exc:
         raise InputError(f"failed to load device config: {exc}") from None
-    try:  # the sections only --enable-ascend / --enable-iluvatar register are read now
-        gates = VendorFlags(enable_ascend=args.enable_ascend, enable_iluvatar=args.enable_iluvatar)
-        registry.build(config, gates)
+    try:  # the sections only a gate (--enable-ascend, …) registers are read now
+        registry.build(config, vendor_flags(with_gates(SchedulerOptions(), _gates(args))))
     except VendorConfigError as exc:
         raise InputError(f"failed to initialize devices: {exc}") from None
     try:
@@ -248,8 +255,7 @@ async def _run(
         gpu_scheduler_policy=args.gpu_scheduler_policy,
         device_config=inputs.device_config,
         seed=args.seed,
-        enable_ascend=args.enable_ascend,
-        enable_iluvatar=args.enable_iluvatar,
+        vendor_gates=frozenset(gate for gate, on in _gates(args).items() if on),
         explain=args.explain,
         max_sim_time=args.max_sim_time,
     )

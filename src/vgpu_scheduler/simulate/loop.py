@@ -51,9 +51,11 @@ from vgpu_scheduler.cluster.transport import MemoryTransport
 from vgpu_scheduler.config import DeviceConfig
 from vgpu_scheduler.configfile import default_device_config
 from vgpu_scheduler.devices.protocol import Vendors
+from vgpu_scheduler.devices.registry import REGISTRY
+from vgpu_scheduler.devices.spec import VendorSpec
 from vgpu_scheduler.engine.requests import pod_requests
 from vgpu_scheduler.scheduler.heap import collector_settled
-from vgpu_scheduler.scheduler.options import SchedulerOptions
+from vgpu_scheduler.scheduler.options import options_type, with_gates
 from vgpu_scheduler.scheduler.process import SchedulerProcess
 from vgpu_scheduler.simulate.clock import SimClock
 from vgpu_scheduler.simulate.extenderio import (
@@ -131,10 +133,11 @@ class SimulationOptions:
     initial_backoff: float = 1.0
     max_backoff: float = 10.0
     epoch: int = DEFAULT_EPOCH
-    enable_ascend: bool = False
-    """The scheduler's `--enable-ascend`: the `vnpus` section registers only with it (§2)."""
-    enable_iluvatar: bool = False
-    """The scheduler's `--enable-iluvatar`: the `iluvatars` section registers only with it."""
+    vendor_gates: frozenset[str] = frozenset()
+    """The scheduler's vendor gates that are on (`enable_ascend` for `--enable-ascend`: the `vnpus`
+    section registers only with it, §2)."""
+    registry: Sequence[VendorSpec] = REGISTRY
+    """The vendors that may register (the package's; a test adds one of its own)."""
     explain: bool = False
     """Pending pods in the report carry their explanation (per node and device, engine.explain)."""
     max_sim_time: float | None = None
@@ -190,13 +193,14 @@ class Simulation:
         self.cluster.seed_from_list([*nodes, *existing])
         self.client = KubeClient(MemoryTransport(self.cluster))
         cfg = self.options.device_config
-        sched_opts = SchedulerOptions(
-            node_scheduler_policy=self.options.node_scheduler_policy,
-            gpu_scheduler_policy=self.options.gpu_scheduler_policy,
-            enable_ascend=self.options.enable_ascend,
-            enable_iluvatar=self.options.enable_iluvatar,
-            # The simulated queue retries refused pods on every event, on the state the filter has.
-            requeue_nudges=False,
+        sched_opts = with_gates(
+            options_type(self.options.registry)(
+                node_scheduler_policy=self.options.node_scheduler_policy,
+                gpu_scheduler_policy=self.options.gpu_scheduler_policy,
+                # The simulated queue retries refused pods on every event, on the state the filter has.
+                requeue_nudges=False,
+            ),
+            dict.fromkeys(self.options.vendor_gates, True),
         )
         self.process = SchedulerProcess(
             sched_opts,
@@ -206,6 +210,7 @@ class Simulation:
             now=lambda: self.clock.epoch + self.clock.now,
             now_datetime=self.clock.datetime,
             events=_NoEvents(),
+            registry=self.options.registry,
         )
         self.endpoint: ExtenderEndpoint = self.process.extender
         self.device_plugin = SimDevicePlugin(self.client, self.process.vendors)

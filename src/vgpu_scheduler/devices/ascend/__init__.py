@@ -9,6 +9,7 @@ from vgpu_scheduler.config import DeviceConfig
 from vgpu_scheduler.devices.ascend.config import VnpuConfig, parse_vnpus
 from vgpu_scheduler.devices.ascend.vendor import AscendVendor
 from vgpu_scheduler.devices.protocol import Vendor, VendorFlags
+from vgpu_scheduler.devices.spec import Each, VendorSpec
 
 __all__ = ["AscendVendor", "VnpuConfig", "parse_vnpus", "vendors"]
 
@@ -21,3 +22,20 @@ def vendors(config: DeviceConfig, flags: VendorFlags) -> Sequence[Vendor]:
     for chip in vnpus.configs:
         chips[chip.common_word] = chip
     return [AscendVendor(chip, hami_vnpu_core=vnpus.hami_vnpu_core) for chip in chips.values()]
+
+
+_CHIP_KEYS = (
+    "commonWord", "chipName", "resourceName", "resourceMemoryName", "resourceCoreName", "memoryAllocatable",
+    "memoryCapacity", "memoryFactor", "aiCore", "aiCPU", "runtimeClassName", "overwriteEnv", "superPod",
+)
+_TEMPLATE_KEYS = ("name", "memory", "aiCore", "aiCPU")
+SPEC = VendorSpec(
+    "vnpus",
+    __name__,
+    gate="enable_ascend",
+    gate_help="enable ascend device",
+    keys={
+        "hamiVnpuCore": None,
+        "configs": Each({**dict.fromkeys(_CHIP_KEYS), "templates": Each(dict.fromkeys(_TEMPLATE_KEYS))}),
+    },
+)

@@ -38,7 +38,7 @@ from vgpu_scheduler.devices.ascend.inventory import (
     node_hami_core,
     read_inventory,
 )
-from vgpu_scheduler.devices.base import GenericVendor, SelectionFilters, trunc_div, uuid_set
+from vgpu_scheduler.devices.base import GenericVendor
 from vgpu_scheduler.devices.protocol import (
     FitResult,
     Health,
@@ -48,6 +48,8 @@ from vgpu_scheduler.devices.protocol import (
     PodFitContext,
     ResourceNames,
 )
+from vgpu_scheduler.devices.resources import trunc_div
+from vgpu_scheduler.devices.selection import SelectionFilters, uuid_set
 from vgpu_scheduler.model import (
     PERCENTAGE_UNSET,
     ContainerDeviceRequest,

@@ -30,7 +30,7 @@ from datetime import datetime, tzinfo
 from typing import Any
 
 from vgpu_scheduler.devices import resources as res
-from vgpu_scheduler.devices.base import GenericVendor, SelectionFilters
+from vgpu_scheduler.devices.base import GenericVendor
 from vgpu_scheduler.devices.enflame.capacity import DRS_CAPACITY, ENFLAME, drs_devices
 from vgpu_scheduler.devices.enflame.config import EnflameNames
 from vgpu_scheduler.devices.enflame.profiles import MODE_BY_SPEC, MODE_DIRECT, Profile, candidates, select
@@ -43,6 +43,7 @@ from vgpu_scheduler.devices.protocol import (
     PodFitContext,
     ResourceNames,
 )
+from vgpu_scheduler.devices.selection import SelectionFilters
 from vgpu_scheduler.model import (
     ContainerDevice,
     ContainerDeviceRequest,

@@ -18,6 +18,7 @@ from vgpu_scheduler.devices.kunlun.vxpu import XpuVendor
 from vgpu_scheduler.devices.kunlun.whole import KunlunVendor
 from vgpu_scheduler.devices.protocol import ResourceNames, Vendor, VendorFlags
 from vgpu_scheduler.devices.sections import Section
+from vgpu_scheduler.devices.spec import VendorFlag, VendorSpec
 
 SECTION = "kunlun"
 
@@ -34,3 +35,15 @@ def config_names(section: object) -> tuple[ResourceNames, ResourceNames]:
 def vendors(config: DeviceConfig, flags: VendorFlags) -> Sequence[Vendor]:
     whole, vxpu = config_names(config.other_vendors.get(SECTION))
     return [KunlunVendor(whole), XpuVendor(vxpu)]
+
+
+SPEC = VendorSpec(
+    SECTION,
+    __name__,
+    flags=(
+        VendorFlag("kunlun-name", "kunlunxin.com/xpu", "kunlunxin xpu resource count"),
+        VendorFlag("kunlun-vcount", "kunlunxin.com/vxpu", "kunlunxin vxpu resource count"),
+        VendorFlag("kunlun-vmemory", "kunlunxin.com/vxpu-memory", "kunlunxin vxpu memory resource"),
+    ),
+    keys=dict.fromkeys(("resourceCountName", "resourceVCountName", "resourceVMemoryName")),
+)

@@ -12,9 +12,9 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from vgpu_scheduler.devices.base import SelectionFilters, uuid_set
 from vgpu_scheduler.devices.kunlun import topo
 from vgpu_scheduler.devices.protocol import FitResult
+from vgpu_scheduler.devices.selection import SelectionFilters, uuid_set
 from vgpu_scheduler.model import ContainerDevice, ContainerDeviceRequest, DeviceInfo, DeviceUsage
 
 USE_UUID = "hami.io/use-xpu-uuid"

@@ -25,9 +25,10 @@ from collections.abc import Hashable, Mapping, Sequence
 from typing import Any
 
 from vgpu_scheduler.devices import resources as res
-from vgpu_scheduler.devices.base import GenericVendor, trunc_div
+from vgpu_scheduler.devices.base import GenericVendor
 from vgpu_scheduler.devices.kunlun import common
 from vgpu_scheduler.devices.protocol import FitResult, Obj, PodFitContext
+from vgpu_scheduler.devices.resources import trunc_div
 from vgpu_scheduler.model import (
     ContainerDevice,
     ContainerDeviceRequest,

@@ -17,6 +17,7 @@ from vgpu_scheduler.devices.metax.gpu import MetaxGpuVendor
 from vgpu_scheduler.devices.metax.sgpu import MEMORY_FACTOR, MetaxSgpuVendor
 from vgpu_scheduler.devices.protocol import ResourceNames, Vendor, VendorFlags
 from vgpu_scheduler.devices.sections import Section
+from vgpu_scheduler.devices.spec import VendorFlag, VendorSpec
 
 
 def vendors(config: DeviceConfig, flags: VendorFlags) -> Sequence[Vendor]:
@@ -30,3 +31,20 @@ def vendors(config: DeviceConfig, flags: VendorFlags) -> Sequence[Vendor]:
         topology_aware=s.boolean("sgpuTopologyAware"),
     )
     return [gpu, sgpu]
+
+
+SPEC = VendorSpec(
+    "metax",
+    __name__,
+    flags=(
+        VendorFlag("metax-name", "metax-tech.com/gpu", "metax gpu resource count"),
+        VendorFlag("metax-vcore", "metax-tech.com/vcore", "metax sgpu core resource"),
+        VendorFlag("metax-vcount", "metax-tech.com/sgpu", "metax sgpu resource count"),
+        VendorFlag("metax-vmemory", "metax-tech.com/vmemory", "metax sgpu memory resource"),
+        VendorFlag("sgpu-topology-aware", False, "metax sgpu topology aware scheduling"),
+    ),
+    keys=dict.fromkeys(
+        ("resourceCountName", "resourceVCountName", "resourceVMemoryName", "resourceVCoreName",
+         "sgpuTopologyAware")
+    ),
+)

@@ -19,8 +19,9 @@ from typing import Any
 import msgspec
 
 from vgpu_scheduler.devices import resources as res
-from vgpu_scheduler.devices.base import GenericVendor, trunc_div
+from vgpu_scheduler.devices.base import GenericVendor
 from vgpu_scheduler.devices.protocol import FitResult, Health, NodeBound, Obj, PodFitContext, ResourceNames
+from vgpu_scheduler.devices.resources import trunc_div
 from vgpu_scheduler.model import (
     PERCENTAGE_UNSET,
     ContainerDevice,

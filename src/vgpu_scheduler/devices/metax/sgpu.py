@@ -25,7 +25,7 @@ from datetime import datetime, tzinfo
 from typing import Any
 
 from vgpu_scheduler.devices import resources as res
-from vgpu_scheduler.devices.base import GenericVendor, trunc_div, uuid_set
+from vgpu_scheduler.devices.base import GenericVendor
 from vgpu_scheduler.devices.metax import rules
 from vgpu_scheduler.devices.metax.inventory import REGISTER, SGPU, SgpuDevice, decode_sdevices
 from vgpu_scheduler.devices.protocol import (
@@ -36,6 +36,8 @@ from vgpu_scheduler.devices.protocol import (
     PodFitContext,
     ResourceNames,
 )
+from vgpu_scheduler.devices.resources import trunc_div
+from vgpu_scheduler.devices.selection import uuid_set
 from vgpu_scheduler.model import (
     ContainerDevice,
     ContainerDeviceRequest,

@@ -14,10 +14,11 @@ from typing import Any
 
 from vgpu_scheduler.config import NvidiaConfig
 from vgpu_scheduler.devices import handshake
-from vgpu_scheduler.devices.base import Collected, GenericVendor, SelectionFilters
+from vgpu_scheduler.devices.base import Collected, GenericVendor
 from vgpu_scheduler.devices.nvidia import admission, health, mig, topology
 from vgpu_scheduler.devices.nvidia.requests import nvidia_request
 from vgpu_scheduler.devices.protocol import Health, Obj, PodFitContext, ResourceNames, UsageError
+from vgpu_scheduler.devices.selection import SelectionFilters
 from vgpu_scheduler.model import (
     MIG_MODE,
     NVIDIA,
