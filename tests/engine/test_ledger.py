@@ -196,6 +196,15 @@ def two_gpu_ledger() -> DeviceLedger:
     return ledger
 
 
+def test_all_registered() -> None:
+    ledger = two_gpu_ledger()
+    ledger.set_node_devices("n2", [gpu("GPU-2")])
+    assert ledger.all_registered(["n1", "n2", "n1"]) and ledger.all_registered([])
+    assert not ledger.all_registered(["n1", "gone"])
+    ledger.remove_node("n2")
+    assert not ledger.all_registered(["n2"])
+
+
 def test_add_update_remove_is_exact() -> None:
     ledger = two_gpu_ledger()
     ledger.upsert_pod(alloc("a", "n1", ("GPU-0", 1000, 10, 2)))

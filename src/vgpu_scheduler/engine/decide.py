@@ -147,8 +147,7 @@ def decide(
     (it reports no FilteringSucceed event), so a choice may come from the verdict snapshot without
     ranking every node (`walk_first_fit._decide_from_snapshot`). The chosen node is the same either way.
 
-    `evaluate_all=True` runs the fit on every node (for the event listing all fitting nodes, and
-    for the tests proving every path chooses the same node and devices).
+    `evaluate_all=True` runs the fit on every node (`walk_all`).
 
     Side effect (§5.2): the pod's own earlier allocation or reservation is dropped from `state`
     first, so a pod filtered again is never counted twice. The decision itself is not recorded:
@@ -170,13 +169,8 @@ def decide(
         eligible=state.ledger.nodes_with(setup.asked), now=now, deprioritized=deprioritized,
         walk_failed=walk_failed,
     )
-    return _keep(setup, state, _walk_of(setup, evaluate_all=evaluate_all)(inp))
-
-
-def _walk_of(setup: PodSetup, *, evaluate_all: bool) -> Callable[[DecisionInput], Decision]:
-    """The walk that decides for the pod (see module doc)."""
     if evaluate_all or setup.best_fit:
-        return walk_all.walk
+        return _keep(setup, state, walk_all.walk(inp))
     if setup.scored:
-        return walk_bounded.walk
-    return walk_first_fit.walk
+        return _keep(setup, state, walk_bounded.walk(inp))
+    return _keep(setup, state, walk_first_fit.walk(inp))

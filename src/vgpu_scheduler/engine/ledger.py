@@ -285,6 +285,10 @@ class DeviceLedger:
             return list(unique), []
         return [n for n in unique if n in nodes], [n for n in unique if n not in nodes]
 
+    def all_registered(self, names: Iterable[str]) -> bool:
+        """Every one of `names` is a registered node (at C speed)."""
+        return self._nodes.keys() >= set(names)
+
     def nodes_with(self, vendors: tuple[str, ...]) -> frozenset[str]:
         """The registered nodes having, for each of `vendors`, some device `NodeView.positions`
         lists: a pod asking a vendor fits no other node (it needs at least one of its devices)."""

@@ -105,7 +105,7 @@ def registered(state: SchedulerState, node_names: Sequence[str]) -> tuple[list[s
     last = group.ranking
     if last is not None and same_names(last.candidates, node_names):
         changed = ledger.changed_since(last.tick)
-        if changed is not None and all(node in ledger for node in changed):
+        if changed is not None and ledger.all_registered(changed):
             last.tick = ledger.tick
             return last.candidates, []
     candidates, unregistered = ledger.partition(node_names)
