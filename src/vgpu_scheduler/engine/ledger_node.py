@@ -94,9 +94,17 @@ class LedgerNode:
             if use.used >= dev.count:
                 continue
             slot_free += 1
-            max_mem = max(max_mem, dev.devmem - use.usedmem)
-            max_cores = max(max_cores, dev.devcore - use.usedcores)
-            min_devmem = dev.devmem if min_devmem < 0 else min(min_devmem, dev.devmem)
+            # Comparisons rather than max()/min(): the same values without a call each (this runs
+            # for every device of each node a decision changed).
+            devmem = dev.devmem
+            free = devmem - use.usedmem
+            if free > max_mem:
+                max_mem = free
+            free = dev.devcore - use.usedcores
+            if free > max_cores:
+                max_cores = free
+            if min_devmem < 0 or devmem < min_devmem:
+                min_devmem = devmem
         return NodeSummary(slot_free, max_mem, max_cores, max(min_devmem, 0), has_mig)
 
 
