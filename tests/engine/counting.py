@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from vgpu_scheduler.engine import decide as decide_module
+from vgpu_scheduler.engine import walk_all, walk_first_fit
 from vgpu_scheduler.engine.fit import NodeJudge, evaluate_node, node_judge
 from vgpu_scheduler.engine.nodeview import NodeView
 
@@ -34,6 +34,7 @@ def count_fits(mp: pytest.MonkeyPatch) -> list[str]:
 
         return judged
 
-    mp.setattr(decide_module, "evaluate_node", counting)
-    mp.setattr(decide_module, "node_judge", counting_judge)
+    for walk in (walk_first_fit, walk_all):  # the walks that fit (the bounded one through walk_all's)
+        mp.setattr(walk, "evaluate_node", counting)
+        mp.setattr(walk, "node_judge", counting_judge)
     return calls

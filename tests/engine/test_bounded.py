@@ -1,4 +1,4 @@
-"""Visiting nodes best bound first (`decide._decide_bounded`) chooses what evaluating every node does.
+"""Visiting nodes best bound first (`walk_bounded._decide_bounded`) chooses what evaluating every node does.
 
 Random fleets of NVIDIA, Ascend 910B3, Metax sGPU and Metax GPU nodes (NetworkIDs present, missing
 or not numbers; topology annotations with any integers, missing or unreadable; link zones; some

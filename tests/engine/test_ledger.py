@@ -7,16 +7,20 @@ from functools import partial
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tests.builders import container, device, grant, init_statuses, pod, pod_allocation, pod_devices
 from vgpu_scheduler.engine.ledger import DeviceLedger
+from vgpu_scheduler.engine.ledger_node import LedgerNode, NodeSummary
+from vgpu_scheduler.engine.nodeview import DeviceUsage, NodeView
 from vgpu_scheduler.engine.podinfo import (
     PodAllocation,
     collapse_pod_devices,
     pod_allocation_from_pod,
 )
 from vgpu_scheduler.engine.scores import node_default_score
-from vgpu_scheduler.model import DeviceInfo, MigAllocation, MigPlacement, MigProfile
+from vgpu_scheduler.model import MIG_MODE, DeviceInfo, MigAllocation, MigPlacement, MigProfile
 from vgpu_scheduler.wire import keys
 
 # A small card: 8000 MiB, so the score arithmetic below stays readable.
@@ -196,6 +200,15 @@ def two_gpu_ledger() -> DeviceLedger:
     return ledger
 
 
+def test_all_registered() -> None:
+    ledger = two_gpu_ledger()
+    ledger.set_node_devices("n2", [gpu("GPU-2")])
+    assert ledger.all_registered(["n1", "n2", "n1"]) and ledger.all_registered([])
+    assert not ledger.all_registered(["n1", "gone"])
+    ledger.remove_node("n2")
+    assert not ledger.all_registered(["n2"])
+
+
 def test_add_update_remove_is_exact() -> None:
     ledger = two_gpu_ledger()
     ledger.upsert_pod(alloc("a", "n1", ("GPU-0", 1000, 10, 2)))
@@ -327,6 +340,41 @@ def test_by_score_orders_with_name_tie_break() -> None:
     assert [n for _, n in ledger.by_score(descending=False)] == ["a", "c", "b", "d"]
     ledger.remove_node("b")
     assert [n for _, n in ledger.by_score(descending=True)] == ["d", "a", "c"]
+
+
+Dev = tuple[bool, bool, bool, bool, int, int, int, int, int]
+"""(healthy, cordoned, MIG mode, MIG conflict, count, used, devmem, usedmem, usedcores)."""
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(
+    st.booleans(), st.booleans(), st.booleans(), st.booleans(), st.integers(0, 3), st.integers(0, 4),
+    st.integers(0, 20000), st.integers(0, 20000), st.integers(0, 120),
+), max_size=6))
+def test_summary_is_the_bounds_over_usable_devices(devs: list[Dev]) -> None:
+    """`NodeSummary` against its definition: over the usable devices (healthy, not cordoned, no MIG
+    conflict) with a free slot, the most free memory and cores (never below -1, also when there is
+    none: overused cores count as none free) and the least memory (0 when there is none); MIG mode
+    seen on any usable device."""
+    devices = [
+        DeviceInfo(id=f"GPU-{i}", count=count, devmem=devmem, devcore=100, health=healthy,
+                   mode=MIG_MODE if mig else "hami-core")
+        for i, (healthy, _, mig, _, count, _, devmem, _, _) in enumerate(devs)
+    ]
+    usage = [DeviceUsage(used=used, usedmem=usedmem, usedcores=usedcores, mig_conflict=conflict)
+             for (_, _, _, conflict, _, used, _, usedmem, usedcores) in devs]
+    cordoned = frozenset(f"GPU-{i}" for i, dev in enumerate(devs) if dev[1])
+    summary = LedgerNode(NodeView("n", devices, usage, cordoned, {})).compute_summary()
+    usable = [(d, u) for d, u in zip(devices, usage, strict=True)
+              if d.health and not u.mig_conflict and d.id not in cordoned]
+    free = [(d, u) for d, u in usable if u.used < d.count]
+    assert summary == NodeSummary(
+        slot_free_devices=len(free),
+        max_free_mem=max([-1, *(d.devmem - u.usedmem for d, u in free)]),
+        max_free_cores=max([-1, *(d.devcore - u.usedcores for d, u in free)]),
+        min_devmem=min((d.devmem for d, _ in free), default=0),
+        has_mig=any(d.mode == MIG_MODE for d, _ in usable),
+    )
 
 
 def test_summary_bounds_usable_devices() -> None:

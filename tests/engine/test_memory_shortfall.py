@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from tests.builders import assigned_annotations, container, device, gpu_container
 from tests.builders import pod as pod_object
 from vgpu_scheduler.devices.registry import build
-from vgpu_scheduler.engine import decide as decide_module
+from vgpu_scheduler.engine import walk_first_fit
 from vgpu_scheduler.engine.decide import Decision, NoFit, decide
 from vgpu_scheduler.engine.state import SchedulerState
 
@@ -52,7 +52,7 @@ def pending(mem: int, gpus: int) -> dict[str, Any]:
 def count_summary_verdicts(mp: pytest.MonkeyPatch) -> list[str]:
     """The reasons decide takes from node summaries from now on (the list grows)."""
     calls: list[str] = []
-    real = decide_module._short_of_memory
+    real = walk_first_fit._short_of_memory
 
     def counted(*args: Any) -> str | None:
         reason = real(*args)
@@ -60,7 +60,7 @@ def count_summary_verdicts(mp: pytest.MonkeyPatch) -> list[str]:
             calls.append(reason)
         return reason
 
-    mp.setattr(decide_module, "_short_of_memory", counted)
+    mp.setattr(walk_first_fit, "_short_of_memory", counted)
     return calls
 
 
@@ -83,7 +83,7 @@ def test_the_summary_verdict_is_the_judges(
         calls = count_summary_verdicts(mp)
         fast = run(pending(mem, gpus), build_state(nodes, cordons[: len(nodes)]), names)
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(decide_module, "_short_of_memory", lambda *args: None)
+        mp.setattr(walk_first_fit, "_short_of_memory", lambda *args: None)
         slow = run(pending(mem, gpus), build_state(nodes, cordons[: len(nodes)]), names)
     event(f"summary verdicts: {bool(calls)}")
     assert fast == slow

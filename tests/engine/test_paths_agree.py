@@ -9,7 +9,7 @@ random small fleet, some of it already in use, through each path the engine has,
 * the walk from a verdict snapshot: a twin of the pod takes its place, the pod's decision finds
   nothing (the snapshot), the twin leaves, and the decision starts from the snapshot;
 * the every-node evaluation (`evaluate_all`), the reference;
-* the bounded walk of the scoring vendors (`_decide_bounded`, forced for any pod; no node here has
+* the bounded walk of the scoring vendors (`walk_bounded`, forced for any pod; no node here has
   a topology annotation, so every ScoreNode is 0 and the walk's answer is the reference's);
 * the no-ledger path of template nodes (`decide_on_nodes`, when the fleet is not in use);
 * explain (its verdict per node, and its per-device checks of the chosen node).

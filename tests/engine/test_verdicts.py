@@ -35,7 +35,7 @@ from tests.builders import pod as pod_object
 from tests.engine.counting import count_fits
 from vgpu_scheduler.config import NvidiaConfig
 from vgpu_scheduler.devices.registry import build
-from vgpu_scheduler.engine import decide as decide_module
+from vgpu_scheduler.engine import walk_first_fit
 from vgpu_scheduler.engine.decide import Chosen, Decision, NoFit, NoRequest, decide
 from vgpu_scheduler.engine.fit import pod_fit_context
 from vgpu_scheduler.engine.ledger import DeviceLedger
@@ -274,7 +274,7 @@ def evaluated(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
     """Names of the nodes `decide` runs the fit on, in call order. The summary-level verdict of a
     node short of memory (tests/engine/test_memory_shortfall.py) is off: these tests count the
     per-node evaluations the cache saves, on pods too big for any device."""
-    monkeypatch.setattr(decide_module, "_short_of_memory", lambda *args: None)
+    monkeypatch.setattr(walk_first_fit, "_short_of_memory", lambda *args: None)
     yield count_fits(monkeypatch)
 
 

@@ -1,4 +1,4 @@
-"""Bounds of the vendors' node scores for one pod, for the early exit of `decide._decide_bounded`.
+"""Bounds of the vendors' node scores for one pod, for the early exit of `walk_bounded`.
 
 A pod asking a vendor whose ScoreNode is not always 0 is placed by the best total score (node
 default score + Σ ScoreNode) over every node it fits. Each such vendor bounds its ScoreNode

@@ -174,17 +174,36 @@ def explain_pod(
             out.error = decision.message
         elif isinstance(decision, NoRequest):  # pragma: no cover - asks were found above
             out.status = NO_REQUEST
-    for node in node_names:
-        report = NodeReport(node, fits=node in scores, reason=failed.get(node, ""), score=scores.get(node),
-                            lock=locks.get(node, ""))
-        view = state.ledger.view(node)
-        if view is None:
-            report.problem = problems.get(node) or "no device inventory registered"
-        else:
-            report.problem = problems.get(node, "")
-            report.devices = _devices(view, requests, pod, ctx)
-        out.nodes.append(report)
+    out.nodes.extend(
+        _node_report(node, pod, state, requests=requests, ctx=ctx, scores=scores, failed=failed,
+                     problems=problems, locks=locks)
+        for node in node_names
+    )
     return out
+
+
+def _node_report(
+    node: str,
+    pod: Mapping[str, Any],
+    state: SchedulerState,
+    *,
+    requests: Sequence[ContainerRequests],
+    ctx: PodFitContext | None,
+    scores: Mapping[str, float],
+    failed: Mapping[str, str],
+    problems: Mapping[str, str],
+    locks: Mapping[str, str],
+) -> NodeReport:
+    """One candidate's line: its outcome in the decision, its problem, lock and devices."""
+    report = NodeReport(node, fits=node in scores, reason=failed.get(node, ""), score=scores.get(node),
+                        lock=locks.get(node, ""))
+    view = state.ledger.view(node)
+    if view is None:
+        report.problem = problems.get(node) or "no device inventory registered"
+    else:
+        report.problem = problems.get(node, "")
+        report.devices = _devices(view, requests, pod, ctx)
+    return report
 
 
 def _asks(pod: Mapping[str, Any], requests: Sequence[Mapping[str, ContainerDeviceRequest]]) -> list[Ask]:

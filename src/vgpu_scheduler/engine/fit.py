@@ -330,28 +330,18 @@ class _ContainerFit:
 
 
 def _fit_container(
-    requests: ContainerRequests,
-    node: NodeView,
-    usage: _Usage,
-    order: list[int],
-    *,
-    ctx: PodFitContext,
-    so_far: SoFar,
-    container_index: int,
-    migs: list[MigAllocation],
-    apply: bool = True,
-    judged: bool = False,
+    requests: ContainerRequests, node: NodeView, usage: _Usage, order: list[int], *, ctx: PodFitContext,
+    so_far: SoFar, container_index: int, migs: list[MigAllocation], apply: bool = True, judged: bool = False,
 ) -> _ContainerFit:
     """HAMi `fitInDevices` for one container: score, sort, pre-check, Fit, add usage.
 
     `order` is the node's device positions in the order the previous container left them (HAMi
-    sorts the node copy in place); each request sorts it again and fits the vendor's devices in
-    that order. First, while the vendors can tell without the order, a failing container is
-    decided by `quick_verdict` alone. `apply=False`:
-    nothing is fitted after this container, so its usage is added only where the vendor's entries
-    change with it. `judged`: the order-free verdict already found this lone request fits.
-    Each vendor's fit sees the pod's earlier containers (`so_far`); the order-free verdict, which
-    does not, is asked only for a vendor none of them took a device of.
+    sorts the node copy in place); each request sorts it again and fits the vendor's devices in that
+    order. First, while the vendors can tell without the order, a failing container is decided by
+    `quick_verdict` alone. `apply=False`: nothing is fitted after this container, so its usage is
+    added only where the vendor's entries change with it. `judged`: the order-free verdict already
+    found this lone request fits. Each vendor's fit sees the pod's earlier containers (`so_far`);
+    the order-free verdict, which does not, is asked only for a vendor none of them took a device of.
     """
     vendors = ctx.vendors
     devices = node.devices

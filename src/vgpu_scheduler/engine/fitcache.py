@@ -1,4 +1,4 @@
-"""Cache of the node scores of fits, for decisions that evaluate every node (`decide._decide_all`).
+"""Cache of the node scores of fits, for decisions that evaluate every node (`walk_all`, `walk_bounded`).
 
 A pod asking a vendor whose ScoreNode is not always 0 (or a call with `evaluate_all`) is placed by
 the best total score over the candidate nodes it fits (visited best bound first, or all of them).

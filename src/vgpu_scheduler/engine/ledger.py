@@ -14,7 +14,8 @@ registration, and conflict flags flipping; not usage, annotations or touches), f
 read nothing else on most nodes (`inventory_changed_since`, `holders`).
 It also groups the nodes by *bound class* (`bound_classes`): what the vendors' score bounds read of
 a node's annotations, worked out once per registration, so a decision bounds each class once
-instead of each node (`decide._decide_bounded`).
+instead of each node (`walk_bounded`). One node's record, and how a pod is counted in or out of
+it, are in `engine/ledger_node.py`.
 """
 
 from __future__ import annotations
@@ -22,105 +23,22 @@ from __future__ import annotations
 from bisect import bisect_left, insort
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
-from dataclasses import dataclass
 from heapq import merge
 from operator import itemgetter
 
+from vgpu_scheduler.engine.ledger_node import EMPTY_SUMMARY, DeviceSnapshot, LedgerNode, apply_pod
+from vgpu_scheduler.engine.ledger_node import NodeSummary as NodeSummary
 from vgpu_scheduler.engine.nodeview import DeviceUsage, NodeView, has_vendor
 from vgpu_scheduler.engine.podinfo import PodAllocation
-from vgpu_scheduler.engine.scores import node_default_score
-from vgpu_scheduler.model import MIG_MODE, DeviceInfo
+from vgpu_scheduler.model import DeviceInfo
 
-
-@dataclass(slots=True, frozen=True)
-class NodeSummary:
-    """Upper bounds over the usable devices of a node, for cheap "cannot fit" tests.
-
-    Usable = healthy, not cordoned, no MIG conflict. Every field is a bound that any single device
-    accepting a request must satisfy, so a request exceeding it cannot fit anywhere on the node.
-    """
-
-    slot_free_devices: int
-    """Usable devices with used < count."""
-    max_free_mem: int
-    max_free_cores: int
-    min_devmem: int
-    """Smallest devmem among usable devices with a free slot (memory percentages scale with it)."""
-    has_mig: bool
-    """A MIG device may take several instances for one container, so device counts do not bound it."""
-
-
-EMPTY_SUMMARY = NodeSummary(0, -1, -1, 0, False)
+_Node = LedgerNode  # the name the tests know it by
 
 MAX_CHANGES = 1 << 16
 """Generations remembered for `changed_since`."""
 
 MAX_RULED_OUT = 128
 """`ruled_out` keys kept (one per pod shape's requests recently decided)."""
-
-DeviceSnapshot = tuple[str, int, int, int, tuple[str, ...], bool]
-"""(id, used, usedmem, usedcores, sorted MIG placements, mig_conflict)."""
-
-
-class _Node:
-    __slots__ = (
-        "bound_class",
-        "capacity",
-        "conflicts",
-        "gen",
-        "index",
-        "inventory_tick",
-        "score",
-        "summary",
-        "total",
-        "types",
-        "view",
-    )
-
-    def __init__(self, view: NodeView) -> None:
-        self.view = view
-        # First device wins on a duplicated id, as a linear search over the inventory would.
-        self.index: dict[str, int] = {}
-        for i, dev in enumerate(view.devices):
-            self.index.setdefault(dev.id, i)
-        self.conflicts = [0] * len(view.devices)
-        # ComputeDefaultScore only needs the node's capacity and usage totals, so it is evaluated on
-        # one aggregate "device": O(1) per pod event instead of O(devices of the node).
-        self.capacity = DeviceInfo(
-            id="",
-            count=sum(d.count for d in view.devices),
-            devcore=sum(d.devcore for d in view.devices),
-            devmem=sum(d.devmem for d in view.devices),
-        )
-        self.total = DeviceUsage()
-        self.types = frozenset(d.type for d in view.devices)
-        self.score = 0.0
-        self.summary: NodeSummary | None = None
-        self.gen = 0
-        self.inventory_tick = 0
-        """The generation of the node's last inventory change (see module doc)."""
-        self.bound_class: Hashable = ()
-
-    def compute_score(self) -> float:
-        return node_default_score((self.capacity,), (self.total,))
-
-    def compute_summary(self) -> NodeSummary:
-        slot_free = 0
-        max_mem = max_cores = -1
-        min_devmem = -1
-        has_mig = False
-        cordoned = self.view.cordoned
-        for dev, use in zip(self.view.devices, self.view.usage, strict=True):
-            if not dev.health or use.mig_conflict or dev.id in cordoned:
-                continue
-            has_mig = has_mig or dev.mode == MIG_MODE
-            if use.used >= dev.count:
-                continue
-            slot_free += 1
-            max_mem = max(max_mem, dev.devmem - use.usedmem)
-            max_cores = max(max_cores, dev.devcore - use.usedcores)
-            min_devmem = dev.devmem if min_devmem < 0 else min(min_devmem, dev.devmem)
-        return NodeSummary(slot_free, max_mem, max_cores, max(min_devmem, 0), has_mig)
 
 
 class DeviceLedger:
@@ -132,7 +50,7 @@ class DeviceLedger:
     def __init__(self, bound_class: Callable[[Mapping[str, str]], Hashable] | None = None) -> None:
         """`bound_class`: a node's bound class from its annotations (`Vendors.bound_class`); without
         it every node is of class ()."""
-        self._nodes: dict[str, _Node] = {}
+        self._nodes: dict[str, LedgerNode] = {}
         self._pods: dict[str, PodAllocation] = {}
         # Node name -> uids of pods placed there, kept even while the node has no inventory so a late
         # registration counts them.
@@ -190,9 +108,9 @@ class DeviceLedger:
             self._reclass(node_name, old)
             return
         view = NodeView(node_name, list(devices), [DeviceUsage() for _ in devices], cordoned, annotations)
-        node = _Node(view)
+        node = LedgerNode(view)
         for uid in self._by_node.get(node_name, ()):
-            self._apply(node, self._pods[uid], +1)
+            apply_pod(node, self._pods[uid], +1)
         self._place(node_name, old, node)
 
     def remove_node(self, node_name: str) -> None:
@@ -201,7 +119,7 @@ class DeviceLedger:
         if old is not None:
             self._place(node_name, old, None)
 
-    def _place(self, name: str, old: _Node | None, new: _Node | None) -> None:
+    def _place(self, name: str, old: LedgerNode | None, new: LedgerNode | None) -> None:
         if old is not None:
             self._unorder(old.score, name)
             del self._nodes[name]
@@ -237,7 +155,7 @@ class DeviceLedger:
         self._classes_with.clear()
         self._holders.clear()
 
-    def _reclass(self, name: str, node: _Node) -> None:
+    def _reclass(self, name: str, node: LedgerNode) -> None:
         """Put a registered node in the group of its bound class (after its annotations were set)."""
         klass = self._classify(node.view.annotations) if self._classify is not None else ()
         group = self._by_class.get(node.bound_class)
@@ -249,7 +167,7 @@ class DeviceLedger:
         self._by_class.setdefault(klass, set()).add(name)
         self._classes_with.clear()
 
-    def _unclass(self, name: str, node: _Node) -> None:
+    def _unclass(self, name: str, node: LedgerNode) -> None:
         group = self._by_class.get(node.bound_class)
         if group is not None:
             group.discard(name)
@@ -269,7 +187,7 @@ class DeviceLedger:
         self._by_node.setdefault(alloc.node, set()).add(alloc.uid)
         node = self._nodes.get(alloc.node)
         if node is not None:
-            flipped = self._apply(node, alloc, +1)
+            flipped = apply_pod(node, alloc, +1)
             self._rescore(alloc.node, node)
             if flipped:
                 self._log_inventory(node)
@@ -287,7 +205,7 @@ class DeviceLedger:
                 del self._by_node[alloc.node]
         node = self._nodes.get(alloc.node)
         if node is not None:
-            flipped = self._apply(node, alloc, -1)
+            flipped = apply_pod(node, alloc, -1)
             self._rescore(alloc.node, node)
             if flipped:
                 self._log_inventory(node)
@@ -302,10 +220,10 @@ class DeviceLedger:
             self._by_node.setdefault(p.node, set()).add(p.uid)
         for name, old in list(self._nodes.items()):
             view = old.view
-            fresh = _Node(NodeView(name, view.devices, [DeviceUsage() for _ in view.devices],
+            fresh = LedgerNode(NodeView(name, view.devices, [DeviceUsage() for _ in view.devices],
                                    view.cordoned, view.annotations))
             for uid in self._by_node.get(name, ()):
-                self._apply(fresh, self._pods[uid], +1)
+                apply_pod(fresh, self._pods[uid], +1)
             self._place(name, old, fresh)
 
     def touch(self, node_name: str) -> None:
@@ -315,10 +233,10 @@ class DeviceLedger:
         if node is not None:
             self._bump(node)
 
-    def _bump(self, node: _Node) -> None:
+    def _bump(self, node: LedgerNode) -> None:
         node.gen = self._log_change(node.view.name)
 
-    def _log_inventory(self, node: _Node) -> None:
+    def _log_inventory(self, node: LedgerNode) -> None:
         """Record the node's latest generation as an inventory change too."""
         node.inventory_tick = node.gen
         self._inventory_log.append((node.gen, node.view.name))
@@ -333,7 +251,7 @@ class DeviceLedger:
         self._changes.append(name)
         return self._tick
 
-    def _rescore(self, name: str, node: _Node) -> None:
+    def _rescore(self, name: str, node: LedgerNode) -> None:
         """After a change of the node's usage: new generation, summary and score."""
         node.summary = None
         self._bump(node)
@@ -346,55 +264,6 @@ class DeviceLedger:
             insort(self._order, (score, name))
             insort(group, (score, name))
             insort(self._desc, (-score, name))
-
-    @staticmethod
-    def _apply(node: _Node, alloc: PodAllocation, sign: int) -> bool:
-        """Add (sign=+1) or take back (sign=-1) one pod's contribution to a node; never below 0.
-        True when some device's conflict flag flipped (an inventory change, see module doc)."""
-        devices = node.view.devices
-        usage = node.view.usage
-        index = node.index
-        flipped = False
-        mig_gpus = {m.gpu_uuid for m in alloc.mig}
-        for containers in alloc.devices.values():
-            for container in containers:
-                for dev in container:
-                    i = index.get(dev.uuid)
-                    if i is None:
-                        continue  # unknown UUIDs are ignored (§5.2)
-                    u = usage[i]
-                    slots = dev.slots if dev.slots > 0 else 1
-                    mem = max(dev.usedmem, 0)
-                    cores = max(dev.usedcores, 0)
-                    if sign < 0:
-                        slots = -min(slots, u.used)
-                        mem = -min(mem, u.usedmem)
-                        cores = -min(cores, u.usedcores)
-                    u.used += slots
-                    u.usedmem += mem
-                    u.usedcores += cores
-                    u.pod_infos = _with_pod(u.pod_infos, alloc.annotations, sign)
-                    total = node.total
-                    total.used += slots
-                    total.usedmem += mem
-                    total.usedcores += cores
-                    if devices[i].mode == MIG_MODE and dev.uuid not in mig_gpus:
-                        # A MIG device used without a placement fails closed (§5.2).
-                        flipped = _conflict(node, i, sign) or flipped
-        for m in alloc.mig:
-            i = index.get(m.gpu_uuid)
-            if i is None:
-                continue
-            if devices[i].mode != MIG_MODE:
-                flipped = _conflict(node, i, sign) or flipped
-                continue
-            taken = usage[i].mig_taken
-            entry = (m.profile, m.placement)
-            if sign > 0:
-                taken.append(entry)
-            elif entry in taken:
-                taken.remove(entry)
-        return flipped
 
     # -- reads -----------------------------------------------------------------------------------
 
@@ -415,6 +284,10 @@ class DeviceLedger:
         if nodes.keys() >= unique.keys():  # the usual case, at C speed
             return list(unique), []
         return [n for n in unique if n in nodes], [n for n in unique if n not in nodes]
+
+    def all_registered(self, names: Iterable[str]) -> bool:
+        """Every one of `names` is a registered node (at C speed)."""
+        return self._nodes.keys() >= set(names)
 
     def nodes_with(self, vendors: tuple[str, ...]) -> frozenset[str]:
         """The registered nodes having, for each of `vendors`, some device `NodeView.positions`
@@ -602,23 +475,3 @@ def _by_score(order: list[tuple[float, str]], descending: bool) -> Iterator[tupl
         start = bisect_left(order, (score,), 0, end)  # (score,) sorts before (score, any name)
         yield from order[start:end]
         end = start
-
-
-def _conflict(node: _Node, i: int, sign: int) -> bool:
-    """Count one conflict on device `i` in or out; True when its flag flipped."""
-    node.conflicts[i] = max(node.conflicts[i] + sign, 0)
-    usage = node.view.usage[i]
-    was, usage.mig_conflict = usage.mig_conflict, node.conflicts[i] > 0
-    return was != usage.mig_conflict
-
-
-def _with_pod(
-    infos: tuple[Mapping[str, str], ...], annotations: Mapping[str, str], sign: int
-) -> tuple[Mapping[str, str], ...]:
-    """`infos` with one pod's annotations added (sign > 0) or taken back (the same object)."""
-    if sign > 0:
-        return (*infos, annotations)
-    for i, known in enumerate(infos):
-        if known is annotations:
-            return infos[:i] + infos[i + 1:]
-    return infos

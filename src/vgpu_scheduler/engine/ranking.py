@@ -1,5 +1,5 @@
 """The visit order of a decision whose vendors bound their node scores per node
-(`decide._decide_bounded`), kept between decisions.
+(`walk_bounded`), kept between decisions.
 
 For one fit-score group (`fitcache.fit_key` and the quota token) and one candidate list: the
 candidates that may fit, each with its rank key — the policy-signed total score (negated under
