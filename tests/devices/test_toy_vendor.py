@@ -27,7 +27,8 @@ from vgpu_scheduler.devices.spec import RESOURCE_NAME_KEYS, VendorFlag, VendorSp
 from vgpu_scheduler.flags import FLAGS, FlagError, global_flags, parse_args, vendor_flag_table
 from vgpu_scheduler.model import DeviceInfo
 from vgpu_scheduler.scheduler.options import SchedulerOptions, options_type, vendor_flags
-from vgpu_scheduler.simulate.loop import Simulation, SimulationOptions
+from vgpu_scheduler.simulate.loop import Simulation
+from vgpu_scheduler.simulate.options import SimulationOptions
 from vgpu_scheduler.wire.inventory import encode_node_devices_json
 
 TOY = "TOY"

@@ -45,7 +45,8 @@ from vgpu_scheduler.cluster.client import KubeClient
 from vgpu_scheduler.cluster.nodelock import format_lock
 from vgpu_scheduler.devices.handshake import format_requesting
 from vgpu_scheduler.model import DeviceInfo, MigPlacement, MigProfile
-from vgpu_scheduler.simulate.loop import Simulation, SimulationOptions
+from vgpu_scheduler.simulate.loop import Simulation
+from vgpu_scheduler.simulate.options import SimulationOptions
 from vgpu_scheduler.wire import keys
 from vgpu_scheduler.wire.reasons import parse_reason
 

@@ -14,14 +14,10 @@ from vgpu_scheduler.devices.registry import build
 from vgpu_scheduler.engine.decide import Chosen, decide
 from vgpu_scheduler.engine.state import SchedulerState
 from vgpu_scheduler.server.app import make_app
-from vgpu_scheduler.simulate import loop as loop_module
+from vgpu_scheduler.simulate import settle as settle_module
 from vgpu_scheduler.simulate.extenderio import HttpExtender
-from vgpu_scheduler.simulate.loop import (
-    ARRIVAL_ANNOTATION,
-    Simulation,
-    SimulationOptions,
-    simulate,
-)
+from vgpu_scheduler.simulate.loop import Simulation, simulate
+from vgpu_scheduler.simulate.options import ARRIVAL_ANNOTATION, SimulationOptions
 from vgpu_scheduler.simulate.providers import CLUSTER_AUTOSCALER_PROVIDER, DEFAULT_PROVIDER
 from vgpu_scheduler.simulate.report import dumps_report
 from vgpu_scheduler.simulate.workload import demo_workload
@@ -175,7 +171,7 @@ async def test_informers_waited_for_in_wall_time_give_the_same_report(
 ) -> None:
     want = dumps_report((await simulate(demo_fleet(), demo_workload(40, 7))).report)
     # No event-loop spins: every settle waits in wall time (a reflector between two watches).
-    monkeypatch.setattr(loop_module, "SETTLE_SPINS", 0)
+    monkeypatch.setattr(settle_module, "SETTLE_SPINS", 0)
     assert dumps_report((await simulate(demo_fleet(), demo_workload(40, 7))).report) == want
 
 
@@ -183,10 +179,10 @@ async def test_an_informer_that_never_catches_up_is_an_error(monkeypatch: pytest
     sim = Simulation(demo_fleet(), demo_workload(3, 1))
     await sim.start()
     try:
-        monkeypatch.setattr(loop_module, "SETTLE_SPINS", 0)
-        monkeypatch.setattr(loop_module, "SETTLE_WAIT_SECONDS", 0.05)
-        monkeypatch.setattr(loop_module, "_rv", lambda _value: 0)  # informers frozen behind every write
-        sim._settled_at = -1
+        monkeypatch.setattr(settle_module, "SETTLE_SPINS", 0)
+        monkeypatch.setattr(settle_module, "SETTLE_WAIT_SECONDS", 0.05)
+        monkeypatch.setattr(settle_module, "_rv", lambda _value: 0)  # informers frozen behind every write
+        sim._settler.settled_at = -1
         with pytest.raises(RuntimeError, match="did not catch up"):
             await sim.settle()
     finally:

@@ -35,13 +35,12 @@ from vgpu_scheduler.engine.policy import NODE_POLICIES, unknown_gpu_policy
 from vgpu_scheduler.scheduler.extender import Extender
 from vgpu_scheduler.scheduler.options import SchedulerOptions, gate_flags, vendor_flags, with_gates
 from vgpu_scheduler.simulate.extenderio import HttpExtender
-from vgpu_scheduler.simulate.loop import (
+from vgpu_scheduler.simulate.loop import Simulation, run_to_result
+from vgpu_scheduler.simulate.options import (
     ARRIVAL_ANNOTATION,
-    Simulation,
     SimulationOptions,
     SimulationResult,
     arrival_seconds,
-    run_to_result,
 )
 from vgpu_scheduler.simulate.plot import INSTALL_HINT
 from vgpu_scheduler.simulate.providers import DEFAULT_PROVIDER, provider_names

@@ -37,23 +37,16 @@ import heapq
 import logging
 import time
 from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import msgspec
 
 from vgpu_scheduler.cluster.client import KubeClient
 from vgpu_scheduler.cluster.embedded.deviceplugin import SimDevicePlugin
-from vgpu_scheduler.cluster.embedded.runtime import DEFAULT_EPOCH, duration_seconds
+from vgpu_scheduler.cluster.embedded.runtime import duration_seconds
 from vgpu_scheduler.cluster.errors import ApiError
 from vgpu_scheduler.cluster.memory import MemoryCluster
 from vgpu_scheduler.cluster.transport import MemoryTransport
-from vgpu_scheduler.config import DeviceConfig
-from vgpu_scheduler.configfile import default_device_config
-from vgpu_scheduler.devices.protocol import Vendors
-from vgpu_scheduler.devices.registry import REGISTRY
-from vgpu_scheduler.devices.spec import VendorSpec
-from vgpu_scheduler.engine.requests import pod_requests
 from vgpu_scheduler.scheduler.heap import collector_settled
 from vgpu_scheduler.scheduler.options import options_type, with_gates
 from vgpu_scheduler.scheduler.process import SchedulerProcess
@@ -66,18 +59,21 @@ from vgpu_scheduler.simulate.extenderio import (
     extender_args,
 )
 from vgpu_scheduler.simulate.nodetable import FilterResult, NodeTable, ScoreCache, VerdictCache
+from vgpu_scheduler.simulate.options import (
+    SimulationOptions,
+    SimulationResult,
+    arrival_seconds,
+)
+from vgpu_scheduler.simulate.outcomes import device_states, pod_outcomes
 from vgpu_scheduler.simulate.podmemo import PodMemo
 from vgpu_scheduler.simulate.predicates import (
     PodResources,
     ignored_resources_for,
     pod_resources,
 )
-from vgpu_scheduler.simulate.providers import DEFAULT_PROVIDER, AlgorithmProvider, get_provider
+from vgpu_scheduler.simulate.providers import AlgorithmProvider, get_provider
 from vgpu_scheduler.simulate.queue import QueuedPod, SchedulingQueue, pod_key
 from vgpu_scheduler.simulate.report import (
-    DeviceDemand,
-    DeviceState,
-    PodOutcome,
     build_report,
 )
 from vgpu_scheduler.simulate.retries import (
@@ -87,15 +83,13 @@ from vgpu_scheduler.simulate.retries import (
     ErrorRetries,
     next_lock_deadline,
 )
+from vgpu_scheduler.simulate.settle import InformerSettler
 from vgpu_scheduler.simulate.usage import FleetUsage
-from vgpu_scheduler.wire import keys
 
 log = logging.getLogger(__name__)
 
 Obj = dict[str, Any]
 
-ARRIVAL_ANNOTATION = "simulate.vgpu-scheduler.io/arrival-seconds"
-"""When a pod (or a node, in a pods file) appears, in simulated seconds (default 0)."""
 SIM_HOSTNAME = "vgpu-scheduler-simulate"
 
 _encode = msgspec.json.Encoder().encode
@@ -112,64 +106,7 @@ class _NoEvents:
         return None
 
 
-SETTLE_SPINS = 100_000
-"""Event-loop turns `settle` gives the informers before it waits in wall time."""
-BOOKMARK_AFTER_SPINS = 8
-"""Turns `settle` lets informers catch up on their own events before it asks for BOOKMARKs."""
-SETTLE_WAIT_SECONDS = 60.0
-"""Wall time `settle` then waits before giving up on an informer that does not catch up."""
-
-
-
-@dataclass(slots=True)
-class SimulationOptions:
-    provider: str = DEFAULT_PROVIDER
-    node_scheduler_policy: str = "binpack"
-    gpu_scheduler_policy: str = "spread"
-    device_config: DeviceConfig = field(default_factory=default_device_config)
-    seed: int = 0
-    """Seeds the embedded cluster's uid generator (uids appear in no report field, but keep runs
-    identical anyway)."""
-    initial_backoff: float = 1.0
-    max_backoff: float = 10.0
-    epoch: int = DEFAULT_EPOCH
-    vendor_gates: frozenset[str] = frozenset()
-    """The scheduler's vendor gates that are on (`enable_ascend` for `--enable-ascend`: the `vnpus`
-    section registers only with it, §2)."""
-    registry: Sequence[VendorSpec] = REGISTRY
-    """The vendors that may register (the package's; a test adds one of its own)."""
-    explain: bool = False
-    """Pending pods in the report carry their explanation (per node and device, engine.explain)."""
-    max_sim_time: float | None = None
-    """Stop once the next thing to do lies beyond this simulated second (None: no bound)."""
-
-
-@dataclass(slots=True)
-class SimulationResult:
-    report: dict[str, Any]
-    cycles: int
-    """Scheduling attempts (pops of the queue)."""
-    wall_seconds: float
-    """Wall time of the run (not part of the report, which must be reproducible)."""
-
-
 _ARRIVE, _NODE, _FINISH = 1, 0, 2  # at equal times: nodes first, then finishes, then arrivals
-
-
-def arrival_seconds(obj: Mapping[str, Any]) -> float:
-    """ARRIVAL_ANNOTATION as seconds >= 0 (0 when absent); ValueError when malformed."""
-    meta = obj.get("metadata")
-    annotations = meta.get("annotations") if isinstance(meta, Mapping) else None
-    if not isinstance(annotations, Mapping) or ARRIVAL_ANNOTATION not in annotations:
-        return 0.0
-    raw = annotations[ARRIVAL_ANNOTATION]
-    try:
-        value = float(str(raw).strip())
-    except ValueError:
-        value = -1.0
-    if not value >= 0 or value == float("inf"):
-        raise ValueError(f"annotation {ARRIVAL_ANNOTATION}={raw!r} is not seconds >= 0")
-    return value
 
 
 class Simulation:
@@ -234,7 +171,7 @@ class Simulation:
         self._table = NodeTable(nodes_informer.store, lambda: nodes_informer.resource_version)
         self._verdicts = VerdictCache(self._table, self.provider)
         self._scores = ScoreCache(self._table, self.provider)
-        self._settled_at = -1  # the cluster resourceVersion every informer is known to have reached
+        self._settler = InformerSettler(self.cluster, self.process.reflectors)
         self._reasons: dict[str, PendingReasons] = {}
         self._memo = PodMemo(self._managed)
         self._usage = FleetUsage()
@@ -267,40 +204,7 @@ class Simulation:
 
     async def settle(self) -> None:
         """Wait until every informer of the process has seen every write made so far."""
-        target = self.cluster.resource_version
-        if target == self._settled_at:
-            return  # nothing written since the informers last caught up (their versions only grow)
-        # An informer is caught up once it has seen the last write to its own resource: one whose
-        # resource nobody wrote needs nothing. Only one that has not got there after a few turns
-        # (a filtered watch never sees some writes) is moved on by a BOOKMARK, which costs every
-        # watch an event to encode, decode and apply (and the node table a refresh).
-        reflectors = self.process.reflectors
-        marks = [self.cluster.last_write(r.rt) for r in reflectors]
-
-        def caught_up() -> bool:
-            return all(_rv(r.resource_version) >= mark for r, mark in zip(reflectors, marks, strict=True))
-
-        bookmarked = False
-        for spin in range(SETTLE_SPINS):
-            if caught_up():
-                self._settled_at = target
-                return
-            if spin == BOOKMARK_AFTER_SPINS:
-                self.cluster.trigger_bookmarks()
-                bookmarked = True
-            await asyncio.sleep(0)
-        if not bookmarked:
-            self.cluster.trigger_bookmarks()
-        # Still behind: a reflector is between two watches (its server-side timeout ends one every
-        # few minutes of wall time) or the machine is slow. Wait in wall time, bounded.
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + SETTLE_WAIT_SECONDS
-        while loop.time() < deadline:
-            if caught_up():
-                self._settled_at = target
-                return
-            await asyncio.sleep(0.01)
-        raise RuntimeError("the scheduler's informers did not catch up with the embedded cluster")
+        await self._settler.settle()
 
     # -- events ------------------------------------------------------------------------------------
 
@@ -546,6 +450,22 @@ class Simulation:
 
     # -- report ------------------------------------------------------------------------------------
 
+    async def _report(self) -> dict[str, Any]:
+        await self.settle()  # explain reads the scheduler's caches
+        outcomes, demands = pod_outcomes(
+            self._input,
+            self._keys,
+            cached_pod=self._cached_pod,
+            reasons_of=self._reasons_of,
+            errors=self._retries.errors,
+            explain=self._explain if self.options.explain else None,
+            vendors=self.process.vendors,
+        )
+        return build_report(
+            outcomes, device_states(self.process.state.ledger), demands=demands,
+            makespan=self._usage.makespan, timeline=self._usage.timeline, end=self.end,
+        )
+
     def _explain(self, namespace: str, name: str) -> dict[str, Any] | None:
         explanation = self.process.explain(namespace, name)
         return explanation.to_json() if explanation is not None else None
@@ -553,65 +473,6 @@ class Simulation:
     def _reasons_of(self, key: str) -> dict[str, str]:
         reasons = self._reasons.get(key)
         return reasons.merged() if reasons is not None else {}
-
-    async def _report(self) -> dict[str, Any]:
-        await self.settle()  # explain reads the scheduler's caches
-        vendors = self.process.vendors
-        outcomes: list[PodOutcome] = []
-        demands: list[DeviceDemand] = []
-        for pod_in, key in zip(self._input, self._keys, strict=True):
-            namespace, _, name = key.partition("/")
-            # The informer's object, not a GET: settled, it is the API's version, and 50,000 private
-            # copies of the pods would double the memory the run peaks at.
-            pod = self._cached_pod(key)
-            error = self._retries.errors.get(key)
-            if pod is None:
-                outcomes.append(PodOutcome(pod_in, None, self._reasons_of(key), error=error))
-                continue
-            node = (pod.get("spec") or {}).get("nodeName") or None
-            explained = self._explain(namespace, name) if node is None and self.options.explain else None
-            outcomes.append(
-                PodOutcome(pod, node, self._reasons_of(key) if node is None else {}, explained, error)
-            )
-            if node is None:
-                demands.extend(_demands(pod, vendors))
-        ledger = self.process.state.ledger
-        devices: list[DeviceState] = []
-        for node_name in sorted(ledger.node_names()):
-            view = ledger.view(node_name)
-            if view is None:
-                continue
-            for dev, use in zip(view.devices, view.usage, strict=True):
-                devices.append(
-                    DeviceState(
-                        node=node_name, index=dev.index, uuid=dev.id, type=dev.type, count=dev.count,
-                        devmem=dev.devmem, devcore=dev.devcore, used=use.used, usedmem=use.usedmem,
-                        usedcores=use.usedcores, health=dev.health,
-                    )
-                )
-        return build_report(
-            outcomes, devices, demands=demands, makespan=self._usage.makespan,
-            timeline=self._usage.timeline,
-            end=self.end,
-        )
-
-
-def _demands(pod: Mapping[str, Any], vendors: Vendors) -> list[DeviceDemand]:
-    annotations = (pod.get("metadata") or {}).get("annotations") or {}
-    use = str(annotations.get(keys.USE_GPUTYPE, "")).split(",")
-    nouse = str(annotations.get(keys.NOUSE_GPUTYPE, "")).split(",")
-    out = []
-    for container in pod_requests(pod, vendors):
-        for request in container.values():
-            out.append(DeviceDemand.from_request(request, use_types=use, nouse_types=nouse))
-    return out
-
-
-def _rv(value: str) -> int:
-    try:
-        return int(value)
-    except ValueError:
-        return 0
 
 
 async def simulate(
