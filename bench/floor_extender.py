@@ -29,13 +29,17 @@ import argparse
 import asyncio
 import base64
 import json
+import logging
 import ssl
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+import aiohttp
 from aiohttp import ClientSession, ClientTimeout, TCPConnector, web
+
+log = logging.getLogger("floor")
 
 Obj = dict[str, Any]
 NODE_LOCK = "hami.io/mutex.lock"
@@ -103,7 +107,10 @@ class Floor:
         meta = node.get("metadata") or {}
         name = meta.get("name", "")
         state = self.nodes.setdefault(name, NodeState())
-        state.resource_version = str(meta.get("resourceVersion", ""))
+        rv = str(meta.get("resourceVersion", ""))
+        if state.resource_version and _older(rv, state.resource_version):
+            return  # a read older than what the watch already showed (the GET after a conflict)
+        state.resource_version = rv
         annotations = meta.get("annotations") or {}
         state.locked = NODE_LOCK in annotations
         if not state.uuids and REGISTER in annotations:
@@ -113,6 +120,14 @@ class Floor:
                 state.uuids = []
 
     async def watch_nodes(self) -> None:
+        while True:
+            try:
+                await self._list_and_watch()
+            except (aiohttp.ClientError, ValueError, TimeoutError) as exc:
+                log.warning("node watch: %r; listing again", exc)
+                await asyncio.sleep(0.2)
+
+    async def _list_and_watch(self) -> None:
         while True:
             status, listed = await self.api.call("GET", "/api/v1/nodes", answer=True)
             if status != 200:
@@ -191,8 +206,23 @@ class Floor:
         now = datetime.now(UTC)
         lock = {"metadata": {"annotations": {NODE_LOCK: f"{rfc3339(now)},{ns},{name}"},
                              "resourceVersion": state.resource_version}}
+        state.locked = True  # from now on: no other filter may pick the node while this write is out
         status, _ = await self.api.call("PATCH", f"/api/v1/nodes/{node}", lock, content_type=MERGE_PATCH)
+        if status == 409:  # the watch is behind our own writes: decide on a read, as ours does
+            status, fresh = await self.api.call("GET", f"/api/v1/nodes/{node}", answer=True)
+            if status == 200:
+                state.locked = False
+                self.see_node(fresh)
+            if status == 200 and not state.locked:
+                lock["metadata"]["resourceVersion"] = state.resource_version
+                status, _ = await self.api.call("PATCH", f"/api/v1/nodes/{node}", lock,
+                                                content_type=MERGE_PATCH)
+            else:
+                status = 409
+        elif status != 200:
+            state.locked = False  # not written; the watch shows any other lock
         if status != 200:
+            log.info("bind %s/%s: lock of %s refused (HTTP %s)", ns, name, node, status)
             return _json({"Error": CONTENTION.format(node)})
         state.locked = True
         uuid = state.uuids[state.placed % len(state.uuids)]
@@ -204,11 +234,15 @@ class Floor:
             "hami.io/vgpu-devices-to-allocate": devices, "hami.io/vgpu-devices-allocated": devices,
             "hami.io/bind-phase": "allocating", "hami.io/bind-time": stamp,
         }
-        patch = {"metadata": {"annotations": annotations, "resourceVersion": ref["resourceVersion"]}}
+        # No resourceVersion guard here (ours has one, and reads the pod again on a conflict):
+        # kube-scheduler's status patch after a failed attempt makes the filtered version stale,
+        # and the floor has no pod informer to read a newer one from.
+        patch = {"metadata": {"annotations": annotations}}
         status, patched = await self.api.call("PATCH", f"/api/v1/namespaces/{ns}/pods/{name}", patch,
                                               content_type=MERGE_PATCH, answer=True)
         if status != 200:
             await self.unlock(node)
+            log.warning("bind %s/%s: pod patch HTTP %s", ns, name, status)
             return _json({"Error": f"patching pod {ns}/{name}: HTTP {status}"})
         version = (patched.get("metadata") or {}).get("resourceVersion", "")
         binding = {"apiVersion": "v1", "kind": "Binding",
@@ -217,6 +251,7 @@ class Floor:
         status, _ = await self.api.call("POST", f"/api/v1/namespaces/{ns}/pods/{name}/binding", binding)
         if status not in (200, 201):
             await self.unlock(node)
+            log.warning("bind %s/%s: Binding HTTP %s", ns, name, status)
             return _json({"Error": f"binding pod {ns}/{name}: HTTP {status}"})
         self.event(ref, "Normal", "BindingSucceed", f"Successfully binding node [{node}] to {ns}/{name}")
         return _json({"Error": ""})
@@ -259,6 +294,14 @@ class Floor:
         return web.Response(status=200 if self.synced.is_set() else 503, text="ok")
 
 
+def _older(rv: str, than: str) -> bool:
+    """kube-apiserver's resourceVersions are etcd revisions: integers, compared as such here."""
+    try:
+        return int(rv) < int(than)
+    except ValueError:
+        return False
+
+
 def _json(obj: Any) -> web.Response:
     return web.Response(body=json.dumps(obj).encode(), content_type="application/json")
 
@@ -297,6 +340,7 @@ def main() -> None:
     p.add_argument("--key", required=True)
     p.add_argument("--serving-cert", required=True)
     p.add_argument("--serving-key", required=True)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     asyncio.run(serve(p.parse_args()))
 
 

@@ -40,12 +40,21 @@ class FakeApi:
         self.server = "https://api"
         self.calls: list[tuple[str, str, Any, str]] = []
         self.status: dict[str, int] = {}
+        self.answers: dict[str, dict[str, Any]] = {}
+        self.statuses: dict[str, list[int]] = {}  # per path: the next answers' statuses, in turn
+        self.gates: dict[str, asyncio.Event] = {}  # per path: calls wait for it (a write in flight)
 
     async def call(self, method: str, path: str, body: Any = None, *, content_type: str = "application/json",
                    answer: bool = False) -> tuple[int, dict[str, Any]]:
         self.calls.append((method, path, body, content_type))
-        status = self.status.get(path, 201 if method == "POST" else 200)
-        return status, ({"metadata": {"resourceVersion": "77"}} if answer else {})
+        gate = self.gates.get(path)
+        if gate is not None:
+            await gate.wait()
+        queued = self.statuses.get(path)
+        status = queued.pop(0) if queued else self.status.get(path, 201 if method == "POST" else 200)
+        if not answer:
+            return status, {}
+        return status, self.answers.get(path, {"metadata": {"resourceVersion": "77"}})
 
 
 class FakeRequest:
@@ -108,7 +117,7 @@ async def test_bind_makes_our_writes_in_our_order() -> None:
     annotations = patch["metadata"]["annotations"]
     assert annotations["hami.io/vgpu-devices-to-allocate"] == "n1-gpu-0,NVIDIA,4000,0:;"
     assert annotations["hami.io/bind-phase"] == "allocating"
-    assert patch["metadata"]["resourceVersion"] == "10"
+    assert "resourceVersion" not in patch["metadata"]  # kube-scheduler's status patches move it
     _, _, binding, _ = calls[2]
     assert binding["metadata"]["resourceVersion"] == "77"  # the patched pod's version
     assert binding["target"]["name"] == "n1"
@@ -136,6 +145,45 @@ async def test_a_refused_lock_fails_the_bind_and_writes_nothing_else() -> None:
     await _settle(f)
     assert [c[1] for c in api.calls if c[0] == "PATCH"] == ["/api/v1/nodes/n1"]
     assert not any(path.endswith("/binding") for _, path, _, _ in api.calls)
+
+
+async def test_a_node_whose_lock_write_is_in_flight_is_not_picked() -> None:
+    f, api = _floor(_node("n1"))
+    await _filter(f, _pod("a", "ua"), ["n1"])
+    api.gates["/api/v1/nodes/n1"] = gate = asyncio.Event()
+    bind = asyncio.create_task(
+        f.bind(FakeRequest({"PodName": "a", "PodNamespace": "ns", "PodUID": "ua", "Node": "n1"})))
+    while not any(path == "/api/v1/nodes/n1" for _, path, _, _ in api.calls):
+        await asyncio.sleep(0)
+    answer = await _filter(f, _pod("b", "ub"), ["n1"])
+    assert "node lock contention" in answer["Error"]
+    gate.set()
+    assert json.loads((await bind).body) == {"Error": ""}
+    await _settle(f)
+
+
+async def test_a_stale_node_version_is_read_again_once() -> None:
+    f, api = _floor(_node("n1", rv="5"))
+    await _filter(f, _pod("p", "u1"), ["n1"])
+    api.statuses["/api/v1/nodes/n1"] = [409, 200]
+    api.answers["/api/v1/nodes/n1"] = _node("n1", rv="9")
+    bound = await f.bind(FakeRequest({"PodName": "p", "PodNamespace": "ns", "PodUID": "u1", "Node": "n1"}))
+    assert json.loads(bound.body) == {"Error": ""}
+    await _settle(f)
+    node_calls = [(method, body) for method, path, body, _ in api.calls if path == "/api/v1/nodes/n1"]
+    assert [m for m, _ in node_calls] == ["PATCH", "GET", "PATCH"]
+    assert node_calls[2][1]["metadata"]["resourceVersion"] == "9"
+
+
+async def test_a_node_locked_meanwhile_is_contention() -> None:
+    f, api = _floor(_node("n1", rv="5"))
+    await _filter(f, _pod("p", "u1"), ["n1"])
+    api.statuses["/api/v1/nodes/n1"] = [409, 200]
+    api.answers["/api/v1/nodes/n1"] = _node("n1", rv="9", locked=True)
+    bound = await f.bind(FakeRequest({"PodName": "p", "PodNamespace": "ns", "PodUID": "u1", "Node": "n1"}))
+    assert "node lock contention" in json.loads(bound.body)["Error"]
+    await _settle(f)
+    assert [c[0] for c in api.calls if c[1] == "/api/v1/nodes/n1"] == ["PATCH", "GET"]
 
 
 def test_a_watched_unlock_frees_the_node() -> None:
