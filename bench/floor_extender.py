@@ -194,6 +194,14 @@ class Floor:
 
     async def bind(self, request: web.Request) -> web.Response:
         args = json.loads(await request.read())
+        # In a task of its own, as ours: a caller that gives up (kube-scheduler's 30 s timeout)
+        # cancels the handler, which must not cut the bind between its lock and its unlock.
+        task = asyncio.get_running_loop().create_task(self._bind(args))
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+        return await asyncio.shield(task)
+
+    async def _bind(self, args: Obj) -> web.Response:
         uid, node = args.get("PodUID", ""), args.get("Node", "")
         chosen = self.pending.pop(uid, None)
         if self.about_to_lock.get(node) == uid:

@@ -162,6 +162,21 @@ async def test_a_node_whose_lock_write_is_in_flight_is_not_picked() -> None:
     await _settle(f)
 
 
+async def test_a_caller_giving_up_does_not_cut_the_bind_between_lock_and_unlock() -> None:
+    f, api = _floor(_node("n1"))
+    await _filter(f, _pod("a", "ua"), ["n1"])
+    api.gates["/api/v1/nodes/n1"] = gate = asyncio.Event()
+    handler = asyncio.create_task(
+        f.bind(FakeRequest({"PodName": "a", "PodNamespace": "ns", "PodUID": "ua", "Node": "n1"})))
+    while not any(path == "/api/v1/nodes/n1" for _, path, _, _ in api.calls):
+        await asyncio.sleep(0)
+    handler.cancel()  # kube-scheduler's timeout: aiohttp cancels the handler
+    gate.set()
+    await _settle(f)
+    assert handler.cancelled()
+    assert any(path.endswith("/binding") for _, path, _, _ in api.calls)
+
+
 async def test_a_stale_node_version_is_read_again_once() -> None:
     f, api = _floor(_node("n1", rv="5"))
     await _filter(f, _pod("p", "u1"), ["n1"])
