@@ -1,7 +1,8 @@
 """Burst benchmark on a real control plane: M pods created at once, scheduled by kube-scheduler v1.36.
 
     scripts/control-plane-build && .venv/bin/python bench/burst.py \
-        [--nodes 200] [--gpus 8] [--pods 2000] [--delays 0.015 2] [--policies binpack spread]
+        [--nodes 200] [--gpus 8] [--pods 2000] [--delays 0.015 2] [--policies binpack spread] \
+        [--no-floor] [--fleet]
 
 Each scenario gets a fresh control plane (tests/e2e/controlplane.py: etcd, kube-apiserver,
 kube-scheduler, our server as extender + webhook) with N nodes × G GPUs registered like HAMi's device
@@ -10,7 +11,14 @@ and, with the extender, confirmed by the device-plugin stand-in (tests/e2e/stand
 
 * `kube-scheduler alone`: pods asking only cpu, default-scheduler profile, our server never called;
 * `extender <policy> <delay>`: one-GPU pods (gpumem 4000), hami-scheduler profile,
-  `--node-scheduler-policy <policy>`, device plugin confirming after <delay> seconds.
+  `--node-scheduler-policy <policy>`, device plugin confirming after <delay> seconds;
+* `floor <delay>`: the same pods and stand-in, with bench/floor_extender.py in place of our server:
+  our API writes per pod with trivial decisions, the protocol's own cost on this machine. Each run
+  ends with our pods/s as a fraction of the floor's and of kube-scheduler alone's.
+
+`--fleet` is the fleet-sized burst (2,000 nodes × 8 GPUs, 20,000 pods, binpack, plugin 15 ms; heavy,
+not for CI): it also prints kube-scheduler's scheduling-algorithm p99 (the extender's filter call over
+HTTP is most of it; kube-scheduler v1.36 has no metric of the extender call alone) and our peak RSS.
 
 Figures: pods/s (bound pods / time from the first create to the last binding), time to bind p50/p99
 (create call → nodeName seen on the watch), failed attempts (FailedScheduling events, counting each
@@ -29,6 +37,7 @@ import re
 import sys
 import time
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -36,7 +45,12 @@ from typing import Any
 BENCH_DIR = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH_DIR.parent / "tests" / "e2e"))
 sys.path.insert(0, str(BENCH_DIR.parent))  # the repository root: standin imports tests.builders
-from controlplane import ControlPlane, ControlPlaneUnavailable, find_binaries_or_raise  # noqa: E402
+from controlplane import (  # noqa: E402
+    ControlPlane,
+    ControlPlaneUnavailable,
+    find_binaries_or_raise,
+    free_port,
+)
 from faultcheck import allocation_problems  # noqa: E402
 from standin import DevicePluginStandIn, cpu_pod, create_node, gpu_node, gpu_pod  # noqa: E402
 
@@ -60,6 +74,32 @@ class Scenario:
     extender: bool
     policy: str = "binpack"
     delay: float = 0.0
+    floor: bool = False
+    """bench/floor_extender.py in place of our server (extender is True too: GPU pods, stand-in)."""
+
+
+FLOOR_PROC = "floor extender"
+OUR_PROC = "vgpu-scheduler"
+
+
+class FloorControlPlane(ControlPlane):
+    """The control plane with the protocol floor (bench/floor_extender.py) where our server runs:
+    same port, certificates, webhook configuration and kube-scheduler extender configuration."""
+
+    def spawn_server(self, name: str, *, port: int | None = None, metrics_port: int | None = None,
+                     extra: Sequence[str] = (), hostname: str | None = None,
+                     wait: bool = True) -> tuple[str, str]:
+        port = port or free_port()
+        c = self.certs
+        proc = self._spawn(FLOOR_PROC, [
+            sys.executable, str(BENCH_DIR / "floor_extender.py"), f"--port={port}",
+            f"--server={self.apiserver_url}", f"--ca={c.ca_file}", f"--cert={c.admin_cert}",
+            f"--key={c.admin_key}", f"--serving-cert={c.serving_cert}", f"--serving-key={c.serving_key}",
+        ])
+        url = f"https://127.0.0.1:{port}"
+        if wait:
+            self._wait_ready(proc, f"{url}/readyz", c.ssl_context(client_cert=False), b"ok")
+        return url, ""
 
 
 @dataclass
@@ -141,7 +181,7 @@ async def run_scenario(cp: ControlPlane, sc: Scenario, n_nodes: int, gpus: int, 
 
         await asyncio.gather(*(bounded(create_node(client, *gpu_node(f"node-{i:04d}", gpus)))
                                for i in range(n_nodes)))
-        if sc.extender:
+        if sc.extender and not sc.floor:
             await asyncio.to_thread(cp.wait_devices_registered, n_nodes * gpus)
         cp.ensure_namespace(NAMESPACE, webhook=sc.extender)
         recorder = Recorder()
@@ -322,10 +362,66 @@ def table(results: list[Result]) -> str:
 
 def scenarios(args: argparse.Namespace) -> list[Scenario]:
     out = [] if args.no_alone else [Scenario("kube-scheduler alone", extender=False)]
-    for policy in args.policies:
-        for delay in args.delays:
+    for delay in args.delays:
+        if not args.no_floor:
+            out.append(Scenario(f"floor {delay:g}s", True, delay=delay, floor=True))
+        for policy in args.policies:
             out.append(Scenario(f"extender {policy} {delay:g}s", True, policy, delay))
     return out
+
+
+BUCKET = re.compile(r'^(\w+)_bucket\{(.*)\} (\S+)$')
+
+
+def histogram_quantile(text: str, metric: str, q: float) -> float | None:
+    """The upper bound of the bucket holding quantile `q` of a histogram (every series summed), as
+    Prometheus' histogram_quantile would bound it; None without observations."""
+    buckets: Counter[float] = Counter()
+    for line in text.splitlines():
+        m = BUCKET.match(line)
+        if not m or m.group(1) != metric:
+            continue
+        le = dict(LABEL.findall(m.group(2))).get("le", "")
+        buckets[float("inf") if le == "+Inf" else float(le)] += float(m.group(3))
+    if not buckets:
+        return None
+    total = buckets[float("inf")] if float("inf") in buckets else max(buckets.values())
+    if total <= 0:
+        return None
+    for le in sorted(buckets):
+        if buckets[le] >= q * total:
+            return le
+    return None
+
+
+def peak_rss_mib(pid: int) -> float | None:
+    """VmHWM (peak resident set) of a process, MiB; None once it has exited."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        return None
+    return None
+
+
+def ratios(results: list[Result]) -> list[str]:
+    """Our pods/s against the floor's (same delay) and against kube-scheduler alone's."""
+    alone = next((r.pods_per_s for r in results if not r.scenario.extender), 0.0)
+    floors = {r.scenario.delay: r.pods_per_s for r in results if r.scenario.floor}
+    lines = []
+    for r in results:
+        if not r.scenario.extender or r.scenario.floor:
+            continue
+        parts = []
+        floor = floors.get(r.scenario.delay, 0.0)
+        if floor:
+            parts.append(f"{r.pods_per_s / floor:.2f}x the floor ({floor:.1f} pods/s)")
+        if alone:
+            parts.append(f"{r.pods_per_s / alone:.2f}x kube-scheduler alone ({alone:.1f} pods/s)")
+        if parts:
+            lines.append(f"{r.scenario.name}: {r.pods_per_s:.1f} pods/s = " + ", ".join(parts))
+    return lines
 
 
 def main() -> int:
@@ -337,12 +433,23 @@ def main() -> int:
                    help="device-plugin confirmation delays, seconds")
     p.add_argument("--policies", nargs="+", default=["binpack", "spread"], choices=["binpack", "spread"])
     p.add_argument("--no-alone", action="store_true", help="skip the kube-scheduler-alone baseline")
+    p.add_argument("--no-floor", action="store_true",
+                   help="skip the protocol floor (bench/floor_extender.py)")
+    p.add_argument("--fleet", action="store_true",
+                   help="the fleet-sized burst: 2,000 nodes, 20,000 pods, binpack, plugin 15 ms, no "
+                        "baselines unless --with-baselines (heavy; not for CI)")
+    p.add_argument("--with-baselines", action="store_true", help="with --fleet: run alone and floor too")
     p.add_argument("--timeout", type=float, default=600.0, help="bound on one scenario's wait, seconds")
     p.add_argument("--stall", type=float, default=120.0, help="give up after this long without progress")
     p.add_argument("--concurrency", type=int, default=100, help="API requests in flight while creating")
     p.add_argument("--keep-logs", action="store_true",
                    help="keep each scenario's temp dir (component logs) instead of removing it")
     args = p.parse_args()
+    if args.fleet:
+        args.nodes, args.pods, args.policies, args.delays = 2000, 20000, ["binpack"], [0.015]
+        args.timeout, args.concurrency = max(args.timeout, 1800.0), 200
+        if not args.with_baselines:
+            args.no_alone = args.no_floor = True
     try:
         bin_dir = find_binaries_or_raise()
     except ControlPlaneUnavailable as exc:
@@ -352,12 +459,20 @@ def main() -> int:
     for sc in scenarios(args):
         started = time.monotonic()
         print(f"== {sc.name}: {args.nodes} nodes x {args.gpus} GPUs, {args.pods} pods", flush=True)
-        with ControlPlane.start(bin_dir, node_policy=sc.policy) as cp:
+        plane = FloorControlPlane if sc.floor else ControlPlane
+        with plane.start(bin_dir, node_policy=sc.policy) as cp:
             cpu_before = component_cpu(cp)
             res = asyncio.run(run_scenario(cp, sc, args.nodes, args.gpus, args.pods,
                                            args.timeout, args.stall, args.concurrency))
             cpu = {k: v - cpu_before.get(k, 0.0) for k, v in component_cpu(cp).items()}
             latencies = component_latencies(cp)
+            ours = cp.procs.get(OUR_PROC)
+            rss = peak_rss_mib(ours.popen.pid) if ours is not None else None
+            try:
+                algorithm_p99 = histogram_quantile(
+                    cp.scheduler_metrics(), "scheduler_scheduling_algorithm_duration_seconds", 0.99)
+            except Exception:  # figures only
+                algorithm_p99 = None
             try:
                 writes = api_writes(cp.apiserver_metrics())
             except Exception as exc:  # figures only
@@ -375,6 +490,13 @@ def main() -> int:
             top = ", ".join(f"{k} {v / res.bound:.2f}" for k, v in writes.most_common(8))
             print(f"   API writes since start (setup included): {total}, {total / res.bound:.2f} per bound "
                   f"pod, {total / max(res.wall, 1e-9):.0f}/s over the burst; per pod: {top}", flush=True)
+        if sc.extender and (algorithm_p99 is not None or rss is not None):
+            p99 = "?" if algorithm_p99 is None else f"<= {algorithm_p99 * 1000:g} ms"
+            print(f"   kube-scheduler algorithm p99 (extender filter over HTTP included): {p99}"
+                  + (f"; our server's peak RSS {rss:.0f} MiB" if rss is not None else ""), flush=True)
+        server = FLOOR_PROC if sc.floor else OUR_PROC
+        if res.bound and server in cpu:
+            print(f"   {server} CPU per bound pod: {cpu[server] * 1000 / res.bound:.2f} ms", flush=True)
         if res.bound:
             print("   CPU ms per bound pod: " + ", ".join(
                 f"{k} {v * 1000 / res.bound:.1f}" for k, v in sorted(cpu.items(), key=lambda kv: -kv[1])
@@ -387,6 +509,8 @@ def main() -> int:
     print(table(results))
     print("bound: '!' = the bounded wait ended first. failed = FailedScheduling events (with series counts); "
           "ext.err = those that are call errors, not filter verdicts.")
+    for line in ratios(results):
+        print(line)
     return 0
 
 

@@ -397,3 +397,36 @@ def test_describe_node_locks_names_every_lock() -> None:
         f"{LOCK} held since 2026-11-29T21:00:00Z"
     )
     assert describe_node_locks(_locked(None, None), now=T0, timeout=TIMEOUT, specs=SPECS) == ""
+
+
+def test_a_lock_value_is_parsed_once_while_it_is_judged_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A burst's filters judge every locked node they pass over: the same value is not parsed again."""
+
+    calls: list[str] = []
+    real = nodelock._parse_time
+
+    def counting(text: str) -> datetime:
+        calls.append(text)
+        return real(text)
+
+    monkeypatch.setattr(nodelock, "_parse_time", counting)
+    monkeypatch.setattr(nodelock, "_parsed_locks", {})
+    now = datetime(2026, 1, 1, 0, 1, tzinfo=UTC)
+    value = "2026-01-01T00:00:00Z,ns,pod"
+    first = nodelock.judge_lock(value, now=now, timeout=300)
+    again = nodelock.judge_lock(value, now=now + timedelta(minutes=10), timeout=300)
+    assert calls == ["2026-01-01T00:00:00Z"]
+    assert first == (nodelock.LockValue(datetime(2026, 1, 1, tzinfo=UTC), "ns", "pod"), None)
+    assert again[0] == first[0] and again[1] == nodelock.EXPIRED  # staleness is judged at each `now`
+    assert nodelock.judge_lock(",,", now=now, timeout=300) == (None, nodelock.UNPARSABLE)
+    assert nodelock.judge_lock(",,", now=now, timeout=300) == (None, nodelock.UNPARSABLE)
+
+
+def test_the_parsed_lock_values_kept_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+
+    monkeypatch.setattr(nodelock, "_parsed_locks", {})
+    monkeypatch.setattr(nodelock, "PARSED_LOCKS_KEPT", 3)
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+    for i in range(10):
+        nodelock.judge_lock(f"2026-01-01T00:00:0{i}Z,ns,p{i}", now=now, timeout=300)
+        assert len(nodelock._parsed_locks) <= 3

@@ -151,12 +151,34 @@ def stale_cause(taken_at: datetime, *, now: datetime, timeout: float) -> str | N
     return None
 
 
+PARSED_LOCKS_KEPT = 4096
+"""How many lock values `judge_lock` keeps parsed (then it starts again from none)."""
+_parsed_locks: dict[str, LockValue | None] = {}
+
+
+def _parsed(value: str) -> LockValue | None:
+    """parse_lock(value), None when it does not parse; kept by value. A filter in a burst asks
+    about every locked node it passes over, and a lock value stays the same until it is released:
+    each was parsed (an RFC 3339 time) once per node per filter before."""
+    try:
+        return _parsed_locks[value]
+    except KeyError:
+        pass
+    try:
+        held: LockValue | None = parse_lock(value)
+    except NodeLockError:
+        held = None
+    if len(_parsed_locks) >= PARSED_LOCKS_KEPT:
+        _parsed_locks.clear()
+    _parsed_locks[value] = held
+    return held
+
+
 def judge_lock(value: str, *, now: datetime, timeout: float) -> tuple[LockValue | None, str | None]:
     """The `hami.io/mutex.lock` value parsed, and why it is stale at `now` (None: live).
     A value that does not parse is (None, UNPARSABLE): it never expires, so it is stale."""
-    try:
-        held = parse_lock(value)
-    except NodeLockError:
+    held = _parsed(value)
+    if held is None:
         return None, UNPARSABLE
     return held, stale_cause(held.taken_at, now=now, timeout=timeout)
 
