@@ -151,6 +151,9 @@ class _Outcome:
         self.reason = reason
 
 
+NOT_LEADER = "this replica is not the leader any more"
+"""A bind's error when leader election is on and the Lease is another replica's."""
+
 NOT_SYNCED = "context cancelled"
 """The filter's error while the caches have not synced (what HAMi answers when its wait ends)."""
 
@@ -210,6 +213,7 @@ class Extender:
         pod_wait: float = 1.0,
         sync_wait: float = 30.0,
         now: Callable[[], float] = time.time,
+        is_leader: Callable[[], bool] = lambda: True,
     ) -> None:
         self.state = state
         self.requests_of = PodRequestsMemo(state.vendors)
@@ -229,6 +233,7 @@ class Extender:
         self.pod_wait = pod_wait
         self.sync_wait = sync_wait
         self.now = now
+        self.is_leader = is_leader  # --leader-elect: binds only while our kube-scheduler holds the Lease
         # Filter decisions waiting for their bind (scheduler/pending.py); the per-node table under
         # its old name for the busy-node test and tests.
         self._pending = PendingBinds()
@@ -632,6 +637,11 @@ class Extender:
             self.events.record(pod, WARNING, "BindingFailed", message)
             return message
 
+        if not self.is_leader():
+            # A replica deposed while its kube-scheduler had this bind in flight (e.g. paused past
+            # its lease): the leader decides now, this one writes nothing.
+            control.outcome = "stopped"
+            return f"bind of pod {namespace}/{name} to {node}: {NOT_LEADER}"
         chosen, error = self._decision_for_bind(pod, node)
         if error:
             self.events.record(pod, WARNING, "BindingFailed", error)
@@ -660,6 +670,8 @@ class Extender:
                 raise _Refused(f"{where()} abandoned: the caller went away", kind="cancelled")
             if asyncio.get_running_loop().time() >= control.deadline:
                 raise _Refused(f"{where()} timed out after {self.bind_timeout:g}s", kind="deadline")
+            if not self.is_leader():
+                raise _Refused(f"{where()}: {NOT_LEADER}", kind="not_leader")
 
         def where() -> str:  # formatted only for a refusal: check() runs several times per bind
             return f"bind of pod {namespace}/{name} to {node}"
@@ -700,7 +712,9 @@ class Extender:
             # As HAMi, release also when taking the lock failed: a legacy lock is cleared then.
             # Not when another named pod holds it: that release would read the node for nothing.
             named = isinstance(exc_seen, NodeLockContention) and exc_seen.holder_named
-            await self._release_locks(node, namespace, name, held, shared=shared_tried and not named)
+            deposed = isinstance(exc_seen, _Refused) and exc_seen.kind == "not_leader"
+            if not deposed:  # a deposed replica writes nothing: its lock expires or is taken over
+                await self._release_locks(node, namespace, name, held, shared=shared_tried and not named)
             self.events.record(pod, WARNING, "BindingFailed", message)
             return message
         if chosen is not None and self._pending.get(uid) is chosen:
@@ -868,7 +882,8 @@ class Extender:
 
 class _Refused(Exception):
     """The bind stopped on its own before a write (superseded, abandoned, past its deadline, pod
-    bound meanwhile or replaced); `kind` names the first three for the metrics."""
+    bound meanwhile or replaced, replica deposed); `kind` names the first three for the metrics
+    (and `not_leader` the last, whose bind releases nothing)."""
 
     def __init__(self, message: str, *, kind: str = "") -> None:
         super().__init__(message)

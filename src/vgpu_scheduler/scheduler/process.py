@@ -162,6 +162,7 @@ class SchedulerProcess:
             lock_aware=opts.lock_aware_placement,
             requeue_nudges=opts.requeue_nudges,
             now=now,
+            is_leader=self.leader.is_leader,
         )
         self.pods.handler = _PodHandler(self.state, self.extender)
         self.quotas = Reflector(client, "resourcequotas", handler=_QuotaHandler(self.state))
