@@ -87,6 +87,7 @@ class FaultProxy:
         up_writer: asyncio.StreamWriter | None = None
         method, path, status = "", "", 0
         clean = False  # ended as HTTP says (closed after the answer), not cut
+        arrived = 0.0
         try:
             head = await reader.readuntil(b"\r\n\r\n")
             lines = head.decode("latin-1").split("\r\n")
@@ -96,6 +97,7 @@ class FaultProxy:
                 (int(h.split(":", 1)[1]) for h in headers if h.lower().startswith("content-length:")), 0
             )
             body = await reader.readexactly(length) if length else b""
+            arrived = self.clock()  # when the replica sent it (it cannot send while stopped)
             f = self.faults
             if f.delay:
                 await asyncio.sleep(self.rng.uniform(0, f.delay))
@@ -133,7 +135,7 @@ class FaultProxy:
             status = status or 0
         finally:
             if method in WRITES:
-                self.record(WriteSeen(self.clock(), self.replica, method, path.split("?", 1)[0], status))
+                self.record(WriteSeen(arrived, self.replica, method, path.split("?", 1)[0], status))
             for w in (writer, up_writer):
                 if w is not None:
                     self._open.discard(w)
