@@ -1,10 +1,11 @@
-"""A replica that is not the leader any more writes nothing for a bind (issue 31, found by the chaos
-tier: a leader SIGSTOPped past its lease, once woken, still locked, patched and bound the pods its
-kube-scheduler had in flight while the other replica led).
+"""A replica that is not the leader any more writes nothing (issue 31, found by the chaos tier: a
+leader SIGSTOPped past its lease, once woken, still locked, patched and bound the pods its
+kube-scheduler had in flight, and nudged the pods its filter had just refused, while the other
+replica led).
 
 The server follows the Lease with `--leader-elect` (cluster/leader.py); every bind asks it before
-its first write and again before each next one. Driven on the in-memory API server, whose request
-log shows every write.
+its first write and again before each next one, and requeue nudges are written only by the leader.
+Driven on the in-memory API server, whose request log shows every write.
 """
 
 from __future__ import annotations
@@ -72,7 +73,7 @@ class Replica:
 @pytest.fixture
 async def replica() -> AsyncIterator[Replica]:
     cluster = MemoryCluster()
-    cluster.create("nodes", gpu_node("n1", gpus=1, allocatable={"cpu": "8", "pods": "110"}))
+    cluster.create("nodes", gpu_node("n1", gpus=1, count=1, allocatable={"cpu": "8", "pods": "110"}))
     cluster.create("leases", lease("host_1111"), namespace=NS)
     options = SchedulerOptions(scheduler_name="hami-scheduler", leader_elect=True,
                                leader_elect_resource_name=LEASE, leader_elect_resource_namespace=NS)
@@ -116,3 +117,21 @@ async def test_a_replica_deposed_in_the_middle_of_a_bind_stops_writing(replica: 
     error = await replica.filter_and_bind("p", after_filter=deposed_during_the_patch)
     assert "not the leader" in error
     assert not replica.cluster.get("pods", "p", "default")["spec"].get("nodeName")  # no Binding
+
+
+async def test_a_deposed_replica_nudges_no_refused_pod(replica: Replica) -> None:
+    assert await replica.filter_and_bind("holder") == ""
+    waiting = replica.cluster.create("pods", gpu_pod("waiting", mem=1000, container_name="c"),
+                                     namespace="default")
+    await replica.settle()
+    answer = json.loads(await replica.process.extender.filter(
+        json.dumps({"Pod": waiting, "NodeNames": ["n1"]}).encode()))
+    assert answer["FailedNodes"], answer  # refused: the one slot is the holder's
+    await replica.hand_lease_to("other_2222")
+    mark = len(replica.cluster.request_log)
+    replica.cluster.delete("pods", "holder", "default", grace_period_seconds=0)  # devices freed
+    await replica.settle()
+    await replica.process.extender.requeue.drain()
+    assert replica.writes_since(mark) == []
+    assert keys.REQUEUE not in (replica.cluster.get("pods", "waiting", "default")["metadata"]
+                                .get("annotations") or {})

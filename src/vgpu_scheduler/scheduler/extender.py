@@ -229,7 +229,9 @@ class Extender:
         self.lock_retry_timeout = lock_retry_timeout
         self.bind_timeout = bind_timeout
         self.lock_aware = lock_aware
-        self.requeue = RequeueNudger(api, now=now, cached_pod=cached_pod, enabled=requeue_nudges)
+        self.requeue = RequeueNudger(
+            api, now=now, cached_pod=cached_pod, enabled=requeue_nudges, is_leader=is_leader
+        )
         self.pod_wait = pod_wait
         self.sync_wait = sync_wait
         self.now = now
