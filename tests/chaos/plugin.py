@@ -6,8 +6,8 @@
 * `kill(node)` / `revive(node)`: one node's plugin is dead (its pods stay `allocating` and its lock
   stays) until revived, when its waiting pods are offered again.
 
-An Allocate whose API call fails (kube-apiserver restarting) is tried again, as kubelet does, on
-the pod as the watch shows it by then; a pod gone meanwhile is dropped.
+An Allocate whose API call fails (kube-apiserver restarting) is tried again, as kubelet does, with
+the same writes; a pod gone meanwhile is dropped.
 """
 
 from __future__ import annotations
@@ -53,7 +53,9 @@ class ChaosDevicePlugin(DevicePluginStandIn):
                 self._seen.discard(uid)  # the fault came first: offered again when it ends
                 return
             try:
-                result = await self.plugin.admit(current)
+                # The pod as offered, not as now: a retry after a half-done attempt (annotations
+                # consumed, phase not written) redoes the same writes instead of consuming twice.
+                result = await self.plugin.admit(pod)
             except ApiConnectionError:
                 await asyncio.sleep(RETRY)
                 continue
