@@ -17,6 +17,7 @@ import argparse
 import asyncio
 import random
 import sys
+import traceback
 from collections import Counter
 from pathlib import Path
 
@@ -68,10 +69,17 @@ def main() -> int:
         return 2
     first = args.seed if args.seed is not None else random.SystemRandom().randrange(1, 1_000_000)
     results: list[RunResult] = []
+    harness_errors: list[int] = []
     for i in range(args.runs):
         cfg = ChaosConfig(seed=first + i, nodes=args.nodes, gpus=args.gpus, seconds=args.seconds,
                           rate=args.rate, max_live=args.max_live, kinds=args.kinds, keep_logs=args.keep_logs)
-        result = asyncio.run(run_chaos(cfg, bin_dir, log=lambda line: print(line, flush=True)))
+        try:
+            result = asyncio.run(run_chaos(cfg, bin_dir, log=lambda line: print(line, flush=True)))
+        except Exception:  # the harness itself failed (not a verdict on our server): go on
+            traceback.print_exc()
+            print(f"   HARNESS ERROR in the run of seed {cfg.seed}", flush=True)
+            harness_errors.append(cfg.seed)
+            continue
         results.append(result)
         print(result.summary(), flush=True)
         print("   faults: " + ", ".join(f"{k} {v}" for k, v in sorted(result.faults.items())), flush=True)
@@ -90,7 +98,9 @@ def main() -> int:
     failing = [r.seed for r in results if not r.ok]
     if failing:
         print("failing seeds: " + " ".join(map(str, failing)))
-    return 1 if failing else 0
+    if harness_errors:
+        print("seeds whose run the harness could not finish: " + " ".join(map(str, harness_errors)))
+    return 1 if failing or harness_errors else 0
 
 
 if __name__ == "__main__":

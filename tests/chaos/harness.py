@@ -482,7 +482,6 @@ async def run_chaos(cfg: ChaosConfig, bin_dir: Path, *, log: Callable[[str], Non
         await cluster.heal_all()
         minutes = (time.monotonic() - t0) / 60
         converged, unsettled, pods, nodes = await _converge(client, cfg.converge_limit)
-        await plugin.stop()
         verdict: Verdict = check(cluster.history, lock_timeout=cfg.lock_timeout)
         violations = list(verdict.violations)
         now = time.monotonic()
@@ -500,15 +499,27 @@ async def run_chaos(cfg: ChaosConfig, bin_dir: Path, *, log: Callable[[str], Non
             logs="" if not violations else cp.logs(lines=30),
         )
     finally:
+        # Every step, even after a failed one: no process may outlive the run. The processes go
+        # first, so that no replica opens a proxy connection while the proxies close.
         for task in tasks:
             task.cancel()
-        for r in reflectors:
-            await r.stop()
-        await cluster.stop()
-        await client.close()
-        if cfg.keep_logs:
-            log(f"logs kept in {cp.dir}")
-        await asyncio.to_thread(cp.stop)
+        for step in (
+            *(r.stop() for r in reflectors),
+            *((cluster.plugin_obj.stop(),) if cluster.plugin_obj is not None else ()),
+            asyncio.to_thread(_stop_keeping, cp, cfg.keep_logs, log),
+            cluster.stop(),
+            client.close(),
+        ):
+            try:
+                await step
+            except Exception as exc:
+                log(f"cleanup: {exc!r}")
+
+
+def _stop_keeping(cp: ControlPlane, keep: bool, log: Callable[[str], None]) -> None:
+    if keep:
+        log(f"logs kept in {cp.dir}")
+    cp.stop()
 
 
 def _replica_of(holder: str) -> str:
