@@ -28,7 +28,7 @@ import signal
 import ssl
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -51,6 +51,7 @@ from vgpu_scheduler.cluster.errors import ApiConnectionError, ApiError
 from vgpu_scheduler.cluster.kubeconfig import make_client
 from vgpu_scheduler.cluster.reflector import Reflector
 
+SRC = Path(__file__).resolve().parents[2] / "src"
 NAMESPACE = "chaos"
 SCHEDULER = "hami-chaos"
 KS_LEASE, MIRROR_LEASE = "hami-chaos-ks", "hami-chaos"
@@ -445,6 +446,28 @@ async def _converge(client: KubeClient, limit: float) -> tuple[float, list[Viola
 
 
 async def run_chaos(cfg: ChaosConfig, bin_dir: Path, *, log: Callable[[str], None] = print) -> RunResult:
+    """One run; the replicas run this checkout's server (see `_this_checkout`)."""
+    with _this_checkout():
+        return await _run_chaos(cfg, bin_dir, log=log)
+
+
+@contextlib.contextmanager
+def _this_checkout() -> Iterator[None]:
+    """The servers are subprocesses started in the run's temp dir: a relative PYTHONPATH (`src`)
+    would not reach them there, and they would import whatever vgpu_scheduler the venv has
+    installed, maybe another checkout's. Put this checkout's src first, absolute, for the run."""
+    before = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = os.pathsep.join([str(SRC), *([before] if before else [])])
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ["PYTHONPATH"]
+        else:
+            os.environ["PYTHONPATH"] = before
+
+
+async def _run_chaos(cfg: ChaosConfig, bin_dir: Path, *, log: Callable[[str], None]) -> RunResult:
     rng = random.Random(cfg.seed)
     cp = await asyncio.to_thread(ControlPlane.start, bin_dir)
     cp.keep_dir = cfg.keep_logs
@@ -503,16 +526,16 @@ async def run_chaos(cfg: ChaosConfig, bin_dir: Path, *, log: Callable[[str], Non
         # first, so that no replica opens a proxy connection while the proxies close.
         for task in tasks:
             task.cancel()
+        _stop_keeping(cp, cfg.keep_logs, log)  # blocking, but nothing (a cancellation) can skip it
         for step in (
             *(r.stop() for r in reflectors),
             *((cluster.plugin_obj.stop(),) if cluster.plugin_obj is not None else ()),
-            asyncio.to_thread(_stop_keeping, cp, cfg.keep_logs, log),
             cluster.stop(),
             client.close(),
         ):
             try:
                 await step
-            except Exception as exc:
+            except (Exception, asyncio.CancelledError) as exc:
                 log(f"cleanup: {exc!r}")
 
 
