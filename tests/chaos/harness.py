@@ -27,6 +27,7 @@ import re
 import signal
 import ssl
 import time
+import urllib.request
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
@@ -242,8 +243,6 @@ class ChaosCluster:
         return ""
 
     def _ks_metrics(self, r: str) -> str:
-        import urllib.request
-
         ctx = self.cp.certs.ssl_context()
         ctx.check_hostname = False
         ctx.verify_mode = ssl.CERT_NONE
