@@ -9,7 +9,7 @@
   overlapped its life, and its pod was neither deleted nor bound elsewhere (a dangling lock, which
   the next bind takes over);
 * `stale-leader-write`: a replica woken from a pause longer than its lease writes nothing (Events
-  aside) until it holds the Lease again;
+  aside) while another replica holds the Lease, until it holds it again;
 * `unsettled` (from the final state, `final_problems`): every pod is bound and confirmed, or pending
   with a FailedScheduling reason that is a verdict of the filter, not an error;
 * `not-converged`: that final state was reached within `converge_limit` seconds of the faults
@@ -185,18 +185,34 @@ def _dangling(states: list[PodSeen], node: str, at: float) -> bool:
     return last.deleted or bool(last.node and last.node != node)
 
 
-def stale_leader_writes(history: History) -> list[Violation]:
-    """Writes of a replica after it woke from a pause, before it held the Lease again."""
+def stale_leader_writes(history: History, *, grace: float = 1.0) -> list[Violation]:
+    """Writes of a replica woken from a pause while another replica held the Lease, before it
+    held it again. A replica the Lease still named when it woke (nobody took over meanwhile)
+    leads again once it renews: its writes count only while the Lease names another one. `grace`:
+    the recorder sees a Lease change one watch hop late, as the replica does."""
     out: list[Violation] = []
+    leaders = sorted(history.leaders, key=lambda ls: ls.t)
+
+    def holder_at(t: float) -> str:
+        current = ""
+        for ls in leaders:
+            if ls.t > t:
+                break
+            current = ls.replica
+        return current
+
     for fault in history.faults:
         if fault.kind != "leader-pause" or not fault.end:
             continue
-        back = next((ls.t for ls in history.leaders if ls.t > fault.end and ls.replica == fault.target),
+        back = next((ls.t for ls in leaders if ls.t > fault.end and ls.replica == fault.target),
                     float("inf"))
         for w in history.writes:
-            if w.replica == fault.target and fault.end <= w.t < back and _counts(w):
+            if not (w.replica == fault.target and fault.end <= w.t < back and _counts(w)):
+                continue
+            if holder_at(w.t) != w.replica and holder_at(w.t + grace) != w.replica:
                 out.append(Violation("stale-leader-write", w.t,
-                                     f"{w.replica} woke at {fault.end:.1f} and sent {w.method} {w.path}"))
+                                     f"{w.replica} woke at {fault.end:.1f} and sent {w.method} {w.path} "
+                                     f"while {holder_at(w.t) or 'nobody'} held the Lease"))
     return out
 
 

@@ -175,3 +175,13 @@ def test_records_read_api_objects() -> None:
     assert (seen.node, seen.vgpu_node, seen.phase, seen.done) == ("n1", "n1", "success", True)
     broken = pod_record(3.0, builders.pod("p2", annotations={keys.VGPU_ALLOCATED: "GPU-1,NVIDIA,x,0:;"}))
     assert broken.bad
+
+
+def test_a_woken_replica_the_lease_still_names_may_write() -> None:
+    # Nobody took the Lease over during the pause (kube-apiserver was down too): it leads again.
+    pause = FaultRecord("leader-pause", 10, 20, "a")
+    h = History(faults=[pause], leaders=[LeaderSeen(0, "a")],
+                writes=[WriteSeen(21, "a", "PATCH", "/api/v1/nodes/n1", 200)])
+    assert stale_leader_writes(h) == []
+    h.leaders.append(LeaderSeen(15, "b"))  # ... but once b holds it, a must not write
+    assert [v.t for v in stale_leader_writes(h)] == [21]
