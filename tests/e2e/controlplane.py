@@ -259,24 +259,30 @@ class ControlPlane:
                 os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(timeout=10)
 
-    def restart_apiserver(self, *, compact: bool = True) -> float:
+    def restart_apiserver(
+        self, *, compact: bool = True, hard: bool = False, log_suffix: str = "-restarted"
+    ) -> float:
         """Stop kube-apiserver, optionally compact etcd to its current revision so that no watcher
         can resume where it stopped (410 Gone: it must relist), then start it again on the same
-        port. Returns the seconds it was unreachable.
+        port, logging to `kube-apiserver<log_suffix>.log`. Returns the seconds it was unreachable.
 
         SIGTERM first: it stops listening at once, but open watch connections keep it from exiting
-        for up to a minute (its HTTP shutdown timeout), so it is killed after STOP_GRACE seconds."""
+        for up to a minute (its HTTP shutdown timeout), so it is killed after STOP_GRACE seconds.
+        `hard`: SIGKILL at once instead, a crash (tests/chaos)."""
         proc = self.procs["kube-apiserver"].popen
         down = time.monotonic()
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=STOP_GRACE)
-        except subprocess.TimeoutExpired:
+        if hard:
             self.kill("kube-apiserver")
+        else:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=STOP_GRACE)
+            except subprocess.TimeoutExpired:
+                self.kill("kube-apiserver")
         if compact:
             self._compact_etcd()
-        self._start_apiserver(int(self.apiserver_url.rsplit(":", 1)[1]), log_suffix="-restarted")
+        self._start_apiserver(int(self.apiserver_url.rsplit(":", 1)[1]), log_suffix=log_suffix)
         return time.monotonic() - down
 
     def _compact_etcd(self) -> None:

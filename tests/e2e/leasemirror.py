@@ -21,7 +21,7 @@ from typing import Any
 
 from vgpu_scheduler.cluster import api
 from vgpu_scheduler.cluster.client import KubeClient
-from vgpu_scheduler.cluster.errors import ApiError
+from vgpu_scheduler.cluster.errors import ApiConnectionError, ApiError
 from vgpu_scheduler.cluster.reflector import Reflector
 
 Obj = dict[str, Any]
@@ -104,5 +104,5 @@ class LeaseMirror:
                     if exc.status != 404:
                         raise
                     await self.client.create(api.LEASES, body, self.namespace)
-            except ApiError as exc:
+            except (ApiError, ApiConnectionError) as exc:  # kube-apiserver down: the next renewal retries
                 self.errors.append(str(exc))

@@ -54,9 +54,14 @@ class _BindControl:
         self.outcome = ""  # BIND_OUTCOMES; set where the bind stops, else from its error text
 
 
+NOT_LEADER = "this replica is not the leader any more"
+"""A bind's error when leader election is on and the Lease is another replica's."""
+
+
 class _Refused(Exception):
     """The bind stopped on its own before a write (superseded, abandoned, past its deadline, pod
-    bound meanwhile or replaced); `kind` names the first three for the metrics."""
+    bound meanwhile or replaced, replica deposed); `kind` names the first three for the metrics,
+    and `not_leader` the last, whose bind releases nothing."""
 
     def __init__(self, message: str, *, kind: str = "") -> None:
         super().__init__(message)
@@ -139,6 +144,11 @@ class Binder:
         error = self._refusal(pod, namespace=namespace, name=name, uid=uid, node=node, control=control)
         if error:
             return error
+        if not self.settings.is_leader():
+            # A replica deposed while its kube-scheduler had this bind in flight (e.g. paused past
+            # its lease): the leader decides now, this one writes nothing.
+            control.outcome = "stopped"
+            return f"bind of pod {namespace}/{name} to {node}: {NOT_LEADER}"
         chosen, error = self._decision_for_bind(pod, node)
         if error:
             self.events.record(pod, WARNING, "BindingFailed", error)
@@ -236,7 +246,9 @@ class Binder:
             # As HAMi, release also when taking the lock failed: a legacy lock is cleared then.
             # Not when another named pod holds it: that release would read the node for nothing.
             named = isinstance(failure, NodeLockContention) and failure.holder_named
-            await self._release_locks(node, namespace, name, held, shared=shared_tried and not named)
+            deposed = isinstance(failure, _Refused) and failure.kind == "not_leader"
+            if not deposed:  # a deposed replica writes nothing: its lock expires or is taken over
+                await self._release_locks(node, namespace, name, held, shared=shared_tried and not named)
             self.events.record(pod, WARNING, "BindingFailed", message)
             return message
         if chosen is not None and self.reservations.get(uid) is chosen:
@@ -277,6 +289,8 @@ class Binder:
                 raise _Refused(
                     f"bind of pod {where} timed out after {settings.bind_timeout:g}s", kind="deadline"
                 )
+            if not settings.is_leader():
+                raise _Refused(f"bind of pod {where}: {NOT_LEADER}", kind="not_leader")
 
         return check
 

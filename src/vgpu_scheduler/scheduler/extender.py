@@ -132,7 +132,10 @@ class Extender:
         pod_wait: float = 1.0,
         sync_wait: float = 30.0,
         now: Callable[[], float] = time.time,
+        is_leader: Callable[[], bool] = lambda: True,
     ) -> None:
+        """`is_leader`: with --leader-elect, whether this replica holds the Lease now; a deposed
+        replica (paused past its lease, say) writes nothing for a bind and nudges no pod."""
         self.settings = ExtenderSettings(
             policies=policies,
             lock_retry_timeout=lock_retry_timeout,
@@ -141,6 +144,7 @@ class Extender:
             pod_wait=pod_wait,
             sync_wait=sync_wait,
             now=now,
+            is_leader=is_leader,
         )
         self.state = state
         self.requests_of = PodRequestsMemo(state.vendors)
@@ -150,7 +154,9 @@ class Extender:
         self.synced = synced
         self.cached_pod = cached_pod
         self.cached_node = cached_node
-        self.requeue = RequeueNudger(api, now=now, cached_pod=cached_pod, enabled=requeue_nudges)
+        self.requeue = RequeueNudger(
+            api, now=now, cached_pod=cached_pod, enabled=requeue_nudges, is_leader=is_leader
+        )
         self.stats = ExtenderStats()
         self.reservations = Reservations(
             state=state, locker=locker, cached_pod=cached_pod, settings=self.settings

@@ -176,6 +176,7 @@ class SchedulerProcess:
             lock_aware=opts.lock_aware_placement,
             requeue_nudges=opts.requeue_nudges,
             now=self.now,
+            is_leader=self.leader.is_leader,
         )
 
     def _new_registration(self) -> RegistrationLoop:

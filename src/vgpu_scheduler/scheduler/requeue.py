@@ -45,11 +45,15 @@ class RequeueNudger:
         now: Callable[[], float],
         cached_pod: Callable[[str, str], Mapping[str, Any] | None],
         enabled: bool = True,
+        is_leader: Callable[[], bool] = lambda: True,
     ) -> None:
+        """is_leader: with --leader-elect, a replica that is not the leader nudges nothing (the
+        leader's filter refuses and nudges; a deposed replica writes nothing)."""
         self.api = api
         self.now = now
         self.cached_pod = cached_pod
         self.enabled = enabled
+        self.is_leader = is_leader
         self._refused: OrderedDict[str, tuple[str, str, float]] = OrderedDict()
         self.nudged = 0
         """Patches written (a counter for tests and metrics)."""
@@ -69,6 +73,9 @@ class RequeueNudger:
     def devices_freed(self) -> None:
         """Some pod's devices were freed: nudge every pod refused within the window, once."""
         if not self._refused:
+            return
+        if not self.is_leader():
+            self._refused.clear()  # refused by this replica while it led: the leader's now
             return
         cutoff = self.now() - WINDOW_SECONDS
         due = [(uid, ns, name) for uid, (ns, name, when) in self._refused.items() if when >= cutoff]

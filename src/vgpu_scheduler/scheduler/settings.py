@@ -33,3 +33,6 @@ class ExtenderSettings:
     """How long a filter waits for the caches to sync before it answers an error."""
     now: Callable[[], float] = time.time
     """Wall-clock seconds: reservation and bind-time stamps, pending-bind deadlines, decisions."""
+    is_leader: Callable[[], bool] = lambda: True
+    """With --leader-elect: whether this replica holds the Lease now (re-evaluated at each call).
+    A bind asks it before its first write and before each next one."""
