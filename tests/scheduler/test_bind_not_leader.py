@@ -119,6 +119,32 @@ async def test_a_replica_deposed_in_the_middle_of_a_bind_stops_writing(replica: 
     assert not replica.cluster.get("pods", "p", "default")["spec"].get("nodeName")  # no Binding
 
 
+async def test_a_write_waiting_in_the_client_when_the_replica_is_deposed_is_not_sent(
+    replica: Replica,
+) -> None:
+    """The bind checks before its lock write, then the write waits (rate limiter, a paused
+    process) while the Lease changes hands: the transport checks again right before sending."""
+    transport = replica.process.client.transport
+    send = transport.request
+    armed: list[bool] = []  # from the bind on (registration patches the node too)
+    handed: list[bool] = []
+
+    async def waits_then_sends(method: str, path: str, **kwargs: Any) -> Any:
+        if armed and method == "PATCH" and path.endswith("/nodes/n1") and not handed:
+            handed.append(True)
+            await replica.hand_lease_to("other_2222")
+        return await send(method, path, **kwargs)
+
+    async def arm() -> None:
+        armed.append(True)
+
+    transport.request = waits_then_sends  # type: ignore[method-assign]
+    error = await replica.filter_and_bind("p", after_filter=arm)
+    assert handed and "not the leader" in error
+    assert keys.NODE_LOCK not in (replica.cluster.get("nodes", "n1")["metadata"].get("annotations") or {})
+    assert not replica.cluster.get("pods", "p", "default")["spec"].get("nodeName")
+
+
 async def test_a_deposed_replica_nudges_no_refused_pod(replica: Replica) -> None:
     assert await replica.filter_and_bind("holder") == ""
     waiting = replica.cluster.create("pods", gpu_pod("waiting", mem=1000, container_name="c"),

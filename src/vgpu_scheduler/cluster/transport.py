@@ -20,6 +20,7 @@ import msgspec
 
 from vgpu_scheduler.cluster.apistats import WATCH, ApiStats
 from vgpu_scheduler.cluster.errors import ApiConnectionError, ApiError
+from vgpu_scheduler.cluster.writeguard import check_write
 
 if TYPE_CHECKING:
     from vgpu_scheduler.cluster.memory import MemoryCluster
@@ -225,6 +226,7 @@ class HttpTransport:
         for attempt in (1, 2):
             await self._acquire()
             headers = await self._headers(ctype)
+            check_write(method)  # after the waits: the caller may have been stopped meanwhile
             started = time.perf_counter()
             try:
                 async with self._get_session().request(
@@ -340,6 +342,7 @@ class MemoryTransport:
         answer: bool = True,
     ) -> tuple[int, dict[str, Any]]:
         await asyncio.sleep(0)  # a network call would yield to the loop; keep that interleaving
+        check_write(method)
         body = None if json_body is None else _encode(json_body)
         started = time.perf_counter()
         # One object's answer comes decoded from its stored bytes: the same dict, without first

@@ -23,6 +23,7 @@ from typing import Any
 from vgpu_scheduler.cluster.errors import ApiConnectionError, ApiError
 from vgpu_scheduler.cluster.nodelock import NodeLockContention, NodeLocker, NodeLockError
 from vgpu_scheduler.cluster.stamplock import StampLocker
+from vgpu_scheduler.cluster.writeguard import guarded_writes
 from vgpu_scheduler.devices.protocol import NodeLockSpec
 from vgpu_scheduler.engine.decide import Chosen, Error, NoFit, NoRequest, decide
 from vgpu_scheduler.engine.podinfo import pod_key
@@ -222,16 +223,20 @@ class Binder:
         check = self._stop_check(uid=uid, chosen=chosen, control=control, where=where)
         failure: Exception | None = None
         try:
-            for spec in locks:
-                shared_tried = shared_tried or spec.names_holder
-                held.append((spec, await self._lock(pod, node, control, check, spec=spec)))
-            check()
-            patched = await self._patch_unbound(pod, patch, check)
-            check()
-            self.stats.api_calls_in_bind += 1
-            await self.api.bind_pod(
-                namespace, name, uid, node, resource_version=objects.resource_version(patched), answer=False
-            )
+            # The same check once more inside the transport, right before each write leaves: a
+            # write may wait in the client's rate limiter, and the process be paused there.
+            with guarded_writes(check):
+                for spec in locks:
+                    shared_tried = shared_tried or spec.names_holder
+                    held.append((spec, await self._lock(pod, node, control, check, spec=spec)))
+                check()
+                patched = await self._patch_unbound(pod, patch, check)
+                check()
+                self.stats.api_calls_in_bind += 1
+                await self.api.bind_pod(
+                    namespace, name, uid, node, resource_version=objects.resource_version(patched),
+                    answer=False,
+                )
         # A connection error (API server down, --kube-timeout) is a failure like any other: answered
         # in `Error`, and the lock taken before it released, or it would hold the node for 5 min.
         except (*_BIND_ERRORS, _Refused) as exc:
