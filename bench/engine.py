@@ -41,8 +41,8 @@ from vgpu_scheduler.devices.protocol import VendorFlags, Vendors
 from vgpu_scheduler.devices.registry import build
 from vgpu_scheduler.engine.decide import Chosen, NoFit, decide
 from vgpu_scheduler.engine.state import SchedulerState
+from vgpu_scheduler.gctuning import settle_heap
 from vgpu_scheduler.model import DeviceInfo
-from vgpu_scheduler.scheduler.heap import settle_heap
 from vgpu_scheduler.wire import keys
 
 VENDORS = build()

@@ -124,16 +124,16 @@ async def _serve_child(
     from aiohttp import web
 
     from vgpu_scheduler.cluster.client import KubeClient
-    from vgpu_scheduler.cluster.embedded.deviceplugin import attach_device_plugin
-    from vgpu_scheduler.cluster.memory import MemoryCluster
-    from vgpu_scheduler.cluster.transport import MemoryTransport
     from vgpu_scheduler.config import DeviceConfig
-    from vgpu_scheduler.scheduler.heap import settle_heap
+    from vgpu_scheduler.gctuning import settle_heap
     from vgpu_scheduler.scheduler.options import SchedulerOptions
     from vgpu_scheduler.scheduler.process import SchedulerProcess
     from vgpu_scheduler.server.app import make_app
     from vgpu_scheduler.server.warm import LedgerWarmer
     from vgpu_scheduler.server.webhook import webhook_handler
+    from vgpu_scheduler.standin.embedded.deviceplugin import attach_device_plugin
+    from vgpu_scheduler.standin.memory import MemoryCluster
+    from vgpu_scheduler.standin.transport import MemoryTransport
 
     rng = random.Random(1)
     cluster = MemoryCluster()

@@ -45,11 +45,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from vgpu_scheduler.cluster.embedded.fleet import demo_fleet
-from vgpu_scheduler.cluster.embedded.runtime import DURATION_ANNOTATION
 from vgpu_scheduler.simulate.loop import simulate
 from vgpu_scheduler.simulate.options import SimulationOptions
 from vgpu_scheduler.simulate.workload import GPU, GPUCORES, GPUMEM, GPUMEM_PERCENTAGE, demo_workload
+from vgpu_scheduler.standin.embedded.fleet import demo_fleet
+from vgpu_scheduler.standin.embedded.runtime import DURATION_ANNOTATION
 from vgpu_scheduler.wire.keys import GPU_SCHEDULER_POLICY, NODE_SCHEDULER_POLICY, USE_GPUUUID
 
 GIB = 1024

@@ -86,9 +86,9 @@ def cache_figures(n_pods: int) -> dict[str, float]:
 
 async def _cache_figures(n_pods: int) -> dict[str, float]:
     from vgpu_scheduler.cluster.client import KubeClient
-    from vgpu_scheduler.cluster.memory import MemoryCluster
     from vgpu_scheduler.cluster.reflector import Reflector
-    from vgpu_scheduler.cluster.transport import MemoryTransport
+    from vgpu_scheduler.standin.memory import MemoryCluster
+    from vgpu_scheduler.standin.transport import MemoryTransport
 
     template = captured_pod()
     sent = len(json.dumps(template, separators=(",", ":")))

@@ -15,12 +15,12 @@ import resource
 import sys
 import time
 
-from vgpu_scheduler.cluster.embedded.fleet import fleet
 from vgpu_scheduler.simulate.loop import run_to_result, simulate
 from vgpu_scheduler.simulate.options import SimulationOptions
 from vgpu_scheduler.simulate.providers import DEFAULT_PROVIDER, provider_names
 from vgpu_scheduler.simulate.report import dumps_report
 from vgpu_scheduler.simulate.workload import demo_workload
+from vgpu_scheduler.standin.embedded.fleet import fleet
 
 
 def main(argv: list[str] | None = None) -> int:

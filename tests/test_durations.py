@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from vgpu_scheduler.durations import (
+from vgpu_scheduler.gocompat.durations import (
     DurationError,
     format_go_duration,
     format_go_duration_ns,

@@ -16,9 +16,9 @@ from vgpu_scheduler.certs.renew import renew_forever
 from vgpu_scheduler.certs.sync import CertsConfig, Outcome
 from vgpu_scheduler.cluster.client import KubeClient
 from vgpu_scheduler.cluster.errors import ApiConnectionError
-from vgpu_scheduler.cluster.memory import MemoryCluster
-from vgpu_scheduler.cluster.transport import MemoryTransport
 from vgpu_scheduler.server.tls import ReloadingCertificate
+from vgpu_scheduler.standin.memory import MemoryCluster
+from vgpu_scheduler.standin.transport import MemoryTransport
 
 START = datetime(2026, 3, 1, tzinfo=UTC)
 CFG = CertsConfig(namespace="ns", secret_name="tls", service_name="svc", webhook_name=None,

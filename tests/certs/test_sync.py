@@ -18,8 +18,8 @@ from vgpu_scheduler.certs.sync import CertsConfig, CertsError, material_of, stal
 from vgpu_scheduler.cli import main as cli_main
 from vgpu_scheduler.cluster import api
 from vgpu_scheduler.cluster.client import KubeClient
-from vgpu_scheduler.cluster.memory import MemoryCluster
-from vgpu_scheduler.cluster.transport import MemoryTransport
+from vgpu_scheduler.standin.memory import MemoryCluster
+from vgpu_scheduler.standin.transport import MemoryTransport
 
 NOW = datetime(2026, 3, 1, tzinfo=UTC)
 NS = "hami-system"

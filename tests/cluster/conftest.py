@@ -10,9 +10,10 @@ import pytest
 
 from tests.fixtures import KUBE_1_36
 from vgpu_scheduler.cluster.client import KubeClient
-from vgpu_scheduler.cluster.fakeapi import FakeApiServer, serve
-from vgpu_scheduler.cluster.memory import MemoryCluster
-from vgpu_scheduler.cluster.transport import HttpTransport, MemoryTransport
+from vgpu_scheduler.cluster.transport import HttpTransport
+from vgpu_scheduler.standin.fakeapi import FakeApiServer, serve
+from vgpu_scheduler.standin.memory import MemoryCluster
+from vgpu_scheduler.standin.transport import MemoryTransport
 
 FIXTURES = KUBE_1_36
 

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from tests.builders import pod
 from vgpu_scheduler.cluster import api
 from vgpu_scheduler.cluster.errors import ApiError
-from vgpu_scheduler.cluster.memory import selectors, validation
+from vgpu_scheduler.standin.memory import selectors, validation
 
 
 @pytest.mark.parametrize(

@@ -10,8 +10,8 @@ import pytest
 from tests.builders import api_pod, node
 from vgpu_scheduler.cluster.client import KubeClient
 from vgpu_scheduler.cluster.errors import ApiConnectionError, ApiError
-from vgpu_scheduler.cluster.memory import MemoryCluster
 from vgpu_scheduler.cluster.transport import HttpTransport
+from vgpu_scheduler.standin.memory import MemoryCluster
 
 
 async def test_requests_by_verb_and_code(client: KubeClient, cluster: MemoryCluster) -> None:

@@ -20,7 +20,7 @@ from vgpu_scheduler.cluster.errors import (
     is_invalid,
     is_not_found,
 )
-from vgpu_scheduler.cluster.memory import MemoryCluster
+from vgpu_scheduler.standin.memory import MemoryCluster
 
 
 def _no_managed(obj: dict[str, Any]) -> dict[str, Any]:

@@ -25,9 +25,10 @@ from vgpu_scheduler.cluster.events import (
     rfc3339,
     unix_nanos,
 )
-from vgpu_scheduler.cluster.fakeapi import serve
-from vgpu_scheduler.cluster.memory import MemoryCluster
-from vgpu_scheduler.cluster.transport import HttpTransport, MemoryTransport
+from vgpu_scheduler.cluster.transport import HttpTransport
+from vgpu_scheduler.standin.fakeapi import serve
+from vgpu_scheduler.standin.memory import MemoryCluster
+from vgpu_scheduler.standin.transport import MemoryTransport
 
 Obj = dict[str, Any]
 T0 = datetime(2026, 11, 29, 21, 2, 48, 600349, tzinfo=UTC)

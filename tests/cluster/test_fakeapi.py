@@ -11,8 +11,8 @@ import pytest
 
 from tests.builders import api_pod
 from tests.builders import node as node_object
-from vgpu_scheduler.cluster.fakeapi import FakeApiServer, serve
-from vgpu_scheduler.cluster.memory import MemoryCluster
+from vgpu_scheduler.standin.fakeapi import FakeApiServer, serve
+from vgpu_scheduler.standin.memory import MemoryCluster
 
 
 def fixture_headers(fx: Any, rel: str) -> dict[str, str]:

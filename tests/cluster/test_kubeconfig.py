@@ -15,14 +15,14 @@ import yaml
 
 from tests.builders import node
 from vgpu_scheduler.cluster.errors import ApiConnectionError, ApiError
-from vgpu_scheduler.cluster.fakeapi import FakeApiServer, serve
 from vgpu_scheduler.cluster.kubeconfig import (
     KubeconfigError,
     load_settings,
     make_client,
     resolve_kubeconfig_path,
 )
-from vgpu_scheduler.cluster.memory import MemoryCluster
+from vgpu_scheduler.standin.fakeapi import FakeApiServer, serve
+from vgpu_scheduler.standin.memory import MemoryCluster
 
 TOKEN = "s3cr3t-token"
 

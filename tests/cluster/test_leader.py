@@ -15,12 +15,12 @@ import pytest
 from tests.builders import api_pod, container
 from vgpu_scheduler.cluster.client import KubeClient
 from vgpu_scheduler.cluster.leader import LeaderTracker, holder_is
-from vgpu_scheduler.cluster.memory import MemoryCluster
 from vgpu_scheduler.cluster.registration import RegistrationLoop
 from vgpu_scheduler.cluster.store import Store
-from vgpu_scheduler.cluster.transport import MemoryTransport
 from vgpu_scheduler.devices.registry import build
 from vgpu_scheduler.engine.state import SchedulerState
+from vgpu_scheduler.standin.memory import MemoryCluster
+from vgpu_scheduler.standin.transport import MemoryTransport
 from vgpu_scheduler.wire import keys
 
 Obj = dict[str, Any]

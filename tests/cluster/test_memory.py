@@ -16,7 +16,7 @@ from tests.builders import api_pod
 from tests.builders import node as node_object
 from vgpu_scheduler.cluster import api
 from vgpu_scheduler.cluster.errors import ApiConnectionError, ApiError
-from vgpu_scheduler.cluster.memory import MemoryCluster, MemoryWatch
+from vgpu_scheduler.standin.memory import MemoryCluster, MemoryWatch
 
 
 async def drain(w: MemoryWatch) -> list[tuple[str, dict[str, Any]]]:

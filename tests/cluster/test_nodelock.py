@@ -12,7 +12,6 @@ from tests.builders import api_pod, node
 from vgpu_scheduler.cluster import nodelock
 from vgpu_scheduler.cluster.client import KubeClient
 from vgpu_scheduler.cluster.errors import ApiError, status_body
-from vgpu_scheduler.cluster.memory import MemoryCluster
 from vgpu_scheduler.cluster.nodelock import (
     NodeLockContention,
     NodeLocker,
@@ -22,7 +21,8 @@ from vgpu_scheduler.cluster.nodelock import (
     parse_lock,
     probable_lock,
 )
-from vgpu_scheduler.cluster.transport import MemoryTransport
+from vgpu_scheduler.standin.memory import MemoryCluster
+from vgpu_scheduler.standin.transport import MemoryTransport
 from vgpu_scheduler.wire.keys import BIND_TIME, NODE_LOCK
 
 T0 = datetime(2026, 11, 29, 21, 0, 0, tzinfo=UTC)

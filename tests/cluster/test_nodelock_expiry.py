@@ -14,9 +14,9 @@ import pytest
 
 from tests.builders import container, node, pod
 from vgpu_scheduler.cluster.client import KubeClient
-from vgpu_scheduler.cluster.memory import MemoryCluster
 from vgpu_scheduler.cluster.nodelock import LockValue, NodeLockContention, NodeLocker, format_lock
-from vgpu_scheduler.cluster.transport import MemoryTransport
+from vgpu_scheduler.standin.memory import MemoryCluster
+from vgpu_scheduler.standin.transport import MemoryTransport
 from vgpu_scheduler.wire.keys import NODE_LOCK
 
 TAKEN = datetime(2026, 11, 29, 21, 0, 0, tzinfo=UTC)

@@ -22,7 +22,6 @@ from vgpu_scheduler.cluster import nodelock, stamplock
 from vgpu_scheduler.cluster.client import KubeClient
 from vgpu_scheduler.cluster.lockstats import CAUSES, NodeLockStats
 from vgpu_scheduler.cluster.lockview import describe_node_locks, node_lock_deadlines
-from vgpu_scheduler.cluster.memory import MemoryCluster
 from vgpu_scheduler.cluster.nodelock import (
     LockValue,
     NodeLockContention,
@@ -34,12 +33,13 @@ from vgpu_scheduler.cluster.nodelock import (
     stale_cause,
 )
 from vgpu_scheduler.cluster.stamplock import StampLocker, stamp_expires_at
-from vgpu_scheduler.cluster.transport import MemoryTransport
 from vgpu_scheduler.configfile import default_device_config
 from vgpu_scheduler.devices.cambricon import DSMLU_LOCK, LOCK
 from vgpu_scheduler.devices.protocol import NodeLockSpec
 from vgpu_scheduler.scheduler.options import SchedulerOptions
 from vgpu_scheduler.scheduler.process import SchedulerProcess
+from vgpu_scheduler.standin.memory import MemoryCluster
+from vgpu_scheduler.standin.transport import MemoryTransport
 from vgpu_scheduler.wire.keys import NODE_LOCK
 
 T0 = datetime(2026, 11, 29, 21, 0, 0, tzinfo=UTC)

@@ -11,9 +11,9 @@ import pytest
 from tests.builders import api_pod, node
 from vgpu_scheduler.cluster.client import KubeClient
 from vgpu_scheduler.cluster.lockstats import CAUSES
-from vgpu_scheduler.cluster.memory import MemoryCluster
 from vgpu_scheduler.cluster.nodelock import NodeLockContention, NodeLocker, format_lock
-from vgpu_scheduler.cluster.transport import MemoryTransport
+from vgpu_scheduler.standin.memory import MemoryCluster
+from vgpu_scheduler.standin.transport import MemoryTransport
 from vgpu_scheduler.wire.keys import BIND_PHASE, BIND_TIME, NODE_LOCK
 
 T0 = datetime(2026, 11, 29, 21, 0, 0, tzinfo=UTC)

@@ -15,11 +15,11 @@ from tests.builders import api_pod, container, pod
 from tests.builders import node as node_object
 from vgpu_scheduler.cluster.api import key_of
 from vgpu_scheduler.cluster.client import KubeClient
-from vgpu_scheduler.cluster.fakeapi import serve
-from vgpu_scheduler.cluster.memory import MemoryCluster
 from vgpu_scheduler.cluster.reflector import Backoff, Reflector
 from vgpu_scheduler.cluster.store import Store
 from vgpu_scheduler.cluster.transport import HttpTransport
+from vgpu_scheduler.standin.fakeapi import serve
+from vgpu_scheduler.standin.memory import MemoryCluster
 
 Obj = dict[str, Any]
 
@@ -323,7 +323,7 @@ def test_reflector_converges_whatever_happens(steps: list[tuple[str, int]], hist
 
 
 async def _converge(steps: list[tuple[str, int]], history: int) -> None:
-    from vgpu_scheduler.cluster.transport import MemoryTransport
+    from vgpu_scheduler.standin.transport import MemoryTransport
 
     cluster = MemoryCluster(seed=2, history_size=history)
     rec = Recorder()

@@ -13,11 +13,9 @@ import pytest
 
 from tests.builders import assigned_annotations, container, node, pod
 from vgpu_scheduler.cluster.client import KubeClient
-from vgpu_scheduler.cluster.memory import MemoryCluster
 from vgpu_scheduler.cluster.reflector import Reflector
 from vgpu_scheduler.cluster.registration import NodeAnnotationWriter, RegistrationLoop, stamp_keys
 from vgpu_scheduler.cluster.store import Store
-from vgpu_scheduler.cluster.transport import MemoryTransport
 from vgpu_scheduler.devices.handshake import allocatable_count, format_requesting
 from vgpu_scheduler.devices.nvidia import NvidiaVendor
 from vgpu_scheduler.devices.nvidia.health import NodeCounters
@@ -25,6 +23,8 @@ from vgpu_scheduler.devices.protocol import Vendors
 from vgpu_scheduler.devices.registry import build
 from vgpu_scheduler.engine.state import SchedulerState
 from vgpu_scheduler.model import NVIDIA
+from vgpu_scheduler.standin.memory import MemoryCluster
+from vgpu_scheduler.standin.transport import MemoryTransport
 from vgpu_scheduler.wire import keys
 from vgpu_scheduler.wire.inventory import InventoryError, decode_nvidia_inventory
 

@@ -12,9 +12,10 @@ from tests.builders import api_pod
 from tests.builders import node as node_object
 from vgpu_scheduler.cluster.client import KubeClient
 from vgpu_scheduler.cluster.errors import ApiConnectionError, ApiError
-from vgpu_scheduler.cluster.fakeapi import FakeApiServer, serve
-from vgpu_scheduler.cluster.memory import MemoryCluster
-from vgpu_scheduler.cluster.transport import HttpTransport, MemoryTransport, TokenBucket
+from vgpu_scheduler.cluster.transport import HttpTransport, TokenBucket
+from vgpu_scheduler.standin.fakeapi import FakeApiServer, serve
+from vgpu_scheduler.standin.memory import MemoryCluster
+from vgpu_scheduler.standin.transport import MemoryTransport
 
 
 class FakeTime:

@@ -15,7 +15,7 @@ from tests.builders import api_pod
 from tests.builders import node as node_object
 from vgpu_scheduler.cluster.client import KubeClient
 from vgpu_scheduler.cluster.errors import ApiConnectionError, ApiError, is_gone
-from vgpu_scheduler.cluster.memory import MemoryCluster
+from vgpu_scheduler.standin.memory import MemoryCluster
 
 Event = tuple[str, dict[str, Any]]
 
@@ -96,7 +96,7 @@ async def test_watch_from_too_old_resource_version(
 
 async def test_watch_history_window() -> None:
     from vgpu_scheduler.cluster.client import KubeClient
-    from vgpu_scheduler.cluster.transport import MemoryTransport
+    from vgpu_scheduler.standin.transport import MemoryTransport
 
     cluster = MemoryCluster(history_size=8)
     client = KubeClient(MemoryTransport(cluster))

@@ -14,10 +14,10 @@ from typing import Any
 
 from tests.builders import pod
 from vgpu_scheduler.cluster.client import KubeClient
-from vgpu_scheduler.cluster.embedded.deviceplugin import attach_device_plugin
-from vgpu_scheduler.cluster.memory import MemoryCluster
 from vgpu_scheduler.cluster.reflector import Reflector
-from vgpu_scheduler.cluster.transport import MemoryTransport
+from vgpu_scheduler.standin.embedded.deviceplugin import attach_device_plugin
+from vgpu_scheduler.standin.memory import MemoryCluster
+from vgpu_scheduler.standin.transport import MemoryTransport
 
 BOUND = 10.0  # seconds; far below the 600 s watch timeout the bug waited for
 

@@ -10,10 +10,11 @@ import pytest
 
 from tests.builders import node as node_object
 from vgpu_scheduler.cluster.client import KubeClient
-from vgpu_scheduler.cluster.fakeapi import FakeApiServer
-from vgpu_scheduler.cluster.memory import MemoryCluster
-from vgpu_scheduler.cluster.transport import HttpTransport, MemoryTransport, TokenBucket
+from vgpu_scheduler.cluster.transport import HttpTransport, TokenBucket
 from vgpu_scheduler.cluster.writeguard import check_write, guarded_writes
+from vgpu_scheduler.standin.fakeapi import FakeApiServer
+from vgpu_scheduler.standin.memory import MemoryCluster
+from vgpu_scheduler.standin.transport import MemoryTransport
 
 
 class Deposed(Exception):

@@ -26,7 +26,7 @@ GENERIC = {"get": "get", "list": "list", "list_all": "list", "watch": "watch", "
 HTTP_VERB = {"GET": "get", "POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}
 # Code that talks only to the in-memory API server (embedded cluster, simulator), or defines the client.
 NOT_PRODUCTION = (
-    "cluster/memory/", "cluster/fakeapi.py", "cluster/embedded/", "simulate/", "cluster/client.py",
+    "standin/memory/", "standin/fakeapi.py", "standin/embedded/", "simulate/", "cluster/client.py",
 )
 
 Call = tuple[str, str, str]  # (apiGroup, resource, verb)

@@ -27,8 +27,8 @@ from chart import CUSTOM_NAMES, VALUE_SETS, Obj
 
 from vgpu_scheduler.configfile import parse_device_config
 from vgpu_scheduler.devices.registry import build
-from vgpu_scheduler.durations import parse_go_duration
 from vgpu_scheduler.flags import parse_args
+from vgpu_scheduler.gocompat.durations import parse_go_duration
 from vgpu_scheduler.scheduler.options import vendor_flags
 
 try:

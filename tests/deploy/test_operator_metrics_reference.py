@@ -18,9 +18,7 @@ from tests.builders import device
 from vgpu_scheduler.cluster.apistats import ApiStats
 from vgpu_scheduler.cluster.client import KubeClient
 from vgpu_scheduler.cluster.lockstats import NodeLockStats
-from vgpu_scheduler.cluster.memory import MemoryCluster
 from vgpu_scheduler.cluster.reflector import ReflectorStats
-from vgpu_scheduler.cluster.transport import MemoryTransport
 from vgpu_scheduler.config import DeviceConfig
 from vgpu_scheduler.scheduler.extender import ExtenderStats
 from vgpu_scheduler.scheduler.options import SchedulerOptions
@@ -29,6 +27,8 @@ from vgpu_scheduler.server.certmetrics import CertCollector
 from vgpu_scheduler.server.metrics import exposition, metrics_registry
 from vgpu_scheduler.server.opmetrics import OperatorCollector, OperatorSources
 from vgpu_scheduler.server.tls import ReloadingCertificate
+from vgpu_scheduler.standin.memory import MemoryCluster
+from vgpu_scheduler.standin.transport import MemoryTransport
 
 ROOT = Path(__file__).resolve().parents[2]
 DASHBOARD = ROOT / "deploy" / "grafana" / "vgpu-scheduler-dashboard.json"

@@ -32,9 +32,6 @@ from tests.devices.vendorkit import (
     usages,
 )
 from vgpu_scheduler.cluster.client import KubeClient
-from vgpu_scheduler.cluster.embedded.deviceplugin import SimDevicePlugin
-from vgpu_scheduler.cluster.memory import MemoryCluster
-from vgpu_scheduler.cluster.transport import MemoryTransport
 from vgpu_scheduler.config import DeviceConfig
 from vgpu_scheduler.configfile import default_device_config, parse_device_config
 from vgpu_scheduler.devices import cambricon
@@ -48,6 +45,9 @@ from vgpu_scheduler.engine.state import SchedulerState
 from vgpu_scheduler.model import ContainerDevice, ContainerDeviceRequest, DeviceInfo, DeviceUsage
 from vgpu_scheduler.scheduler.extender import pod_node_locks
 from vgpu_scheduler.scheduler.options import SchedulerOptions, vendor_flags
+from vgpu_scheduler.standin.embedded.deviceplugin import SimDevicePlugin
+from vgpu_scheduler.standin.memory import MemoryCluster
+from vgpu_scheduler.standin.transport import MemoryTransport
 from vgpu_scheduler.wire import keys
 from vgpu_scheduler.wire.inventory import InventoryError
 

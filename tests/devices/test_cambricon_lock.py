@@ -19,16 +19,16 @@ from hypothesis import strategies as st
 from tests.builders import container, gpu_node, node, pod
 from vgpu_scheduler.cluster import stamplock
 from vgpu_scheduler.cluster.client import KubeClient
-from vgpu_scheduler.cluster.embedded.deviceplugin import SimDevicePlugin
 from vgpu_scheduler.cluster.errors import ApiError, status_body
-from vgpu_scheduler.cluster.memory import MemoryCluster
 from vgpu_scheduler.cluster.nodelock import NodeLockContention, NodeLockError, format_lock, format_rfc3339
 from vgpu_scheduler.cluster.stamplock import StampLocker
-from vgpu_scheduler.cluster.transport import MemoryTransport
 from vgpu_scheduler.configfile import default_device_config
 from vgpu_scheduler.devices.cambricon import DSMLU_LOCK, LOCK
 from vgpu_scheduler.scheduler.options import SchedulerOptions
 from vgpu_scheduler.scheduler.process import SchedulerProcess
+from vgpu_scheduler.standin.embedded.deviceplugin import SimDevicePlugin
+from vgpu_scheduler.standin.memory import MemoryCluster
+from vgpu_scheduler.standin.transport import MemoryTransport
 from vgpu_scheduler.wire.keys import NODE_LOCK
 
 Obj = dict[str, Any]

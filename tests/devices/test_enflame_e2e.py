@@ -22,12 +22,12 @@ from tests.devices.enflame_helpers import (
 )
 from tests.devices.vendorkit import NOW, metrics_text, registration, review, simulate_report
 from vgpu_scheduler.cluster.client import KubeClient
-from vgpu_scheduler.cluster.embedded.deviceplugin import SimDevicePlugin
-from vgpu_scheduler.cluster.memory import MemoryCluster
-from vgpu_scheduler.cluster.transport import MemoryTransport
 from vgpu_scheduler.engine.decide import Chosen, NoFit, decide
 from vgpu_scheduler.engine.state import SchedulerState
 from vgpu_scheduler.scheduler.extender import _locking_request
+from vgpu_scheduler.standin.embedded.deviceplugin import SimDevicePlugin
+from vgpu_scheduler.standin.memory import MemoryCluster
+from vgpu_scheduler.standin.transport import MemoryTransport
 from vgpu_scheduler.wire import keys
 
 ALLOCATED = "hami.io/enflame-vgpu-devices-allocated"

@@ -16,7 +16,6 @@ from typing import Any
 import pytest
 
 from tests import builders
-from vgpu_scheduler.cluster.embedded.fleet import fleet
 from vgpu_scheduler.config import DeviceConfig
 from vgpu_scheduler.configfile import DeviceConfigError, parse_device_config
 from vgpu_scheduler.devices.base import GenericVendor
@@ -29,6 +28,7 @@ from vgpu_scheduler.model import DeviceInfo
 from vgpu_scheduler.scheduler.options import SchedulerOptions, options_type, vendor_flags
 from vgpu_scheduler.simulate.loop import Simulation
 from vgpu_scheduler.simulate.options import SimulationOptions
+from vgpu_scheduler.standin.embedded.fleet import fleet
 from vgpu_scheduler.wire.inventory import encode_node_devices_json
 
 TOY = "TOY"

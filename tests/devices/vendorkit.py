@@ -19,11 +19,8 @@ import pytest
 
 from tests.builders import pod
 from vgpu_scheduler.cluster.client import KubeClient
-from vgpu_scheduler.cluster.embedded.deviceplugin import SimDevicePlugin
-from vgpu_scheduler.cluster.memory import MemoryCluster
 from vgpu_scheduler.cluster.registration import PassReport, RegistrationLoop
 from vgpu_scheduler.cluster.store import Store
-from vgpu_scheduler.cluster.transport import MemoryTransport
 from vgpu_scheduler.configfile import DeviceConfigError, parse_device_config
 from vgpu_scheduler.devices.protocol import FitResult, Health, Vendor, Vendors
 from vgpu_scheduler.engine.fit import pod_fit_context
@@ -34,6 +31,9 @@ from vgpu_scheduler.scheduler.options import SchedulerOptions
 from vgpu_scheduler.server.metrics import exposition, metrics_registry
 from vgpu_scheduler.server.webhook import AdmissionResponse, review_pod
 from vgpu_scheduler.simulate.cli import main as simulate_main
+from vgpu_scheduler.standin.embedded.deviceplugin import SimDevicePlugin
+from vgpu_scheduler.standin.memory import MemoryCluster
+from vgpu_scheduler.standin.transport import MemoryTransport
 from vgpu_scheduler.wire import keys
 
 Obj = dict[str, Any]

@@ -18,10 +18,10 @@ from typing import Any
 from tests import builders
 from vgpu_scheduler.cluster import api
 from vgpu_scheduler.cluster.client import KubeClient
-from vgpu_scheduler.cluster.embedded.deviceplugin import SimDevicePlugin
 from vgpu_scheduler.cluster.errors import ApiError
 from vgpu_scheduler.cluster.reflector import Reflector
 from vgpu_scheduler.devices.protocol import Vendors
+from vgpu_scheduler.standin.embedded.deviceplugin import SimDevicePlugin
 from vgpu_scheduler.wire import keys
 
 log = logging.getLogger(__name__)

@@ -16,8 +16,6 @@ from aiohttp.test_utils import TestClient, TestServer
 from tests.builders import container, gpu_node, pod
 from vgpu_scheduler.cli import main as root_main
 from vgpu_scheduler.cluster.client import KubeClient
-from vgpu_scheduler.cluster.memory import MemoryCluster
-from vgpu_scheduler.cluster.transport import MemoryTransport
 from vgpu_scheduler.config import DeviceConfig
 from vgpu_scheduler.configfile import default_device_config
 from vgpu_scheduler.engine.explain import PENDING, render_text
@@ -25,6 +23,8 @@ from vgpu_scheduler.explain.cli import explain_objects
 from vgpu_scheduler.scheduler.options import SchedulerOptions
 from vgpu_scheduler.scheduler.process import SchedulerProcess
 from vgpu_scheduler.server.app import make_app
+from vgpu_scheduler.standin.memory import MemoryCluster
+from vgpu_scheduler.standin.transport import MemoryTransport
 
 REFUSED = "Pod default/p: pending; the filter refuses it on every node (error below)"
 GPUMEM = 'pod default/p: container c: invalid quantity nvidia.com/gpumem="12Gx" in limits: quantities must'

@@ -23,13 +23,13 @@ import aiohttp
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from vgpu_scheduler.cluster.embedded.deviceplugin import BackgroundDevicePlugin, attach_device_plugin
-from vgpu_scheduler.cluster.fakeapi import FakeApiServer, serve
-from vgpu_scheduler.cluster.memory import MemoryCluster
 from vgpu_scheduler.engine.state import SchedulerState
 from vgpu_scheduler.scheduler.options import SchedulerOptions
 from vgpu_scheduler.scheduler.process import SchedulerProcess
 from vgpu_scheduler.server.main import Running, start, stop
+from vgpu_scheduler.standin.embedded.deviceplugin import BackgroundDevicePlugin, attach_device_plugin
+from vgpu_scheduler.standin.fakeapi import FakeApiServer, serve
+from vgpu_scheduler.standin.memory import MemoryCluster
 from vgpu_scheduler.wire import keys
 from vgpu_scheduler.wire.allocation import decode_pod_devices
 from vgpu_scheduler.wire.jsonpatch import apply_patch

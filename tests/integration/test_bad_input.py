@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from tests.builders import gpu_container, gpu_node, gpu_pod, gpu_uuid, placed_pod, pod
-from vgpu_scheduler.cluster.memory import MemoryCluster
+from vgpu_scheduler.standin.memory import MemoryCluster
 
 MIB = 1 << 20
 

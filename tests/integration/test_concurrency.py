@@ -9,9 +9,9 @@ from typing import Any
 
 from tests.builders import gpu_node, gpu_pod, gpu_uuid
 from vgpu_scheduler.cluster.client import KubeClient
-from vgpu_scheduler.cluster.embedded.deviceplugin import BackgroundDevicePlugin, SimDevicePlugin
-from vgpu_scheduler.cluster.memory import MemoryCluster
-from vgpu_scheduler.cluster.transport import MemoryTransport
+from vgpu_scheduler.standin.embedded.deviceplugin import BackgroundDevicePlugin, SimDevicePlugin
+from vgpu_scheduler.standin.memory import MemoryCluster
+from vgpu_scheduler.standin.transport import MemoryTransport
 from vgpu_scheduler.wire import keys
 
 NODES = ["n1", "n2"]

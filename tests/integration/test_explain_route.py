@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from tests.builders import GIB, gpu_node, gpu_pod
-from vgpu_scheduler.cluster.memory import MemoryCluster
+from vgpu_scheduler.standin.memory import MemoryCluster
 
 
 async def test_explain_route(it: Any, cluster: MemoryCluster, launch: Any) -> None:

@@ -9,8 +9,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from tests.builders import api_pod, gpu_node, gpu_pod
-from vgpu_scheduler.cluster.memory import MemoryCluster
 from vgpu_scheduler.cluster.nodelock import format_lock
+from vgpu_scheduler.standin.memory import MemoryCluster
 from vgpu_scheduler.wire import keys
 
 BUCKETS = ["0.0005", "0.001", "0.0025", "0.005", "0.01", "0.025", "0.05", "0.1", "0.25", "0.5", "1",

@@ -15,10 +15,10 @@ import aiohttp
 from aiohttp import web
 
 from tests.builders import gpu_node
-from vgpu_scheduler.cluster import fakeapi
-from vgpu_scheduler.cluster.memory import MemoryCluster
 from vgpu_scheduler.scheduler.options import SchedulerOptions
 from vgpu_scheduler.server.main import start, stop
+from vgpu_scheduler.standin import fakeapi
+from vgpu_scheduler.standin.memory import MemoryCluster
 
 
 def _free_port() -> int:

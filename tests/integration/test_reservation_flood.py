@@ -10,7 +10,7 @@ import asyncio
 from typing import Any
 
 from tests.builders import gpu_node, gpu_pod
-from vgpu_scheduler.cluster.memory import MemoryCluster
+from vgpu_scheduler.standin.memory import MemoryCluster
 
 NODES = ["n1", "n2"]
 

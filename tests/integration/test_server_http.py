@@ -9,9 +9,9 @@ from datetime import datetime
 from typing import Any
 
 from tests.builders import api_pod, container, gpu_node, gpu_pod, gpu_quota, gpu_uuid, node, pod
-from vgpu_scheduler.cluster.embedded.deviceplugin import BackgroundDevicePlugin
-from vgpu_scheduler.cluster.fakeapi import FakeApiServer
-from vgpu_scheduler.cluster.memory import MemoryCluster
+from vgpu_scheduler.standin.embedded.deviceplugin import BackgroundDevicePlugin
+from vgpu_scheduler.standin.fakeapi import FakeApiServer
+from vgpu_scheduler.standin.memory import MemoryCluster
 from vgpu_scheduler.wire import keys
 
 MIB = 1024 * 1024

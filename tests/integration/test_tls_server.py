@@ -18,11 +18,11 @@ import trustme
 from cryptography import x509
 
 from tests.builders import gpu_node, gpu_pod
-from vgpu_scheduler.cluster.fakeapi import serve
-from vgpu_scheduler.cluster.memory import MemoryCluster
 from vgpu_scheduler.scheduler.options import SchedulerOptions
 from vgpu_scheduler.server.certmetrics import EXPIRY, FAILURES
 from vgpu_scheduler.server.main import start, stop
+from vgpu_scheduler.standin.fakeapi import serve
+from vgpu_scheduler.standin.memory import MemoryCluster
 
 
 def _write_pair(

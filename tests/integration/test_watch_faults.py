@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 
 from tests.builders import gpu_node, gpu_pod, gpu_uuid, node, placed_pod
-from vgpu_scheduler.cluster.embedded.deviceplugin import BackgroundDevicePlugin
-from vgpu_scheduler.cluster.fakeapi import serve
-from vgpu_scheduler.cluster.memory import MemoryCluster
 from vgpu_scheduler.server.main import stop
+from vgpu_scheduler.standin.embedded.deviceplugin import BackgroundDevicePlugin
+from vgpu_scheduler.standin.fakeapi import serve
+from vgpu_scheduler.standin.memory import MemoryCluster
 from vgpu_scheduler.wire import keys
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import gc
 
-from vgpu_scheduler.scheduler.heap import collector_settled
+from vgpu_scheduler.gctuning import collector_settled
 
 
 def test_collector_settled_restores_thresholds_and_unfreezes() -> None:

@@ -17,11 +17,11 @@ from tests.builders import container, gpu_node, pod
 from tests.scheduler.test_bind_safety import CONTENTION, Events, Stack, _chosen
 from tests.scheduler.test_bind_safety import pod as gpu_pod
 from vgpu_scheduler.cluster.client import KubeClient
-from vgpu_scheduler.cluster.memory import MemoryCluster
-from vgpu_scheduler.cluster.transport import MemoryTransport
 from vgpu_scheduler.configfile import parse_device_config
 from vgpu_scheduler.scheduler.options import SchedulerOptions
 from vgpu_scheduler.scheduler.process import SchedulerProcess
+from vgpu_scheduler.standin.memory import MemoryCluster
+from vgpu_scheduler.standin.transport import MemoryTransport
 
 Obj = dict[str, Any]
 CONFIG = """\

@@ -16,9 +16,7 @@ from tests.builders import assigned_annotations, container, device
 from vgpu_scheduler.cluster.apistats import ApiStats
 from vgpu_scheduler.cluster.client import KubeClient
 from vgpu_scheduler.cluster.lockstats import NodeLockStats
-from vgpu_scheduler.cluster.memory import MemoryCluster
 from vgpu_scheduler.cluster.reflector import ReflectorStats
-from vgpu_scheduler.cluster.transport import MemoryTransport
 from vgpu_scheduler.config import DeviceConfig
 from vgpu_scheduler.engine.decide import NODE_UNREGISTERED
 from vgpu_scheduler.engine.state import SchedulerState
@@ -27,6 +25,8 @@ from vgpu_scheduler.scheduler.options import SchedulerOptions
 from vgpu_scheduler.scheduler.process import SchedulerProcess
 from vgpu_scheduler.server.metrics import exposition
 from vgpu_scheduler.server.opmetrics import LedgerSizes, OperatorCollector, OperatorSources, ledger_sizes
+from vgpu_scheduler.standin.memory import MemoryCluster
+from vgpu_scheduler.standin.transport import MemoryTransport
 
 BUCKETS = ["0.0005", "0.001", "0.0025", "0.005", "0.01", "0.025", "0.05", "0.1", "0.25", "0.5", "1",
            "2.5", "5", "10", "30", "+Inf"]

@@ -8,13 +8,13 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from tests.builders import gpu_node
 from vgpu_scheduler.cluster.client import KubeClient
-from vgpu_scheduler.cluster.memory import MemoryCluster
-from vgpu_scheduler.cluster.transport import MemoryTransport
 from vgpu_scheduler.config import DeviceConfig
 from vgpu_scheduler.scheduler.options import SchedulerOptions
 from vgpu_scheduler.scheduler.process import SchedulerProcess
 from vgpu_scheduler.server.app import make_app
 from vgpu_scheduler.server.readiness import readyz_handler, waiting_for
+from vgpu_scheduler.standin.memory import MemoryCluster
+from vgpu_scheduler.standin.transport import MemoryTransport
 
 
 async def _no_webhook(request: web.Request) -> web.StreamResponse:

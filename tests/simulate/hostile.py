@@ -18,10 +18,10 @@ from typing import Any
 from hypothesis import strategies as st
 
 from tests.builders import container, device, node, pod
-from vgpu_scheduler.cluster.embedded.runtime import DEFAULT_EPOCH, DURATION_ANNOTATION
 from vgpu_scheduler.cluster.nodelock import format_lock, format_rfc3339
 from vgpu_scheduler.devices.cambricon import DSMLU_LOCK
 from vgpu_scheduler.simulate.options import ARRIVAL_ANNOTATION
+from vgpu_scheduler.standin.embedded.runtime import DEFAULT_EPOCH, DURATION_ANNOTATION
 from vgpu_scheduler.wire import keys
 from vgpu_scheduler.wire.inventory import encode_node_devices_json, encode_node_devices_legacy
 

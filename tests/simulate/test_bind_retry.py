@@ -8,11 +8,11 @@ from datetime import UTC, datetime
 from typing import Any
 
 from tests.builders import container, pod
-from vgpu_scheduler.cluster.embedded.fleet import fleet
-from vgpu_scheduler.cluster.embedded.runtime import DEFAULT_EPOCH
 from vgpu_scheduler.cluster.nodelock import format_lock
 from vgpu_scheduler.simulate.loop import simulate
 from vgpu_scheduler.simulate.retries import PARK_AFTER_ERRORS
+from vgpu_scheduler.standin.embedded.fleet import fleet
+from vgpu_scheduler.standin.embedded.runtime import DEFAULT_EPOCH
 from vgpu_scheduler.wire import keys
 
 

@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 
 from vgpu_scheduler.cli import main as root_main
-from vgpu_scheduler.cluster.embedded.fleet import fleet
-from vgpu_scheduler.cluster.embedded.runtime import DURATION_ANNOTATION
 from vgpu_scheduler.simulate.cli import InputError, build_parser, main
+from vgpu_scheduler.standin.embedded.fleet import fleet
+from vgpu_scheduler.standin.embedded.runtime import DURATION_ANNOTATION
 
 POD = """\
 apiVersion: v1

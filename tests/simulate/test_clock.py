@@ -2,8 +2,8 @@ from collections.abc import Callable
 
 import pytest
 
-from vgpu_scheduler.cluster.embedded.runtime import DEFAULT_EPOCH
 from vgpu_scheduler.simulate.clock import ClockError, SimClock
+from vgpu_scheduler.standin.embedded.runtime import DEFAULT_EPOCH
 
 
 def test_starts_at_zero_and_jumps_forward() -> None:

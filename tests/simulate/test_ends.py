@@ -9,13 +9,13 @@ from typing import Any
 import pytest
 
 from tests.builders import container, pod
-from vgpu_scheduler.cluster.embedded.fleet import fleet
-from vgpu_scheduler.cluster.embedded.runtime import DEFAULT_EPOCH
 from vgpu_scheduler.cluster.nodelock import format_lock
 from vgpu_scheduler.simulate import retries
 from vgpu_scheduler.simulate.loop import simulate
 from vgpu_scheduler.simulate.options import ARRIVAL_ANNOTATION, SimulationOptions
 from vgpu_scheduler.simulate.retries import PARK_AFTER_ERRORS
+from vgpu_scheduler.standin.embedded.fleet import fleet
+from vgpu_scheduler.standin.embedded.runtime import DEFAULT_EPOCH
 from vgpu_scheduler.wire import keys
 
 T0 = datetime.fromtimestamp(DEFAULT_EPOCH, tz=UTC)

@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 
 from tests.builders import container, pod
-from vgpu_scheduler.cluster.embedded.fleet import fleet
 from vgpu_scheduler.simulate.loop import Simulation
 from vgpu_scheduler.simulate.predicates import DEFAULT_IGNORED_RESOURCES, extender_interested
+from vgpu_scheduler.standin.embedded.fleet import fleet
 
 
 def _pod(name: str, resources: dict[str, Any], *, init: bool = False) -> dict[str, Any]:

@@ -25,10 +25,10 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 
 from tests.simulate.hostile import Scenario, scenarios
-from vgpu_scheduler.cluster.embedded.runtime import InvalidDurationError, duration_seconds
 from vgpu_scheduler.engine.policy import NODE_POLICIES
 from vgpu_scheduler.simulate import loop
 from vgpu_scheduler.simulate.cli import main
+from vgpu_scheduler.standin.embedded.runtime import InvalidDurationError, duration_seconds
 from vgpu_scheduler.wire import keys
 
 MAX_CYCLES = 5_000

@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from vgpu_scheduler.cluster.embedded.fleet import fleet
+from vgpu_scheduler.standin.embedded.fleet import fleet
 
 PODS = """\
 apiVersion: v1

@@ -7,8 +7,6 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 
 from tests import builders
-from vgpu_scheduler.cluster.embedded.fleet import V100_32GB, demo_fleet, fleet
-from vgpu_scheduler.cluster.embedded.runtime import DURATION_ANNOTATION
 from vgpu_scheduler.configfile import default_device_config
 from vgpu_scheduler.devices.registry import build
 from vgpu_scheduler.engine.decide import Chosen, decide
@@ -21,6 +19,8 @@ from vgpu_scheduler.simulate.options import ARRIVAL_ANNOTATION, SimulationOption
 from vgpu_scheduler.simulate.providers import CLUSTER_AUTOSCALER_PROVIDER, DEFAULT_PROVIDER
 from vgpu_scheduler.simulate.report import dumps_report
 from vgpu_scheduler.simulate.workload import demo_workload
+from vgpu_scheduler.standin.embedded.fleet import V100_32GB, demo_fleet, fleet
+from vgpu_scheduler.standin.embedded.runtime import DURATION_ANNOTATION
 from vgpu_scheduler.wire import keys
 from vgpu_scheduler.wire.inventory import decode_node_devices
 

@@ -20,12 +20,12 @@ from typing import Any
 import pytest
 
 from tests.builders import container, pod
-from vgpu_scheduler.cluster.embedded.fleet import fleet
 from vgpu_scheduler.simulate.loop import simulate
 from vgpu_scheduler.simulate.options import ARRIVAL_ANNOTATION, SimulationOptions
 from vgpu_scheduler.simulate.providers import CLUSTER_AUTOSCALER_PROVIDER, DEFAULT_PROVIDER
 from vgpu_scheduler.simulate.report import dumps_report
 from vgpu_scheduler.simulate.workload import demo_workload
+from vgpu_scheduler.standin.embedded.fleet import fleet
 from vgpu_scheduler.wire.inventory import decode_node_devices
 from vgpu_scheduler.wire.keys import NODE_NVIDIA_REGISTER
 

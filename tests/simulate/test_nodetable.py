@@ -218,8 +218,8 @@ def test_extender_args_bytes_are_what_msgspec_encodes() -> None:
 
 
 async def test_the_loop_encodes_a_pod_again_once_the_informer_replaces_it() -> None:
-    from vgpu_scheduler.cluster.embedded.fleet import demo_fleet
     from vgpu_scheduler.simulate.loop import Simulation
+    from vgpu_scheduler.standin.embedded.fleet import demo_fleet
 
     sim = Simulation(demo_fleet(), [])
     first = pod(1, "1", "1Gi", selector=False, tolerate=False)
@@ -293,9 +293,9 @@ def test_pods_placed_on_a_node_rerun_only_the_predicate_reading_node_info_there(
 def test_pending_pods_share_equal_failed_nodes_and_not_the_answer_bodies() -> None:
     import sys
 
-    from vgpu_scheduler.cluster.embedded.fleet import demo_fleet
     from vgpu_scheduler.simulate.extenderio import decode_filter_answer
     from vgpu_scheduler.simulate.loop import Simulation
+    from vgpu_scheduler.standin.embedded.fleet import demo_fleet
 
     sim = Simulation(demo_fleet(), [])
     failed = {f"n{i:04d}": "CardInsufficientMemory" for i in range(100)}

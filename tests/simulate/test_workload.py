@@ -6,18 +6,18 @@ from typing import Any
 import pytest
 
 from tests.builders import pod
-from vgpu_scheduler.cluster.embedded.fleet import A100_80GB, demo_fleet, demo_gpu_uuids
-from vgpu_scheduler.cluster.embedded.runtime import (
-    DURATION_ANNOTATION,
-    InvalidDurationError,
-    duration_seconds,
-)
 from vgpu_scheduler.devices.registry import build
 from vgpu_scheduler.engine.decide import Chosen, NoRequest, decide_on_nodes
 from vgpu_scheduler.engine.requests import pod_requests
 from vgpu_scheduler.model import NVIDIA, PERCENTAGE_UNSET
 from vgpu_scheduler.simulate.predicates import compute_pod_resources
 from vgpu_scheduler.simulate.workload import KIND_LABEL, KIND_WEIGHTS, demo_workload
+from vgpu_scheduler.standin.embedded.fleet import A100_80GB, demo_fleet, demo_gpu_uuids
+from vgpu_scheduler.standin.embedded.runtime import (
+    DURATION_ANNOTATION,
+    InvalidDurationError,
+    duration_seconds,
+)
 from vgpu_scheduler.wire.keys import (
     GPU_SCHEDULER_POLICY,
     NODE_SCHEDULER_POLICY,

@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from vgpu_scheduler.wire.gotime import GoTimeParseError, parse_rfc3339
+from vgpu_scheduler.gocompat.gotime import GoTimeParseError, parse_rfc3339
 
 L = '"2006-01-02T15:04:05Z07:00"'
 V = "2025-10-20T03:07:02"

@@ -28,7 +28,7 @@ from vgpu_scheduler.certs.renew import renew_forever
 from vgpu_scheduler.certs.sync import CertsConfig, CertsError, Outcome, sync
 from vgpu_scheduler.cluster.errors import ApiConnectionError, ApiError
 from vgpu_scheduler.cluster.kubeconfig import KubeconfigError, make_client
-from vgpu_scheduler.durations import DurationError, parse_go_duration
+from vgpu_scheduler.gocompat.durations import DurationError, parse_go_duration
 
 PROG = "vgpu-scheduler certs"
 

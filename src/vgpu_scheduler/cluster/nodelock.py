@@ -40,10 +40,10 @@ from vgpu_scheduler.cluster.lockstats import (
     UNPARSABLE,
     NodeLockStats,
 )
-from vgpu_scheduler.durations import format_go_duration
 from vgpu_scheduler.engine.podinfo import is_terminal
+from vgpu_scheduler.gocompat.durations import format_go_duration
+from vgpu_scheduler.gocompat.gotime import GoTimeParseError, parse_rfc3339
 from vgpu_scheduler.wire import objects
-from vgpu_scheduler.wire.gotime import GoTimeParseError, parse_rfc3339
 from vgpu_scheduler.wire.jsonpatch import escape_token
 from vgpu_scheduler.wire.keys import BIND_PHASE, BIND_PHASE_FAILED, BIND_TIME, NODE_LOCK
 

@@ -23,7 +23,7 @@ from vgpu_scheduler.cluster.api import ResourceType
 from vgpu_scheduler.cluster.client import KubeClient
 from vgpu_scheduler.cluster.errors import ApiConnectionError, ApiError, is_gone
 from vgpu_scheduler.cluster.store import Store
-from vgpu_scheduler.cluster.transport import gc_paused
+from vgpu_scheduler.gctuning import gc_paused
 from vgpu_scheduler.wire import objects
 
 log = logging.getLogger(__name__)

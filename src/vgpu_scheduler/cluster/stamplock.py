@@ -47,8 +47,8 @@ from vgpu_scheduler.cluster.nodelock import (
 )
 from vgpu_scheduler.cluster.nodelock import _backoff as backoff
 from vgpu_scheduler.devices.protocol import NodeLockSpec
+from vgpu_scheduler.gocompat.gotime import GoTimeParseError, parse_rfc3339
 from vgpu_scheduler.wire import objects
-from vgpu_scheduler.wire.gotime import GoTimeParseError, parse_rfc3339
 
 log = logging.getLogger(__name__)
 

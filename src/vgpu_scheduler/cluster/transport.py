@@ -7,13 +7,11 @@ same code against a real cluster, the fake API server, and the in-process cluste
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import gc
 import logging
 import ssl
 import time
-from collections.abc import AsyncGenerator, Awaitable, Callable, Iterator, Mapping
-from typing import TYPE_CHECKING, Any, Protocol
+from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
+from typing import Any, Protocol
 
 import aiohttp
 import msgspec
@@ -21,13 +19,11 @@ import msgspec
 from vgpu_scheduler.cluster.apistats import WATCH, ApiStats
 from vgpu_scheduler.cluster.errors import ApiConnectionError, ApiError
 from vgpu_scheduler.cluster.writeguard import check_write
-
-if TYPE_CHECKING:
-    from vgpu_scheduler.cluster.memory import MemoryCluster
+from vgpu_scheduler.gctuning import gc_paused
 
 log = logging.getLogger(__name__)
 
-_encode = msgspec.json.Encoder().encode
+encode_body = msgspec.json.Encoder().encode
 _decode = msgspec.json.Decoder().decode
 
 
@@ -84,21 +80,6 @@ class StaticAuth:
 
     async def invalidate(self) -> None:
         return None
-
-
-@contextlib.contextmanager
-def gc_paused() -> Iterator[None]:
-    """Pause the cyclic GC (JSON trees have no cycles). Decoding many thousands of Pods creates
-    millions of dicts, and every collection they trigger scans the whole heap, informer caches
-    included: a 50,000-pod relist is 4-5x slower without this. Nested use is fine."""
-    if not gc.isenabled():
-        yield
-        return
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.enable()
 
 
 def decode_json(raw: bytes) -> Any:
@@ -219,7 +200,7 @@ class HttpTransport:
         content_type: str | None = None,
         answer: bool = True,
     ) -> tuple[int, dict[str, Any]]:
-        data = None if json_body is None else _encode(json_body)
+        data = None if json_body is None else encode_body(json_body)
         ctype = content_type or ("application/json" if data is not None else None)
         timeout = aiohttp.ClientTimeout(total=self.timeout or None)
         stats = self.stats
@@ -290,9 +271,9 @@ class HttpTransport:
                         while (nl := buf.find(b"\n")) >= 0:
                             line, buf = buf[:nl], buf[nl + 1 :]
                             if line.strip():
-                                yield _decode_line(line)
+                                yield decode_watch_line(line)
                     if buf.strip():
-                        yield _decode_line(buf)
+                        yield decode_watch_line(buf)
                     return
             except (aiohttp.ClientError, OSError, TimeoutError) as exc:
                 if not opened:
@@ -313,7 +294,7 @@ class HttpTransport:
         self._session = None
 
 
-def _decode_line(line: bytes) -> dict[str, Any]:
+def decode_watch_line(line: bytes) -> dict[str, Any]:
     try:
         event = decode_json(line)
     except msgspec.DecodeError as exc:
@@ -321,67 +302,3 @@ def _decode_line(line: bytes) -> dict[str, Any]:
     if not isinstance(event, dict):
         raise ApiConnectionError("malformed watch event: not an object")
     return event
-
-
-class MemoryTransport:
-    """Calls a MemoryCluster directly (no sockets), through the same REST entry points the fake API
-    server uses, with bodies encoded and decoded like on the wire."""
-
-    def __init__(self, cluster: MemoryCluster) -> None:
-        self.cluster = cluster
-        self.stats = ApiStats()  # the same metrics as over HTTP (--cluster-snapshot mode)
-
-    async def request(
-        self,
-        method: str,
-        path: str,
-        *,
-        params: Mapping[str, str] | None = None,
-        json_body: Any = None,
-        content_type: str | None = None,
-        answer: bool = True,
-    ) -> tuple[int, dict[str, Any]]:
-        await asyncio.sleep(0)  # a network call would yield to the loop; keep that interleaving
-        check_write(method)
-        body = None if json_body is None else _encode(json_body)
-        started = time.perf_counter()
-        # One object's answer comes decoded from its stored bytes: the same dict, without first
-        # splicing kind and apiVersion into a copy of those bytes.
-        status, got = await self.cluster.handle_decoded(
-            method,
-            path,
-            params=params,
-            body=body,
-            content_type=content_type or "application/json",
-            answer=answer,
-        )
-        self.stats.record(method, status, time.perf_counter() - started)
-        return status, got if isinstance(got, dict) else decode_body(got)
-
-    async def stream(
-        self, path: str, params: Mapping[str, str] | None = None
-    ) -> AsyncGenerator[dict[str, Any], None]:
-        await asyncio.sleep(0)
-        try:
-            # Decoded events: the cluster may hand over the object it committed (nothing else holds
-            # it) instead of a line this would decode into an equal private copy.
-            watch = await self.cluster.open_watch(path, params, decoded=True)
-        except ApiError as exc:
-            self.stats.record(WATCH, exc.status, None)
-            raise
-        self.stats.record(WATCH, 200, None)
-        try:
-            while True:
-                try:
-                    item = await watch.next_event()
-                except StopAsyncIteration:
-                    return
-                yield item if isinstance(item, dict) else _decode_line(item)
-        finally:
-            watch.close()
-
-    async def close(self) -> None:
-        return None
-
-    def with_own_rate_limit(self, qps: float | None = None, burst: int | None = None) -> MemoryTransport:
-        return self  # no client-side rate limit in memory

@@ -36,6 +36,7 @@ from vgpu_scheduler.devices.protocol import (
 from vgpu_scheduler.devices.sections import Section
 from vgpu_scheduler.devices.selection import SelectionFilters
 from vgpu_scheduler.devices.spec import VendorSpec
+from vgpu_scheduler.gocompat.parsing import json_kind
 from vgpu_scheduler.model import (
     ContainerDevice,
     ContainerDeviceRequest,
@@ -46,7 +47,6 @@ from vgpu_scheduler.model import (
 )
 from vgpu_scheduler.wire import objects
 from vgpu_scheduler.wire import reasons as R
-from vgpu_scheduler.wire.gocompat import json_kind
 from vgpu_scheduler.wire.inventory import InventoryError, decode_node_devices
 
 VASTAI = "Vastai"

@@ -15,8 +15,8 @@ import struct
 from array import array
 from collections.abc import Mapping, Sequence
 
+from vgpu_scheduler.gocompat.parsing import go_quote
 from vgpu_scheduler.model import PERCENTAGE_UNSET, ContainerDeviceRequest, DeviceInfo, DeviceUsage
-from vgpu_scheduler.wire.gocompat import go_quote
 
 Weights = tuple[int, int, int]
 """(slot, core, memory) device-scoring weights."""

@@ -16,17 +16,17 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from vgpu_scheduler.cluster.client import KubeClient
-from vgpu_scheduler.cluster.embedded.snapshot import SnapshotError, load_snapshot
 from vgpu_scheduler.cluster.errors import ApiError
 from vgpu_scheduler.cluster.kubeconfig import KubeconfigError, make_transport
-from vgpu_scheduler.cluster.memory import MemoryCluster
-from vgpu_scheduler.cluster.transport import MemoryTransport
 from vgpu_scheduler.config import DeviceConfig
 from vgpu_scheduler.configfile import DeviceConfigError, default_device_config, load_device_config
 from vgpu_scheduler.engine.explain import Explanation, render_text
 from vgpu_scheduler.engine.policy import NODE_POLICIES, unknown_gpu_policy
 from vgpu_scheduler.scheduler.options import SchedulerOptions, gate_flags, with_gates
 from vgpu_scheduler.scheduler.process import SchedulerProcess
+from vgpu_scheduler.standin.embedded.snapshot import SnapshotError, load_snapshot
+from vgpu_scheduler.standin.memory import MemoryCluster
+from vgpu_scheduler.standin.transport import MemoryTransport
 
 PROG = "vgpu-scheduler explain"
 KINDS = (("nodes", "Node"), ("pods", "Pod"), ("resourcequotas", "ResourceQuota"))

@@ -23,7 +23,6 @@ from typing import Any
 
 from vgpu_scheduler.devices.registry import REGISTRY
 from vgpu_scheduler.devices.spec import VendorFlag, VendorSpec
-from vgpu_scheduler.durations import format_go_duration
 from vgpu_scheduler.flags.values import (
     format_go_float32,
     format_string_to_string,
@@ -38,9 +37,10 @@ from vgpu_scheduler.flags.values import (
     parse_trace_location,
     parse_vmodule,
 )
+from vgpu_scheduler.gocompat.durations import format_go_duration
+from vgpu_scheduler.gocompat.parsing import go_quote
+from vgpu_scheduler.gocompat.parsing import parse_bool as parse_go_bool
 from vgpu_scheduler.scheduler.options import SchedulerOptions
-from vgpu_scheduler.wire.gocompat import go_quote
-from vgpu_scheduler.wire.gocompat import parse_bool as parse_go_bool
 
 __all__ = [
     "FLAGS",

@@ -13,8 +13,8 @@ import struct
 from collections.abc import Callable
 from typing import Any
 
-from vgpu_scheduler.durations import DurationError, parse_go_duration
-from vgpu_scheduler.wire.gocompat import go_quote
+from vgpu_scheduler.gocompat.durations import DurationError, parse_go_duration
+from vgpu_scheduler.gocompat.parsing import go_quote
 
 # --- Go value parsers (raise ValueError with Go's error text) -----------------------------------
 

@@ -248,12 +248,9 @@ class Binder:
                 # No bind is coming for this decision any more: the node is not about to be
                 # locked by it. The devices stay reserved until the pod is filtered again (HAMi).
                 self.reservations.pop(uid)
-            # As HAMi, release also when taking the lock failed: a legacy lock is cleared then.
-            # Not when another named pod holds it: that release would read the node for nothing.
-            named = isinstance(failure, NodeLockContention) and failure.holder_named
-            deposed = isinstance(failure, _Refused) and failure.kind == "not_leader"
-            if not deposed:  # a deposed replica writes nothing: its lock expires or is taken over
-                await self._release_locks(node, namespace, name, held, shared=shared_tried and not named)
+            await self._undo_locks(
+                failure, node=node, namespace=namespace, name=name, held=held, shared_tried=shared_tried
+            )
             self.events.record(pod, WARNING, "BindingFailed", message)
             return message
         if chosen is not None and self.reservations.get(uid) is chosen:
@@ -262,6 +259,25 @@ class Binder:
             pod, NORMAL, "BindingSucceed", f"Successfully binding node [{node}] to {namespace}/{name}"
         )
         return ""
+
+    async def _undo_locks(
+        self,
+        failure: Exception | None,
+        *,
+        node: str,
+        namespace: str,
+        name: str,
+        held: list[tuple[NodeLockSpec, str]],
+        shared_tried: bool,
+    ) -> None:
+        """After a failed bind. As HAMi, release also when taking the lock failed: a legacy lock is
+        cleared then. Not when another named pod holds it: that release would read the node for
+        nothing. Nothing when this replica was deposed: it writes nothing any more, its lock
+        expires or is taken over."""
+        if isinstance(failure, _Refused) and failure.kind == "not_leader":
+            return
+        named = isinstance(failure, NodeLockContention) and failure.holder_named
+        await self._release_locks(node, namespace, name, held, shared=shared_tried and not named)
 
     def _bind_patch(self, chosen: Chosen | None) -> dict[str, Any]:
         """The pod's merge patch: the decision's annotations and labels, and the bind phase."""

@@ -15,7 +15,7 @@ from vgpu_scheduler.devices.protocol import VendorFlags
 from vgpu_scheduler.devices.registry import REGISTRY
 from vgpu_scheduler.devices.spec import VendorFlag, VendorSpec
 from vgpu_scheduler.engine.policy import unknown_gpu_policy, unknown_node_policy
-from vgpu_scheduler.wire.gocompat import go_quote
+from vgpu_scheduler.gocompat.parsing import go_quote
 
 # Deliberate difference from HAMi (client-go defaults 5/10): one scheduler serving a whole cluster
 # does a lot of pod patches and Bindings at filter/bind time; 5 QPS throttles it visibly.

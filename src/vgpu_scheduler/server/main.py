@@ -29,8 +29,8 @@ from vgpu_scheduler.cluster.client import KubeClient
 from vgpu_scheduler.config import DeviceConfig
 from vgpu_scheduler.configfile import DeviceConfigError, default_device_config, load_device_config
 from vgpu_scheduler.devices.protocol import VendorConfigError
+from vgpu_scheduler.gctuning import settle_heap
 from vgpu_scheduler.logsetup import setup_logging
-from vgpu_scheduler.scheduler.heap import settle_heap
 from vgpu_scheduler.scheduler.options import SchedulerOptions, invalid_policy
 from vgpu_scheduler.scheduler.process import SchedulerProcess
 from vgpu_scheduler.server.app import make_app
@@ -76,16 +76,16 @@ def load_config(opts: SchedulerOptions) -> DeviceConfig:
 async def make_client(opts: SchedulerOptions) -> tuple[KubeClient, Any]:
     """The API client, and the embedded cluster when `--cluster-snapshot` is given (else None)."""
     if opts.cluster_snapshot:
-        from vgpu_scheduler.cluster.memory import MemoryCluster
-        from vgpu_scheduler.cluster.transport import MemoryTransport
+        from vgpu_scheduler.standin.memory import MemoryCluster
+        from vgpu_scheduler.standin.transport import MemoryTransport
 
         cluster = MemoryCluster()
         if opts.cluster_snapshot == DEMO_SNAPSHOT:
-            from vgpu_scheduler.cluster.embedded.fleet import demo_fleet
+            from vgpu_scheduler.standin.embedded.fleet import demo_fleet
 
             cluster.seed_from_list(demo_fleet())
         else:
-            from vgpu_scheduler.cluster.embedded.snapshot import SnapshotError, load_snapshot
+            from vgpu_scheduler.standin.embedded.snapshot import SnapshotError, load_snapshot
 
             try:
                 snapshot = load_snapshot(opts.cluster_snapshot)
@@ -191,7 +191,7 @@ async def start(opts: SchedulerOptions) -> Running:
 async def _start_parts(opts: SchedulerOptions, running: Running, cluster: Any) -> None:
     process = running.process
     if cluster is not None:
-        from vgpu_scheduler.cluster.embedded.deviceplugin import attach_device_plugin
+        from vgpu_scheduler.standin.embedded.deviceplugin import attach_device_plugin
 
         running.extras.append(attach_device_plugin(cluster, process.vendors))
         if opts.embedded_api_bind:
@@ -269,7 +269,7 @@ class _EmbeddedApi:
 async def _serve_embedded_api(cluster: Any, address: str) -> _EmbeddedApi:
     """The embedded cluster's Kubernetes API over plain HTTP, with no authentication (loopback
     use: create pods with curl or kubectl, then filter them)."""
-    from vgpu_scheduler.cluster.fakeapi import serve as serve_api
+    from vgpu_scheduler.standin.fakeapi import serve as serve_api
 
     host, port = split_host_port(address)
     host = host or "127.0.0.1"

@@ -24,9 +24,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from vgpu_scheduler.cluster.embedded.fleet import demo_fleet
-from vgpu_scheduler.cluster.embedded.runtime import InvalidDurationError, duration_seconds
-from vgpu_scheduler.cluster.embedded.snapshot import Snapshot, SnapshotError, load_snapshot
 from vgpu_scheduler.config import DeviceConfig
 from vgpu_scheduler.configfile import DeviceConfigError, default_device_config, load_device_config
 from vgpu_scheduler.devices import registry
@@ -47,6 +44,9 @@ from vgpu_scheduler.simulate.providers import DEFAULT_PROVIDER, provider_names
 from vgpu_scheduler.simulate.queue import pod_key
 from vgpu_scheduler.simulate.report import dumps_report
 from vgpu_scheduler.simulate.workload import demo_workload
+from vgpu_scheduler.standin.embedded.fleet import demo_fleet
+from vgpu_scheduler.standin.embedded.runtime import InvalidDurationError, duration_seconds
+from vgpu_scheduler.standin.embedded.snapshot import Snapshot, SnapshotError, load_snapshot
 from vgpu_scheduler.wire import objects
 
 PROG = "vgpu-scheduler simulate"

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import datetime as _dt
 
-from vgpu_scheduler.cluster.embedded.runtime import DEFAULT_EPOCH
+from vgpu_scheduler.standin.embedded.runtime import DEFAULT_EPOCH
 
 
 class ClockError(ValueError):

@@ -42,12 +42,8 @@ from typing import Any, TypeVar
 import msgspec
 
 from vgpu_scheduler.cluster.client import KubeClient
-from vgpu_scheduler.cluster.embedded.deviceplugin import SimDevicePlugin
-from vgpu_scheduler.cluster.embedded.runtime import duration_seconds
 from vgpu_scheduler.cluster.errors import ApiError
-from vgpu_scheduler.cluster.memory import MemoryCluster
-from vgpu_scheduler.cluster.transport import MemoryTransport
-from vgpu_scheduler.scheduler.heap import collector_settled
+from vgpu_scheduler.gctuning import collector_settled
 from vgpu_scheduler.scheduler.options import options_type, with_gates
 from vgpu_scheduler.scheduler.process import SchedulerProcess
 from vgpu_scheduler.simulate.clock import SimClock
@@ -85,6 +81,10 @@ from vgpu_scheduler.simulate.retries import (
 )
 from vgpu_scheduler.simulate.settle import InformerSettler
 from vgpu_scheduler.simulate.usage import FleetUsage
+from vgpu_scheduler.standin.embedded.deviceplugin import SimDevicePlugin
+from vgpu_scheduler.standin.embedded.runtime import duration_seconds
+from vgpu_scheduler.standin.memory import MemoryCluster
+from vgpu_scheduler.standin.transport import MemoryTransport
 
 log = logging.getLogger(__name__)
 

@@ -7,12 +7,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from vgpu_scheduler.cluster.embedded.runtime import DEFAULT_EPOCH
 from vgpu_scheduler.config import DeviceConfig
 from vgpu_scheduler.configfile import default_device_config
 from vgpu_scheduler.devices.registry import REGISTRY
 from vgpu_scheduler.devices.spec import VendorSpec
 from vgpu_scheduler.simulate.providers import DEFAULT_PROVIDER
+from vgpu_scheduler.standin.embedded.runtime import DEFAULT_EPOCH
 
 ARRIVAL_ANNOTATION = "simulate.vgpu-scheduler.io/arrival-seconds"
 """When a pod (or a node, in a pods file) appears, in simulated seconds (default 0)."""

@@ -54,7 +54,7 @@ from typing import Any, NamedTuple
 
 import msgspec
 
-from vgpu_scheduler.cluster.transport import gc_paused
+from vgpu_scheduler.gctuning import gc_paused
 from vgpu_scheduler.model import PERCENTAGE_UNSET, ContainerDeviceRequest
 from vgpu_scheduler.wire import objects
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 
-from vgpu_scheduler.cluster.memory import MemoryCluster
 from vgpu_scheduler.cluster.reflector import Reflector
+from vgpu_scheduler.standin.memory import MemoryCluster
 
 SETTLE_SPINS = 100_000
 """Event-loop turns `settle` gives the informers before it waits in wall time."""

@@ -14,8 +14,8 @@ import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from vgpu_scheduler.cluster.embedded.fleet import demo_gpu_uuids
-from vgpu_scheduler.cluster.embedded.runtime import DEFAULT_EPOCH, DURATION_ANNOTATION
+from vgpu_scheduler.standin.embedded.fleet import demo_gpu_uuids
+from vgpu_scheduler.standin.embedded.runtime import DEFAULT_EPOCH, DURATION_ANNOTATION
 from vgpu_scheduler.wire.keys import (
     GPU_SCHEDULER_POLICY,
     NODE_SCHEDULER_POLICY,

@@ -22,8 +22,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from sys import intern
 
+from vgpu_scheduler.gocompat import parsing as sc
+
 from ..model import ContainerDevice, ContainerDevices, PodDevices, PodSingleDevice
-from . import gocompat as sc
 from .keys import ALLOCATION_KEYS
 
 DEVICE_SEP = ":"

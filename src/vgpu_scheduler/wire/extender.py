@@ -14,7 +14,7 @@ from typing import Any
 
 import msgspec
 
-from vgpu_scheduler.wire.gocompat import json_kind
+from vgpu_scheduler.gocompat.parsing import json_kind
 
 MAX_BODY_BYTES = 1 << 20
 """HAMi reads at most 1 MiB of a request body; a longer one decodes as truncated JSON."""

@@ -19,9 +19,10 @@ from typing import Annotated, Any, TypeVar
 
 import msgspec
 
+from vgpu_scheduler.gocompat import parsing as sc
+from vgpu_scheduler.gocompat.parsing import go_json, json_kind
+
 from ..model import DeviceInfo, MigPlacement, MigProfile
-from . import gocompat as sc
-from .gocompat import go_json, json_kind
 from .keys import NODE_NVIDIA_REGISTER
 
 # HAMi's own default when a device does not state its mode.

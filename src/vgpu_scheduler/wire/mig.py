@@ -13,9 +13,10 @@ from typing import Any
 
 import msgspec
 
+from vgpu_scheduler.gocompat import parsing as sc
+from vgpu_scheduler.gocompat.parsing import go_json
+
 from ..model import MigAllocation, MigPlacement
-from . import gocompat as sc
-from .gocompat import go_json
 
 UINT32_MAX = 2**32 - 1
 

@@ -15,9 +15,9 @@ from typing import Any, cast
 import msgspec
 
 from vgpu_scheduler.devices.protocol import Obj
+from vgpu_scheduler.gocompat.parsing import json_kind
 from vgpu_scheduler.model import DeviceInfo
 from vgpu_scheduler.wire import objects
-from vgpu_scheduler.wire.gocompat import json_kind
 from vgpu_scheduler.wire.inventory import InventoryError, decode_node_devices
 
 NODE_HAMI_CORE = "hami-vnpu-core"

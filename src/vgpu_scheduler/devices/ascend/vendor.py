@@ -50,6 +50,7 @@ from vgpu_scheduler.devices.protocol import (
 )
 from vgpu_scheduler.devices.resources import trunc_div
 from vgpu_scheduler.devices.selection import SelectionFilters, uuid_set
+from vgpu_scheduler.gocompat.parsing import go_json
 from vgpu_scheduler.model import (
     PERCENTAGE_UNSET,
     ContainerDeviceRequest,
@@ -60,7 +61,6 @@ from vgpu_scheduler.model import (
 )
 from vgpu_scheduler.wire import objects
 from vgpu_scheduler.wire import reasons as R
-from vgpu_scheduler.wire.gocompat import go_json
 from vgpu_scheduler.wire.quantity import QuantityError, canonical_quantity, parse_quantity
 
 ASCEND910_PREFIX = "Ascend910"

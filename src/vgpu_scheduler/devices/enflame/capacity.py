@@ -24,7 +24,7 @@ from typing import Any
 from vgpu_scheduler.devices import resources as res
 from vgpu_scheduler.devices.enflame.profiles import go_atoi, go_trim, parse_profile
 from vgpu_scheduler.devices.enflame.types import DrsDevice
-from vgpu_scheduler.wire.gocompat import json_kind
+from vgpu_scheduler.gocompat.parsing import json_kind
 from vgpu_scheduler.wire.inventory import InventoryError
 
 ENFLAME = "Enflame"

@@ -44,6 +44,7 @@ from vgpu_scheduler.devices.protocol import (
     ResourceNames,
 )
 from vgpu_scheduler.devices.selection import SelectionFilters
+from vgpu_scheduler.gocompat.parsing import go_json
 from vgpu_scheduler.model import (
     ContainerDevice,
     ContainerDeviceRequest,
@@ -55,7 +56,6 @@ from vgpu_scheduler.model import (
 )
 from vgpu_scheduler.wire import objects
 from vgpu_scheduler.wire import reasons as R
-from vgpu_scheduler.wire.gocompat import go_json
 from vgpu_scheduler.wire.inventory import InventoryError
 from vgpu_scheduler.wire.quantity import QuantityError
 

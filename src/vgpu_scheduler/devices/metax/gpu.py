@@ -22,6 +22,7 @@ from vgpu_scheduler.devices import resources as res
 from vgpu_scheduler.devices.base import GenericVendor
 from vgpu_scheduler.devices.protocol import FitResult, Health, NodeBound, Obj, PodFitContext, ResourceNames
 from vgpu_scheduler.devices.resources import trunc_div
+from vgpu_scheduler.gocompat.parsing import GoSyntaxError, parse_int
 from vgpu_scheduler.model import (
     PERCENTAGE_UNSET,
     ContainerDevice,
@@ -33,7 +34,6 @@ from vgpu_scheduler.model import (
 )
 from vgpu_scheduler.wire import objects
 from vgpu_scheduler.wire import reasons as R
-from vgpu_scheduler.wire.gocompat import GoSyntaxError, parse_int
 from vgpu_scheduler.wire.inventory import InventoryError
 
 GPU = "Metax-GPU"

@@ -16,8 +16,8 @@ from typing import Any
 
 import msgspec
 
+from vgpu_scheduler.gocompat.parsing import json_kind
 from vgpu_scheduler.model import DeviceInfo
-from vgpu_scheduler.wire.gocompat import json_kind
 from vgpu_scheduler.wire.inventory import InventoryError
 
 SGPU = "Metax-SGPU"

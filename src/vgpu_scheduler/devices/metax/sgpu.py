@@ -38,6 +38,7 @@ from vgpu_scheduler.devices.protocol import (
 )
 from vgpu_scheduler.devices.resources import trunc_div
 from vgpu_scheduler.devices.selection import uuid_set
+from vgpu_scheduler.gocompat.parsing import GoSyntaxError, go_json, parse_bool
 from vgpu_scheduler.model import (
     ContainerDevice,
     ContainerDeviceRequest,
@@ -49,7 +50,6 @@ from vgpu_scheduler.model import (
 )
 from vgpu_scheduler.wire import objects
 from vgpu_scheduler.wire import reasons as R
-from vgpu_scheduler.wire.gocompat import GoSyntaxError, go_json, parse_bool
 from vgpu_scheduler.wire.inventory import InventoryError
 from vgpu_scheduler.wire.quantity import QuantityError, canonical_quantity, parse_quantity
 

@@ -5,9 +5,9 @@ import pytest
 import yaml
 
 from tests.fixtures import KUBE_1_36
-from vgpu_scheduler.cluster.embedded.fleet import fleet
-from vgpu_scheduler.cluster.embedded.snapshot import SnapshotError, load_snapshot
 from vgpu_scheduler.simulate.workload import demo_workload
+from vgpu_scheduler.standin.embedded.fleet import fleet
+from vgpu_scheduler.standin.embedded.snapshot import SnapshotError, load_snapshot
 
 FIXTURES = KUBE_1_36
 

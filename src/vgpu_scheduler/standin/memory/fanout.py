@@ -14,10 +14,10 @@ from collections.abc import Iterable
 
 from vgpu_scheduler.cluster.api import ResourceType
 from vgpu_scheduler.cluster.errors import status_body
-from vgpu_scheduler.cluster.memory import selectors, statuses
-from vgpu_scheduler.cluster.memory.codec import encode, event_line
-from vgpu_scheduler.cluster.memory.store import ObjectStore, ResourceStorage
-from vgpu_scheduler.cluster.memory.watch import MemoryWatch
+from vgpu_scheduler.standin.memory import selectors, statuses
+from vgpu_scheduler.standin.memory.codec import encode, event_line
+from vgpu_scheduler.standin.memory.store import ObjectStore, ResourceStorage
+from vgpu_scheduler.standin.memory.watch import MemoryWatch
 
 INITIAL_EVENTS_END = "k8s.io/initial-events-end"
 

@@ -14,9 +14,9 @@ import bisect
 from vgpu_scheduler.cluster import api
 from vgpu_scheduler.cluster.api import Obj, ResourceType
 from vgpu_scheduler.cluster.errors import ApiError, status_body
-from vgpu_scheduler.cluster.memory import selectors, statuses
-from vgpu_scheduler.cluster.memory.codec import Stored
-from vgpu_scheduler.cluster.memory.store import ObjectStore, ResourceStorage
+from vgpu_scheduler.standin.memory import selectors, statuses
+from vgpu_scheduler.standin.memory.codec import Stored
+from vgpu_scheduler.standin.memory.store import ObjectStore, ResourceStorage
 
 
 def list_objects(

@@ -6,7 +6,8 @@ import pytest
 
 from tests.builders import container, node, pod
 from vgpu_scheduler.cluster.client import KubeClient
-from vgpu_scheduler.cluster.embedded.deviceplugin import (
+from vgpu_scheduler.devices.nvidia import NvidiaVendor
+from vgpu_scheduler.standin.embedded.deviceplugin import (
     AllocateError,
     SimDevicePlugin,
     attach_device_plugin,
@@ -14,9 +15,8 @@ from vgpu_scheduler.cluster.embedded.deviceplugin import (
     fully_consumed,
     requested_counts,
 )
-from vgpu_scheduler.cluster.memory import MemoryCluster
-from vgpu_scheduler.cluster.transport import MemoryTransport
-from vgpu_scheduler.devices.nvidia import NvidiaVendor
+from vgpu_scheduler.standin.memory import MemoryCluster
+from vgpu_scheduler.standin.transport import MemoryTransport
 from vgpu_scheduler.wire import keys
 
 A = "GPU-a,NVIDIA,1000,30:"

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from vgpu_scheduler.durations import _go_time_quote
+from vgpu_scheduler.gocompat.durations import _go_time_quote
 
 RFC3339 = "2006-01-02T15:04:05Z07:00"
 

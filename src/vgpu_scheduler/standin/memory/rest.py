@@ -17,12 +17,12 @@ import msgspec
 from vgpu_scheduler.cluster import api
 from vgpu_scheduler.cluster.api import Obj
 from vgpu_scheduler.cluster.errors import ApiError, success_status
-from vgpu_scheduler.cluster.memory import lifecycle, reads, statuses, writes
-from vgpu_scheduler.cluster.memory.codec import Stored, decode, encode, list_bytes, out, single_bytes
-from vgpu_scheduler.cluster.memory.fanout import WatchHub
-from vgpu_scheduler.cluster.memory.faults import FaultInjector
-from vgpu_scheduler.cluster.memory.store import ObjectStore
-from vgpu_scheduler.cluster.memory.watch import MemoryWatch
+from vgpu_scheduler.standin.memory import lifecycle, reads, statuses, writes
+from vgpu_scheduler.standin.memory.codec import Stored, decode, encode, list_bytes, out, single_bytes
+from vgpu_scheduler.standin.memory.fanout import WatchHub
+from vgpu_scheduler.standin.memory.faults import FaultInjector
+from vgpu_scheduler.standin.memory.store import ObjectStore
+from vgpu_scheduler.standin.memory.watch import MemoryWatch
 
 _Answer = bytes | tuple[api.ResourceType, Stored]
 """What `_dispatch` answers: a body already encoded, or one stored object of a resource type."""

@@ -15,7 +15,7 @@ from vgpu_scheduler.cluster.api import (
     ResourceType,
 )
 from vgpu_scheduler.cluster.errors import ApiError, status_body
-from vgpu_scheduler.cluster.memory.selectors import (
+from vgpu_scheduler.standin.memory.selectors import (
     DNS1123_SUBDOMAIN_RE,
     label_value_error,
     qualified_name_error,

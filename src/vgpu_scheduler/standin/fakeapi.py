@@ -15,7 +15,7 @@ import msgspec
 from aiohttp import web
 
 from vgpu_scheduler.cluster.errors import ApiError, status_body
-from vgpu_scheduler.cluster.memory import MemoryCluster, MemoryWatch, WatchDropped
+from vgpu_scheduler.standin.memory import MemoryCluster, MemoryWatch, WatchDropped
 
 # API Priority and Fairness ids are per cluster; these are the ones in the fixtures.
 _PF_FLOWSCHEMA = "91806dc8-0dd2-436b-ae6c-031da39c641b"

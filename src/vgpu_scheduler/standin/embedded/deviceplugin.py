@@ -33,18 +33,18 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from vgpu_scheduler.cluster.client import KubeClient
-from vgpu_scheduler.cluster.embedded.runtime import InvalidDurationError, duration_seconds
 from vgpu_scheduler.cluster.errors import ApiError
 from vgpu_scheduler.cluster.nodelock import NodeLocker, probable_lock
 from vgpu_scheduler.cluster.reflector import Reflector
 from vgpu_scheduler.cluster.stamplock import StampLocker
-from vgpu_scheduler.cluster.transport import MemoryTransport
 from vgpu_scheduler.devices.protocol import Vendor, Vendors
 from vgpu_scheduler.devices.registry import build
+from vgpu_scheduler.standin.embedded.runtime import InvalidDurationError, duration_seconds
+from vgpu_scheduler.standin.transport import MemoryTransport
 from vgpu_scheduler.wire import keys, objects
 
 if TYPE_CHECKING:
-    from vgpu_scheduler.cluster.memory import MemoryCluster
+    from vgpu_scheduler.standin.memory import MemoryCluster
 
 log = logging.getLogger(__name__)
 

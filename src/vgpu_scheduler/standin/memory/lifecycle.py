@@ -16,9 +16,9 @@ from typing import Any
 from vgpu_scheduler.cluster import api
 from vgpu_scheduler.cluster.api import Obj, ResourceType
 from vgpu_scheduler.cluster.errors import ApiError, details
-from vgpu_scheduler.cluster.memory import statuses
-from vgpu_scheduler.cluster.memory.codec import Stored, copy, rfc3339
-from vgpu_scheduler.cluster.memory.store import ObjectStore
+from vgpu_scheduler.standin.memory import statuses
+from vgpu_scheduler.standin.memory.codec import Stored, copy, rfc3339
+from vgpu_scheduler.standin.memory.store import ObjectStore
 from vgpu_scheduler.wire import objects
 
 

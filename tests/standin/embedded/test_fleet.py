@@ -4,7 +4,8 @@ from typing import Any
 import pytest
 
 from tests.fixtures import KUBE_1_36
-from vgpu_scheduler.cluster.embedded.fleet import (
+from vgpu_scheduler.simulate.predicates import NodeInfo
+from vgpu_scheduler.standin.embedded.fleet import (
     A100_80GB,
     V100_32GB,
     demo_fleet,
@@ -12,7 +13,6 @@ from vgpu_scheduler.cluster.embedded.fleet import (
     fleet,
     gpu_uuid,
 )
-from vgpu_scheduler.simulate.predicates import NodeInfo
 from vgpu_scheduler.wire.inventory import decode_node_devices
 from vgpu_scheduler.wire.keys import NODE_HANDSHAKE, NODE_NVIDIA_REGISTER
 from vgpu_scheduler.wire.quantity import quantity_units

@@ -13,8 +13,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from vgpu_scheduler.cluster.embedded.runtime import DEFAULT_EPOCH
 from vgpu_scheduler.model import DeviceInfo
+from vgpu_scheduler.standin.embedded.runtime import DEFAULT_EPOCH
 from vgpu_scheduler.wire.inventory import encode_node_devices_json
 from vgpu_scheduler.wire.keys import NODE_HANDSHAKE, NODE_NVIDIA_REGISTER
 from vgpu_scheduler.wire.quantity import quantity_units

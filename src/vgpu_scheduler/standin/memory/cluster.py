@@ -26,13 +26,13 @@ from typing import Any
 from vgpu_scheduler.cluster import api
 from vgpu_scheduler.cluster.api import Obj, ResourceType
 from vgpu_scheduler.cluster.errors import success_status
-from vgpu_scheduler.cluster.memory import lifecycle, reads, seeding, writes
-from vgpu_scheduler.cluster.memory.codec import copy, decode, list_bytes, out
-from vgpu_scheduler.cluster.memory.fanout import INITIAL_EVENTS_END, WatchHub
-from vgpu_scheduler.cluster.memory.faults import Fault, FaultInjector
-from vgpu_scheduler.cluster.memory.rest import RestFrontend
-from vgpu_scheduler.cluster.memory.store import ObjectStore
-from vgpu_scheduler.cluster.memory.watch import MemoryWatch, WatchDropped
+from vgpu_scheduler.standin.memory import lifecycle, reads, seeding, writes
+from vgpu_scheduler.standin.memory.codec import copy, decode, list_bytes, out
+from vgpu_scheduler.standin.memory.fanout import INITIAL_EVENTS_END, WatchHub
+from vgpu_scheduler.standin.memory.faults import Fault, FaultInjector
+from vgpu_scheduler.standin.memory.rest import RestFrontend
+from vgpu_scheduler.standin.memory.store import ObjectStore
+from vgpu_scheduler.standin.memory.watch import MemoryWatch, WatchDropped
 from vgpu_scheduler.wire import objects
 
 __all__ = ["INITIAL_EVENTS_END", "MemoryCluster", "MemoryWatch", "WatchDropped"]

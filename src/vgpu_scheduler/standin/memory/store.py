@@ -17,8 +17,8 @@ from typing import Protocol
 
 from vgpu_scheduler.cluster import api
 from vgpu_scheduler.cluster.api import Obj, ResourceType
-from vgpu_scheduler.cluster.memory import statuses
-from vgpu_scheduler.cluster.memory.codec import Stored, decode, encode
+from vgpu_scheduler.standin.memory import statuses
+from vgpu_scheduler.standin.memory.codec import Stored, decode, encode
 
 
 @dataclass(slots=True)

@@ -15,9 +15,9 @@ from typing import Any
 from vgpu_scheduler.cluster import api
 from vgpu_scheduler.cluster.api import Obj, ResourceType
 from vgpu_scheduler.cluster.errors import ApiError, details
-from vgpu_scheduler.cluster.memory import statuses, validation
-from vgpu_scheduler.cluster.memory.codec import Stored, decode, rfc3339, single_bytes
-from vgpu_scheduler.cluster.memory.store import ObjectStore
+from vgpu_scheduler.standin.memory import statuses, validation
+from vgpu_scheduler.standin.memory.codec import Stored, decode, rfc3339, single_bytes
+from vgpu_scheduler.standin.memory.store import ObjectStore
 
 _NAME_CHARS = "bcdfghjklmnpqrstvwxz2456789"  # apimachinery's generateName alphabet
 

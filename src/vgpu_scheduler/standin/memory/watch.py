@@ -18,9 +18,9 @@ from typing import Any, Protocol
 from vgpu_scheduler.cluster import api
 from vgpu_scheduler.cluster.api import Obj, ResourceType
 from vgpu_scheduler.cluster.errors import ApiConnectionError
-from vgpu_scheduler.cluster.memory import selectors
-from vgpu_scheduler.cluster.memory.codec import Stored, encode, event_line
-from vgpu_scheduler.cluster.memory.store import Event, ObjectStore
+from vgpu_scheduler.standin.memory import selectors
+from vgpu_scheduler.standin.memory.codec import Stored, encode, event_line
+from vgpu_scheduler.standin.memory.store import Event, ObjectStore
 
 
 class HubSettings(Protocol):

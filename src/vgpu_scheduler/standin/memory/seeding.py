@@ -16,10 +16,10 @@ from typing import Any
 
 from vgpu_scheduler.cluster import api
 from vgpu_scheduler.cluster.errors import ApiError
-from vgpu_scheduler.cluster.memory import writes
-from vgpu_scheduler.cluster.memory.codec import copy
-from vgpu_scheduler.cluster.memory.store import ObjectStore
-from vgpu_scheduler.cluster.transport import gc_paused
+from vgpu_scheduler.gctuning import gc_paused
+from vgpu_scheduler.standin.memory import writes
+from vgpu_scheduler.standin.memory.codec import copy
+from vgpu_scheduler.standin.memory.store import ObjectStore
 
 log = logging.getLogger(__name__)
 
