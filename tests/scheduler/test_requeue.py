@@ -13,7 +13,7 @@ from vgpu_scheduler.cluster.client import KubeClient
 from vgpu_scheduler.config import DeviceConfig
 from vgpu_scheduler.scheduler.options import SchedulerOptions
 from vgpu_scheduler.scheduler.process import SchedulerProcess
-from vgpu_scheduler.scheduler.requeue import WINDOW_SECONDS
+from vgpu_scheduler.scheduler.requeue import WINDOW_SECONDS, RequeueNudger
 from vgpu_scheduler.standin.memory import MemoryCluster
 from vgpu_scheduler.standin.transport import MemoryTransport
 from vgpu_scheduler.wire import keys
@@ -131,3 +131,26 @@ async def test_nudges_can_be_turned_off() -> None:
         assert _nudge_of(cluster, "waiting") is None
     finally:
         await process.stop()
+
+
+async def test_a_nudge_queued_before_the_replica_was_deposed_is_not_sent() -> None:
+    """The nudger asks is_leader() when it queues the nudges, and again as each patch leaves the
+    client: a replica paused past its lease with nudges waiting (rate limiter) sends none on waking."""
+    cluster = MemoryCluster()
+    pod = cluster.create("pods", gpu_pod("waiting", mem=1000, container_name="c"), namespace="default")
+    client = KubeClient(MemoryTransport(cluster))
+    leading = True
+    nudger = RequeueNudger(
+        client,
+        now=Clock(),
+        cached_pod=lambda ns, name: cluster.get("pods", name, ns),
+        is_leader=lambda: leading,
+    )
+    nudger.refused(pod["metadata"]["uid"], "default", "waiting")
+    nudger.devices_freed()  # queued while leading
+    leading = False  # paused before the patch left, past the lease
+    await nudger.drain()
+    assert nudger.nudged == 0
+    annotations = cluster.get("pods", "waiting", "default")["metadata"].get("annotations") or {}
+    assert keys.REQUEUE not in annotations
+    await client.close()

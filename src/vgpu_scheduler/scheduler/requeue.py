@@ -19,6 +19,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 from vgpu_scheduler.cluster.errors import ApiConnectionError, ApiError
+from vgpu_scheduler.cluster.writeguard import guarded_writes
 from vgpu_scheduler.wire import keys, objects
 
 log = logging.getLogger(__name__)
@@ -95,12 +96,25 @@ class RequeueNudger:
     async def _nudge(self, namespace: str, name: str) -> None:
         patch = {"metadata": {"annotations": {keys.REQUEUE: str(int(self.now()))}}}
         try:
-            await self.api.patch_pod(namespace, name, patch)
+            # Asked again as the patch leaves: it may wait in the client's rate limiter, and this
+            # replica be paused there past its lease.
+            with guarded_writes(self._still_leading):
+                await self.api.patch_pod(namespace, name, patch)
             self.nudged += 1
         except (ApiError, ApiConnectionError) as exc:  # gone or unreachable: nothing to retry
             log.debug("requeue nudge of %s/%s failed: %s", namespace, name, exc)
+        except _Deposed:
+            log.debug("requeue nudge of %s/%s dropped: not the leader any more", namespace, name)
+
+    def _still_leading(self) -> None:
+        if not self.is_leader():
+            raise _Deposed
 
     async def drain(self) -> None:
         """Wait for the nudges in flight (tests, shutdown)."""
         while self._tasks:
             await asyncio.gather(*list(self._tasks), return_exceptions=True)
+
+
+class _Deposed(Exception):
+    """A nudge stopped as it left: this replica is not the leader any more."""
