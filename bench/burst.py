@@ -7,7 +7,7 @@
 Each scenario gets a fresh control plane (tests/e2e/controlplane.py: etcd, kube-apiserver,
 kube-scheduler, our server as extender + webhook) with N nodes × G GPUs registered like HAMi's device
 plugin, then creates M pods concurrently through the API and waits (bounded) until every pod is bound
-and, with the extender, confirmed by the device-plugin stand-in (tests/e2e/standin.py) after its delay:
+and, with the extender, confirmed by the device-plugin stand-in (tests/e2e/pluginstandin.py) after its delay:
 
 * `kube-scheduler alone`: pods asking only cpu, default-scheduler profile, our server never called;
 * `extender <policy> <delay>`: one-GPU pods (gpumem 4000), hami-scheduler profile,
@@ -44,7 +44,7 @@ from typing import Any
 
 BENCH_DIR = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH_DIR.parent / "tests" / "e2e"))
-sys.path.insert(0, str(BENCH_DIR.parent))  # the repository root: standin imports tests.builders
+sys.path.insert(0, str(BENCH_DIR.parent))  # the repository root: pluginstandin imports tests.builders
 from controlplane import (  # noqa: E402
     ControlPlane,
     ControlPlaneUnavailable,
@@ -52,7 +52,7 @@ from controlplane import (  # noqa: E402
     free_port,
 )
 from faultcheck import allocation_problems  # noqa: E402
-from standin import DevicePluginStandIn, cpu_pod, create_node, gpu_node, gpu_pod  # noqa: E402
+from pluginstandin import DevicePluginStandIn, cpu_pod, create_node, gpu_node, gpu_pod  # noqa: E402
 
 from vgpu_scheduler.cluster import api  # noqa: E402
 from vgpu_scheduler.cluster.client import KubeClient  # noqa: E402

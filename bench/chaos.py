@@ -24,7 +24,7 @@ from pathlib import Path
 BENCH_DIR = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH_DIR.parent / "tests" / "e2e"))
 sys.path.insert(0, str(BENCH_DIR.parent / "tests" / "chaos"))
-sys.path.insert(0, str(BENCH_DIR.parent))  # the repository root: standin imports tests.builders
+sys.path.insert(0, str(BENCH_DIR.parent))  # the repository root: pluginstandin imports tests.builders
 from checker import percentile  # noqa: E402
 from controlplane import ControlPlaneUnavailable, find_binaries_or_raise  # noqa: E402
 from harness import ChaosConfig, RunResult, run_chaos  # noqa: E402

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from standin import GROUP_LABEL, Obj, gpu_node
+from pluginstandin import GROUP_LABEL, Obj, gpu_node
 
 GROUP = "chaos"
 NVIDIA_MEM, DCU_MEM = 81920, 32768  # MiB per device

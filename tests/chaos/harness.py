@@ -43,7 +43,7 @@ from history import History, Recorder
 from leasemirror import LeaseMirror
 from nemesis import KINDS, Nemesis
 from plugin import ChaosDevicePlugin
-from standin import Obj, create_node, group_selector
+from pluginstandin import Obj, create_node, group_selector
 from workload import Workload
 
 from vgpu_scheduler.cluster import api

@@ -1,4 +1,4 @@
-"""The device-plugin stand-in (tests/e2e/standin.py) with the nemesis' three faults, and retries.
+"""The device-plugin stand-in (tests/e2e/pluginstandin.py) with the nemesis' three faults, and retries.
 
 * `pause()` / `resume()`: no node's plugin confirms anything meanwhile; on resume every bound pod
   still waiting is offered again;
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 
-from standin import DevicePluginStandIn, Obj
+from pluginstandin import DevicePluginStandIn, Obj
 
 from vgpu_scheduler.cluster.client import KubeClient
 from vgpu_scheduler.cluster.errors import ApiConnectionError, ApiError

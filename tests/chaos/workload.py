@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from fleet import GROUP
-from standin import GROUP_LABEL, Obj
+from pluginstandin import GROUP_LABEL, Obj
 
 from tests import builders
 from vgpu_scheduler.cluster import api

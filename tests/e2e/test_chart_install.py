@@ -35,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "deploy"))
 import chart
 from controlplane import WEBHOOK_LABEL, ControlPlane
-from standin import GROUP_LABEL, DevicePluginStandIn, create_node, delete_group
+from pluginstandin import GROUP_LABEL, DevicePluginStandIn, create_node, delete_group
 
 from vgpu_scheduler.cluster import api
 from vgpu_scheduler.cluster.client import KubeClient

@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from controlplane import ControlPlane
 from faultcheck import Bindings, report, violations, wait_settled
 from leasemirror import LeaseMirror
-from standin import DevicePluginStandIn, create_group, delete_group, group_pod, group_selector
+from pluginstandin import DevicePluginStandIn, create_group, delete_group, group_pod, group_selector
 
 from vgpu_scheduler.cluster import api
 from vgpu_scheduler.cluster.client import KubeClient

@@ -29,7 +29,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from controlplane import ControlPlane
 from faultcheck import report
-from standin import DevicePluginStandIn, create_group, delete_group, group_pod, group_selector
+from pluginstandin import DevicePluginStandIn, create_group, delete_group, group_pod, group_selector
 
 from vgpu_scheduler.cluster import api
 from vgpu_scheduler.cluster.client import KubeClient

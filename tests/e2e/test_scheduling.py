@@ -17,7 +17,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from controlplane import HAMI_SCHEDULER, ControlPlane
-from standin import DevicePluginStandIn, create_node, gpu_node, gpu_pod
+from pluginstandin import DevicePluginStandIn, create_node, gpu_node, gpu_pod
 
 from tests.builders import gpu_uuid
 from vgpu_scheduler.cluster import api

@@ -37,7 +37,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from controlplane import HAMI_SCHEDULER, ControlPlane
-from standin import DevicePluginStandIn, create_node
+from pluginstandin import DevicePluginStandIn, create_node
 
 from tests import builders
 from vgpu_scheduler.cluster import api

@@ -38,7 +38,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from controlplane import WEBHOOK_LABEL, ControlPlane
-from standin import DevicePluginStandIn, create_node, delete_group, group_selector
+from pluginstandin import DevicePluginStandIn, create_node, delete_group, group_selector
 
 from vgpu_scheduler.cluster import api
 from vgpu_scheduler.cluster.client import KubeClient
