@@ -67,6 +67,11 @@ class Env:
         self.cluster.update("leases", current)
 
 
+def micro_time(moment: datetime) -> str:
+    """A Lease's MicroTime text."""
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
 async def eventually(cond: Callable[[], bool]) -> None:
     for _ in range(400):
         if cond():
@@ -144,10 +149,10 @@ async def test_expiry_renewal_and_deletion(env: Env) -> None:
     t.start()
     await eventually(t.is_leader)
 
-    # Renewals (the captured MODIFIED events, one every 2 s) push the deadline forward.
+    # Renewals (the captured MODIFIED events' specs, renewed now) push the deadline forward.
     for obj in env.stream:
         env.clock.advance(10)
-        env.set_spec(renewTime=obj["spec"]["renewTime"])
+        env.set_spec(**{**obj["spec"], "renewTime": micro_time(env.clock.t)})
         await eventually(lambda: t.observed == env.clock.t)
         assert t.is_leader()
 
@@ -157,7 +162,7 @@ async def test_expiry_renewal_and_deletion(env: Env) -> None:
     assert not t.is_leader()
 
     # A renewal seen again: leader again.
-    env.set_spec(renewTime="2026-11-29T21:06:01.000000Z")
+    env.set_spec(renewTime=micro_time(env.clock.t))
     await eventually(lambda: changes == [True, False, True])
 
     # Another holder takes over.
@@ -170,6 +175,42 @@ async def test_expiry_renewal_and_deletion(env: Env) -> None:
     env.cluster.delete("leases", NAME, NS)
     await eventually(lambda: changes[-1] is False)
     assert t.observed is None and t.holder == ""
+
+
+async def test_a_renewal_read_after_the_process_stood_still_counts_from_its_renew_time(env: Env) -> None:
+    """SIGSTOPped past its lease, a replica reads its own renewal from before the pause (it waited
+    in the socket): that renewal must not make it the leader for another lease from now."""
+    changes: list[bool] = []
+    t = env.tracker()
+    t.add_listener(changes.append)
+    env.set_spec(renewTime=micro_time(env.clock.t))
+    t.start()
+    await eventually(t.is_leader)
+    renewed_before_the_pause = micro_time(env.clock.t)
+
+    env.clock.advance(20)  # stood still past the 15 s lease
+    env.set_spec(renewTime=renewed_before_the_pause, leaseTransitions=7)  # delivered at wake-up
+    await eventually(lambda: t.observed is not None and t.observed < env.clock.t)
+    assert not t.is_leader()
+    assert t.observed == T0 and changes == [True, False]
+
+    # A renewal written after the wake-up counts as usual.
+    env.clock.advance(0.5)
+    env.set_spec(renewTime=micro_time(env.clock.t))
+    await eventually(t.is_leader)
+    assert t.observed == env.clock.t and changes == [True, False, True]
+
+
+async def test_a_renewal_dated_ahead_counts_from_when_it_was_read(env: Env) -> None:
+    """The writer's clock may run ahead of ours: after a stall, `renewTime` is used only when it
+    is earlier than now, so such a renewal counts from now as any other."""
+    t = env.tracker()
+    t.start()
+    await eventually(t.is_leader)
+    env.clock.advance(20)
+    env.set_spec(renewTime=micro_time(env.clock.t + timedelta(seconds=30)))
+    await eventually(lambda: t.observed == env.clock.t)
+    assert t.is_leader()
 
 
 async def test_other_leases_in_the_namespace_are_ignored(env: Env) -> None:

@@ -5,6 +5,10 @@ The extender runs no election of its own: kube-scheduler, in the same pod, holds
 `<hostname>_<uuid>`. We watch that Lease and are the leader while its holder is our hostname and
 the last time *we saw* it change (`observedTime`, local) plus `leaseDurationSeconds` is in the
 future — so a leader whose watch goes quiet steps down by itself once the lease would have expired.
+One exception: a Lease change read just after this process stood still (SIGSTOPped, or its loop
+blocked, for longer than `STALL`) may have waited in the socket all that time, so it counts from
+its own `renewTime` when that is earlier: a replica paused past its lease, woken by its own stale
+renewal, must not think it leads for another lease (its writes would land after another's).
 A timer re-evaluates that deadline; listeners hear every change (the registration loop runs a pass
 at once on gaining leadership and clears `synced` on losing it).
 
@@ -33,6 +37,7 @@ from vgpu_scheduler.cluster import api
 from vgpu_scheduler.cluster.client import KubeClient
 from vgpu_scheduler.cluster.errors import ApiConnectionError, ApiError
 from vgpu_scheduler.cluster.reflector import Reflector
+from vgpu_scheduler.gocompat.gotime import GoTimeParseError, parse_rfc3339
 from vgpu_scheduler.wire import keys, objects
 
 log = logging.getLogger(__name__)
@@ -45,6 +50,12 @@ ROLE_LEADER = "leader"
 ROLE_FOLLOWER = "follower"
 
 
+STALL = timedelta(seconds=2)
+"""A gap this long between two turns of the tracker (its timer turns at least every second) means
+the process stood still; Lease changes read in the next `SUSPECT` may have waited meanwhile."""
+SUSPECT = timedelta(seconds=1)
+
+
 def utc_now() -> datetime:
     return datetime.now(UTC)
 
@@ -52,6 +63,17 @@ def utc_now() -> datetime:
 def holder_is(holder: str, hostname: str) -> bool:
     """Does the Lease holder identity name this host? (`<hostname>_<uuid>` for kube-scheduler.)"""
     return bool(hostname) and (holder == hostname or holder.startswith(hostname + "_"))
+
+
+def _renew_time(obj: Mapping[str, Any]) -> datetime | None:
+    """The Lease's `spec.renewTime` (MicroTime), None when absent or unreadable."""
+    value = objects.spec(obj).get("renewTime")
+    if not isinstance(value, str):
+        return None
+    try:
+        return parse_rfc3339(value)
+    except GoTimeParseError:
+        return None
 
 
 def _lease_fields(obj: Mapping[str, Any]) -> tuple[str, str, int]:
@@ -98,6 +120,8 @@ class LeaderTracker:
         self.holder = ""
         self.lease_duration = 0
         self.observed: datetime | None = None
+        self._last_turn: datetime | None = None  # the tracker's last timer turn or observation
+        self._suspect_until: datetime | None = None  # observations until then may be stale
         self._leader = not enabled
         self._listeners: list[Callable[[bool], None]] = []
         self._poke = asyncio.Event()
@@ -177,9 +201,25 @@ class LeaderTracker:
         name, holder, duration = _lease_fields(obj)
         if name != self.lease_name:
             return
-        self.holder, self.lease_duration, self.observed = holder, duration, self.now()
+        now = self._turn()
+        observed = now
+        if self._suspect_until is not None and now <= self._suspect_until:
+            renewed = _renew_time(obj)
+            if renewed is not None and renewed < now:
+                observed = renewed
+        self.holder, self.lease_duration, self.observed = holder, duration, observed
         self.evaluate()
         self._poke.set()
+
+    def _turn(self) -> datetime:
+        """Now, noting a stall since the last turn (see STALL)."""
+        now = self.now()
+        last, self._last_turn = self._last_turn, now
+        if last is not None and now - last > STALL:
+            log.info("the process stood still for %.1fs: Lease changes read now count from their renewTime",
+                     (now - last).total_seconds())
+            self._suspect_until = now + SUSPECT
+        return now
 
     # -- lifecycle -------------------------------------------------------------------------------
 
@@ -202,6 +242,7 @@ class LeaderTracker:
     async def _run_timer(self) -> None:
         while True:
             self._poke.clear()
+            self._turn()
             leader = self.evaluate()
             delay = self.poll_interval
             expiry = self.expires_at()
