@@ -7,6 +7,8 @@ from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tests.builders import api_pod, node
 from vgpu_scheduler.cluster import nodelock
@@ -18,6 +20,7 @@ from vgpu_scheduler.cluster.nodelock import (
     NodeLockError,
     format_lock,
     format_rfc3339,
+    judge_lock,
     parse_lock,
     probable_lock,
 )
@@ -533,6 +536,41 @@ def test_live_holder_asks_about_the_lock_read_and_its_node() -> None:
     held = locker.live_holder("n1", holder_live)
     assert held == parse_lock(format_lock(T0, "default", "holder"))
     assert asked == [(held, "n1")]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    steps=st.lists(
+        st.tuples(
+            st.sampled_from(["n1", "n2"]),
+            st.one_of(st.none(), st.integers(-400, 400), st.just("garbage")),
+            st.integers(-400, 400),
+            st.booleans(),
+        ),
+        max_size=12,
+    )
+)
+def test_the_many_node_test_answers_as_a_fresh_judgement(steps: list[tuple[str, object, int, bool]]) -> None:
+    """`live_holder_test` keeps each node's parsed lock by its cached object: after any sequence
+    of node replacements, clock moves and holder verdicts, it answers as `judge_lock` on the
+    node as cached now."""
+    clock = Clock()
+    cache: dict[str, dict[str, Any]] = {}
+    locker = NodeLocker(RecordingApi({}), now=clock, cached_node=cache.get, timeout=300)
+    for node_name, lock_at, clock_at, alive in steps:
+        if lock_at == "garbage":
+            cache[node_name] = _node(node_name, "not a lock")
+        elif isinstance(lock_at, int):
+            cache[node_name] = _node(node_name, format_lock(T0 + timedelta(seconds=lock_at), "ns", "p"))
+        else:
+            cache[node_name] = _node(node_name)
+        clock.now = T0 + timedelta(seconds=clock_at)
+        test = locker.live_holder_test(lambda _held, _node, alive=alive: alive)
+        for asked in ("n1", "n2"):
+            value = cache.get(asked, {}).get("metadata", {}).get("annotations", {}).get(NODE_LOCK)
+            held, stale = (None, "none") if value is None else judge_lock(value, now=clock.now, timeout=300)
+            expected = held if held is not None and stale is None and alive else None
+            assert test(asked) == expected
 
 
 def _messages(caplog: pytest.LogCaptureFixture) -> list[str]:

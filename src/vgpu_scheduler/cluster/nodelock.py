@@ -292,6 +292,8 @@ class NodeLocker:
         self.stats = NodeLockStats()
         # Serialises this process's lock writes per node (HAMi keeps the same in-process mutex).
         self._local: dict[str, asyncio.Lock] = {}
+        # node -> (the cached node object, its lock value parsed): `live_holder_test`'s memo.
+        self._held_by_node: dict[str, tuple[dict[str, Any], LockValue | None]] = {}
 
     @property
     def api(self) -> LockApi:
@@ -379,20 +381,40 @@ class NodeLocker:
         less good spread. A lock that cannot be parsed, has expired, is dated beyond the timeout
         ahead, or names a pod the cache no longer has, or one bound to another node, is not live
         (the next bind takes it over). `holder_live(lock, node)` answers for a lock naming a pod."""
-        if self._cached_node is None:
-            return None
-        node = self._cached_node(node_name)
-        if node is None:
-            return None
-        value = _annotations(node).get(NODE_LOCK)
-        if value is None:
-            return None
-        held, stale = judge_lock(value, now=self._now(), timeout=self.timeout)
-        if held is None or stale is not None:
-            return None
-        if held.namespace and held.pod and not holder_live(held, node_name):
-            return None
-        return held
+        return self.live_holder_test(holder_live)(node_name)
+
+    def live_holder_test(
+        self, holder_live: Callable[[LockValue, str], bool]
+    ) -> Callable[[str], LockValue | None]:
+        """`live_holder` for many nodes at one moment (a filter's walk asks about every locked
+        node it passes). The clock is read once; each node's lock value is parsed once per cached
+        node object, not once per question (a burst's filters pass the same locked nodes)."""
+        cached_node = self._cached_node
+        if cached_node is None:
+            return lambda node_name: None
+        now, timeout, parsed = self._now(), self.timeout, self._held_by_node
+
+        def holder(node_name: str) -> LockValue | None:
+            node = cached_node(node_name)
+            if node is None:
+                return None
+            entry = parsed.get(node_name)
+            if entry is None or entry[0] is not node:
+                value = _annotations(node).get(NODE_LOCK)
+                if value is None:
+                    parsed.pop(node_name, None)
+                    return None
+                if len(parsed) >= PARSED_LOCKS_KEPT:
+                    parsed.clear()
+                entry = parsed[node_name] = (node, _parsed(value))
+            held = entry[1]
+            if held is None or stale_cause(held.taken_at, now=now, timeout=timeout) is not None:
+                return None
+            if held.namespace and held.pod and not holder_live(held, node_name):
+                return None
+            return held
+
+        return holder
 
     def maybe_locked(self) -> Collection[str] | None:
         """The cached nodes that carry a lock annotation; None when not known (any node may).

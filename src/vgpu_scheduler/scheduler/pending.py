@@ -136,25 +136,24 @@ class Reservations:
     def busy_node_test(self, uid: str, namespace: str, name: str) -> Callable[[str], bool] | None:
         """Is a bind other than this pod's about to run, or holding the lock, on the node? None
         when no node can be (no other bind pending, no cached node carrying a lock): the same
-        ranking, without asking about every node."""
+        ranking, without asking about every node. Each node is judged when asked (a filter's walk
+        asks about the nodes it passes, not every node)."""
         now = self.settings.now()
-        # Only nodes with a pending bind of another pod, or carrying a lock, can be busy.
-        about_to_lock = {
-            node
-            for node, waiting in self.pending.per_node.items()
-            if any(until > now for other, until in waiting.items() if other != uid)
-        }
+        per_node = self.pending.per_node
         locker = self.locker
         locked = locker.maybe_locked()
-        if not about_to_lock and locked is not None and not locked:
+        nothing_locked = locked is not None and not locked
+        if nothing_locked and not any(_waits_for_another(w, uid, now) for w in per_node.values()):
             return None
+        live_holder = locker.live_holder_test(self._holder_alive)
 
         def busy(node: str) -> bool:
-            if node in about_to_lock:
+            waiting = per_node.get(node)
+            if waiting and _waits_for_another(waiting, uid, now):
                 return True
             if locked is not None and node not in locked:
                 return False
-            held = locker.live_holder(node, self._holder_alive)
+            held = live_holder(node)
             return held is not None and (held.namespace, held.pod) != (namespace, name)
 
         return busy
@@ -164,3 +163,8 @@ class Reservations:
         state `dangling_cause` names (the lock is dangling: the next bind takes it over)."""
         pod = self.cached_pod(held.namespace, held.pod)
         return pod is not None and dangling_cause(pod, node, held) is None
+
+
+def _waits_for_another(waiting: dict[str, float], uid: str, now: float) -> bool:
+    """Does a bind of a pod other than `uid` that is still expected wait on this node?"""
+    return any(until > now for other, until in waiting.items() if other != uid)
