@@ -11,7 +11,10 @@
 * `stale-leader-write`: a replica woken from a pause longer than its lease writes nothing (Events
   aside) while another replica holds the Lease, until it holds it again;
 * `unsettled` (from the final state, `final_problems`): every pod is bound and confirmed, or pending
-  with a FailedScheduling reason that is a verdict of the filter, not an error;
+  with a FailedScheduling reason that is a verdict of the filter, not an error; an unscheduled pod
+  being deleted (a DELETE cut by a kube-apiserver kill between setting its deletionTimestamp and
+  removing it) is neither: kube-scheduler skips it, and a cluster's PodGC (no controller-manager
+  here) force-deletes it;
 * `not-converged`: that final state was reached within `converge_limit` seconds of the faults
   stopping.
 
@@ -257,6 +260,8 @@ def final_problems(
         spec = pod.get("spec") or {}
         assert isinstance(spec, Mapping)
         node = spec.get("nodeName")
+        if not node and meta.get("deletionTimestamp"):
+            continue  # terminating, never to be scheduled: PodGC's to remove
         phase = (meta.get("annotations") or {}).get("hami.io/bind-phase")
         if node and phase != "success":
             out.append(Violation("unsettled", t, f"{name}: bound to {node}, bind-phase {phase}"))

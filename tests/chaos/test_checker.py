@@ -163,6 +163,17 @@ def test_final_state_rules() -> None:
     assert found == ["errored", "silent", "stuck"]
 
 
+def test_an_unscheduled_pod_being_deleted_is_settled_a_bound_one_is_not() -> None:
+    # Seed 104: a DELETE cut by a kube-apiserver kill left the pod with its deletionTimestamp.
+    reason = {"gone": "skip schedule deleting pod: chaos/gone", "bound": ""}
+    terminating = builders.pod("gone", namespace="chaos")
+    terminating["metadata"]["deletionTimestamp"] = "2026-12-07T12:10:00Z"
+    bound = builders.pod("bound", namespace="chaos", node_name="n1",
+                         annotations={keys.BIND_PHASE: "allocating"})
+    bound["metadata"]["deletionTimestamp"] = "2026-12-07T12:10:00Z"
+    assert [v.message.split(":")[0] for v in final_problems([terminating, bound], reason)] == ["bound"]
+
+
 def test_records_read_api_objects() -> None:
     n = builders.gpu_node("n1", gpus=1, annotations={keys.NODE_LOCK: LOCK})
     rec = node_record(1.0, n)
