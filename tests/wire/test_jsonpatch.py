@@ -12,8 +12,10 @@ from hypothesis import strategies as st
 from tests.builders import container, pod
 from vgpu_scheduler.wire.jsonpatch import (
     JsonPatchError,
+    _json_equal_strict,
     apply_patch,
     escape_token,
+    json_copy,
     json_equal,
     make_patch,
     unescape_token,
@@ -34,6 +36,46 @@ json_values = st.recursive(
     lambda children: st.lists(children, max_size=5) | st.dictionaries(json_keys, children, max_size=5),
     max_leaves=25,
 )
+
+
+def _reordered(value: Any) -> Any:
+    """The same JSON value with every object's keys in reverse order."""
+    if isinstance(value, dict):
+        return {k: _reordered(value[k]) for k in reversed(list(value))}
+    if isinstance(value, list):
+        return [_reordered(v) for v in value]
+    return value
+
+
+def _numbers_as_floats(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _numbers_as_floats(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_numbers_as_floats(v) for v in value]
+    return float(value) if type(value) is int else value
+
+
+@settings(max_examples=400)
+@given(json_values, json_values)
+def test_fast_json_equality_agrees_with_the_strict_one(a: Any, b: Any) -> None:
+    # The fast path (C inequality, then equal encodings) answers as the recursive definition
+    # does, including its subtle cases: key order, 1 vs 1.0, true vs 1.
+    for x, y in ((a, b), (a, _reordered(a)), (a, _numbers_as_floats(a)), (a, copy.deepcopy(a))):
+        assert json_equal(x, y) == _json_equal_strict(x, y)
+    assert not json_equal([True], [1]) and not json_equal({"a": 1}, {"a": True})
+    assert json_equal({"a": 1, "b": 2}, {"b": 2, "a": 1.0})
+
+
+@settings(max_examples=200)
+@given(json_values)
+def test_json_copy_is_a_deep_copy_of_the_same_types(a: Any) -> None:
+    copied = json_copy(a)
+    assert _json_equal_strict(copied, a) and repr(copied) == repr(a)  # same types, same key order
+    if isinstance(a, dict | list) and a:
+        assert copied is not a
+    odd = {"big": 2**70, "not json": Exception("x")}  # what msgspec cannot encode: deepcopy's copy
+    copied_odd = json_copy(odd)
+    assert copied_odd["big"] == 2**70 and copied_odd["not json"] is not odd["not json"]
 
 
 @settings(max_examples=200)

@@ -1,4 +1,7 @@
-"""How requests reach "the API server": over HTTP(S) with aiohttp, or straight into a MemoryCluster.
+"""How requests reach "the API server": over HTTP(S), or straight into a MemoryCluster.
+
+Over HTTP(S), short requests go through our lean keep-alive client (cluster/http1.py) and watches
+through aiohttp's, whose C parser reads long chunked streams well.
 
 Both transports speak the same tiny protocol, so `KubeClient` (and everything above it) runs the
 same code against a real cluster, the fake API server, and the in-process cluster.
@@ -10,6 +13,7 @@ import asyncio
 import logging
 import ssl
 import time
+import urllib.parse
 from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
 from typing import Any, Protocol
 
@@ -18,6 +22,7 @@ import msgspec
 
 from vgpu_scheduler.cluster.apistats import WATCH, ApiStats
 from vgpu_scheduler.cluster.errors import ApiConnectionError, ApiError
+from vgpu_scheduler.cluster.http1 import Http1Pool, HttpProtocolError
 from vgpu_scheduler.cluster.writeguard import check_write
 from vgpu_scheduler.gctuning import gc_paused
 
@@ -130,7 +135,8 @@ class TokenBucket:
 
 
 class HttpTransport:
-    """aiohttp over one ClientSession (created lazily inside the running loop)."""
+    """Short requests over an Http1Pool, watches over one aiohttp ClientSession (created lazily
+    inside the running loop)."""
 
     def __init__(
         self,
@@ -152,7 +158,9 @@ class HttpTransport:
         self._server_hostname = server_hostname
         self._user_agent = user_agent
         self._session: aiohttp.ClientSession | None = None
-        self._owner: HttpTransport | None = None  # a sibling borrows its owner's session
+        self._pool: Http1Pool | None = None
+        self._prefix = ""
+        self._owner: HttpTransport | None = None  # a sibling borrows its owner's session and pool
         self.stats = ApiStats()
 
     def with_own_rate_limit(self, qps: float | None = None, burst: int | None = None) -> HttpTransport:
@@ -181,6 +189,25 @@ class HttpTransport:
             self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None))
         return self._session
 
+    def _get_pool(self) -> tuple[Http1Pool, str]:
+        """The pool and the base URL's path prefix (prepended to every request's path)."""
+        if self._owner is not None:
+            return self._owner._get_pool()
+        if self._pool is None:
+            url = urllib.parse.urlsplit(self.base_url)
+            https = url.scheme == "https"
+            context: ssl.SSLContext | None = None
+            if https:
+                context = self._ssl if isinstance(self._ssl, ssl.SSLContext) else ssl.create_default_context()
+            self._pool = Http1Pool(
+                url.hostname or "localhost",
+                url.port or (443 if https else 80),
+                ssl_context=context,
+                server_hostname=self._server_hostname,
+            )
+            self._prefix = url.path.rstrip("/")
+        return self._pool, self._prefix
+
     async def _headers(self, content_type: str | None) -> dict[str, str]:
         headers = {"Accept": "application/json", "User-Agent": self._user_agent}
         if content_type:
@@ -202,29 +229,22 @@ class HttpTransport:
     ) -> tuple[int, dict[str, Any]]:
         data = None if json_body is None else encode_body(json_body)
         ctype = content_type or ("application/json" if data is not None else None)
-        timeout = aiohttp.ClientTimeout(total=self.timeout or None)
         stats = self.stats
         for attempt in (1, 2):
             await self._acquire()
             headers = await self._headers(ctype)
             check_write(method)  # after the waits: the caller may have been stopped meanwhile
             started = time.perf_counter()
+            pool, prefix = self._get_pool()
+            target = prefix + path if prefix else path
+            if params:
+                target += "?" + urllib.parse.urlencode(params)
             try:
-                async with self._get_session().request(
-                    method,
-                    self.base_url + path,
-                    params=dict(params or {}),
-                    data=data,
-                    headers=headers,
-                    ssl=self._ssl,
-                    timeout=timeout,
-                    server_hostname=self._server_hostname,
-                ) as resp:
-                    raw = await resp.read()
-                    status = resp.status
-            except (aiohttp.ClientError, OSError, TimeoutError) as exc:
+                got = await pool.request(method, target, headers.items(), data, timeout=self.timeout or None)
+            except (HttpProtocolError, OSError, TimeoutError) as exc:
                 stats.record(method, None, time.perf_counter() - started)
                 raise ApiConnectionError(f"{method} {path}: {type(exc).__name__}: {exc}") from exc
+            status, raw = got.status, got.body
             stats.record(method, status, time.perf_counter() - started)
             if status == 401 and attempt == 1:
                 await self._auth.invalidate()  # expired token: re-read it once and retry
@@ -289,6 +309,9 @@ class HttpTransport:
     async def close(self) -> None:
         if self._owner is not None:
             return  # the owner's session: closed with the owner
+        if self._pool is not None:
+            pool, self._pool = self._pool, None
+            await pool.close()
         if self._session is not None and not self._session.closed:
             await self._session.close()
         self._session = None

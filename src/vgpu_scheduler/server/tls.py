@@ -73,8 +73,8 @@ class ReloadingCertificate:
         self.cert_file = cert_file
         self.key_file = key_file
         self.context = _server_context()
-        """What the listener is given; each handshake is moved to `_serving`."""
-        self.context.sni_callback = self._select
+        """What the listener is given; once a reload loaded a newer pair, each handshake is moved
+        to `_serving` (until then there is nothing to switch, and no callback per handshake)."""
         self._serving = self.context
         self._loaded: Signature | None = None
         self._failed: Signature | str | None = None  # the broken state already logged
@@ -99,9 +99,12 @@ class ReloadingCertificate:
         # from the files' and the next poll loads (and reads) them again.
         with open(self.cert_file, "rb") as f:
             details = leaf_details(f.read())
-        if self._serving is self.context:
-            # The listener's own context gets the first pair too (never reloaded): a fallback.
+        if self._loaded is None:
+            # The listener's own context serves the first pair itself (and is never reloaded).
             self.context.load_cert_chain(self.cert_file, self.key_file)
+            fresh = self.context
+        else:
+            self.context.sni_callback = self._select
         self._serving, self.details = fresh, details
         self._loaded = signature
         self._failed = self._suspect = None

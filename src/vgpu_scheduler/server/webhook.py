@@ -16,7 +16,6 @@ to the mutated copy. Steps, in HAMi's order:
 
 from __future__ import annotations
 
-import copy
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
@@ -35,6 +34,7 @@ from vgpu_scheduler.wire.admission import (
     decode_admission_review,
     encode_admission_review,
 )
+from vgpu_scheduler.wire.jsonpatch import json_copy
 from vgpu_scheduler.wire.quantity import QuantityError, parse_quantity
 
 log = logging.getLogger(__name__)
@@ -146,7 +146,7 @@ def review_pod(
     `original` is not modified. Raises PodShapeError for JSON that is not a v1 Pod (answered 400).
     """
     _check_pod(original)
-    pod: dict[str, Any] = copy.deepcopy(dict(original))
+    pod: dict[str, Any] = json_copy(dict(original))
     if not isinstance(pod.get("spec"), dict):
         pod["spec"] = {}
     spec = pod["spec"]

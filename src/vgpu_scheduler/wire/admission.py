@@ -21,7 +21,11 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
+
 from vgpu_scheduler.wire.jsonpatch import Op, make_patch
+
+_decode = msgspec.json.Decoder().decode
 
 ADMISSION_V1 = "admission.k8s.io/v1"
 ADMISSION_V1BETA1 = "admission.k8s.io/v1beta1"
@@ -77,8 +81,8 @@ def decode_admission_review(body: bytes) -> AdmissionRequest:
     if not body:
         raise AdmissionDecodeError("request body is empty")
     try:
-        review = json.loads(body)
-    except (ValueError, UnicodeDecodeError) as err:
+        review = _decode(body)
+    except (ValueError, msgspec.DecodeError) as err:
         raise AdmissionDecodeError(f"couldn't decode AdmissionReview: {err}") from None
     if not isinstance(review, dict):
         raise AdmissionDecodeError("couldn't decode AdmissionReview: body is not a JSON object")

@@ -13,7 +13,12 @@ import copy
 from collections.abc import Sequence
 from typing import Any
 
+import msgspec
+
 Op = dict[str, Any]
+
+_encode = msgspec.json.Encoder().encode
+_decode = msgspec.json.Decoder().decode
 
 
 class JsonPatchError(ValueError):
@@ -28,16 +33,41 @@ def unescape_token(token: str) -> str:
     return token.replace("~1", "/").replace("~0", "~")
 
 
+def json_copy(value: Any) -> Any:
+    """A deep copy of a JSON value (dicts, lists, strings, numbers, bools, None, as a JSON decoder
+    gives them): an encode and decode in C, a few times cheaper than `copy.deepcopy` on a pod.
+    Anything msgspec cannot encode is deep-copied instead."""
+    try:
+        return _decode(_encode(value))
+    except (TypeError, ValueError, msgspec.MsgspecError):
+        return copy.deepcopy(value)
+
+
 def json_equal(a: Any, b: Any) -> bool:
     """Equality of JSON values: bools are not numbers, dict order does not matter."""
+    if a is b and not isinstance(a, float):  # a NaN is not equal to itself
+        return True
+    # JSON-equal values are equal in Python too, so Python's (C) inequality is exact; Python's
+    # equality is not (True == 1): equal encodings settle it, a key order or 1 vs 1.0 goes on.
+    if a != b:
+        return False
+    try:
+        if _encode(a) == _encode(b):
+            return True
+    except (TypeError, ValueError, msgspec.MsgspecError):
+        pass
+    return _json_equal_strict(a, b)
+
+
+def _json_equal_strict(a: Any, b: Any) -> bool:
     if isinstance(a, bool) or isinstance(b, bool):
         return isinstance(a, bool) and isinstance(b, bool) and a == b
     if isinstance(a, int | float) and isinstance(b, int | float):
         return a == b
     if isinstance(a, dict) and isinstance(b, dict):
-        return a.keys() == b.keys() and all(json_equal(a[k], b[k]) for k in a)
+        return a.keys() == b.keys() and all(_json_equal_strict(a[k], b[k]) for k in a)
     if isinstance(a, list) and isinstance(b, list):
-        return len(a) == len(b) and all(json_equal(x, y) for x, y in zip(a, b, strict=True))
+        return len(a) == len(b) and all(_json_equal_strict(x, y) for x, y in zip(a, b, strict=True))
     return type(a) is type(b) and a == b
 
 
@@ -60,14 +90,14 @@ def _diff(a: Any, b: Any, path: str, ops: list[Op]) -> None:
             if key in a:
                 _diff(a[key], value, child, ops)
             else:
-                ops.append({"op": "add", "path": child, "value": copy.deepcopy(value)})
+                ops.append({"op": "add", "path": child, "value": json_copy(value)})
         for key in a:
             if key not in b:
                 ops.append({"op": "remove", "path": f"{path}/{escape_token(key)}"})
     elif isinstance(a, list) and isinstance(b, list):
         _diff_list(a, b, path, ops)
     else:
-        ops.append({"op": "replace", "path": path, "value": copy.deepcopy(b)})
+        ops.append({"op": "replace", "path": path, "value": json_copy(b)})
 
 
 def _diff_list(a: list[Any], b: list[Any], path: str, ops: list[Op]) -> None:
@@ -88,7 +118,7 @@ def _diff_list(a: list[Any], b: list[Any], path: str, ops: list[Op]) -> None:
     for i in range(paired, len(new)):
         at_end = s == 0
         index = "-" if at_end else str(p + i)
-        ops.append({"op": "add", "path": f"{path}/{index}", "value": copy.deepcopy(new[i])})
+        ops.append({"op": "add", "path": f"{path}/{index}", "value": json_copy(new[i])})
     for _ in range(paired, len(old)):
         ops.append({"op": "remove", "path": f"{path}/{at}"})
 

@@ -1,0 +1,293 @@
+"""A lean HTTP/1.1 client for the API server's short requests: keep-alive connections, nothing else.
+
+Why not aiohttp's client for these: a bind makes three writes and the events one more each, and
+aiohttp's request machinery (URL objects, cookie jar, tracing hooks, a stream reader and a task
+per response) cost more of our CPU per pod than the writes' TLS. This client writes one buffer
+per request and parses the answer in place: status line, Content-Length or chunked body.
+Watches, long-lived streams, stay on aiohttp (cluster/transport.py).
+
+Only what kube-apiserver answers is supported: HTTP/1.1, `Content-Length` or `chunked` bodies,
+no `Content-Encoding` (we never send `Accept-Encoding`), `Connection: close` honoured.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+from collections.abc import Iterable
+from typing import cast
+
+MAX_HEAD = 64 * 1024
+"""A status line and headers longer than this is not an API server's answer."""
+MAX_BODY = 256 * 1024 * 1024
+"""Bound on one answer's body: a list of every pod of a big cluster fits; garbage does not."""
+
+
+class HttpProtocolError(Exception):
+    """The peer's bytes are not an HTTP/1.1 answer we can read."""
+
+
+class Answer:
+    __slots__ = ("body", "keep_alive", "status")
+
+    def __init__(self, status: int, body: bytes, keep_alive: bool) -> None:
+        self.status = status
+        self.body = body
+        self.keep_alive = keep_alive
+
+
+class _Connection(asyncio.Protocol):
+    """One connection, one request at a time. `data_received` accumulates until the answer is
+    complete, then resolves the waiting request's future."""
+
+    def __init__(self) -> None:
+        self.transport: asyncio.Transport | None = None
+        self.lost = False
+        self._buf = bytearray()
+        self._waiter: asyncio.Future[Answer] | None = None
+        self._head: tuple[int, int, bool, bool] | None = None  # parse_head's answer
+        self._body_at = 0
+        self._chunks: Dechunker | None = None
+        self.gone: asyncio.Future[None] | None = None  # resolved once the socket is closed
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
+        self.gone = asyncio.get_running_loop().create_future()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.lost = True
+        if self.gone is not None and not self.gone.done():
+            self.gone.set_result(None)
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_exception(ConnectionResetError(f"connection closed before the answer ({exc})"))
+
+    def usable(self) -> bool:
+        return not self.lost and self.transport is not None and not self.transport.is_closing()
+
+    def send(self, data: bytes) -> asyncio.Future[Answer]:
+        assert self.transport is not None
+        self._buf.clear()
+        self._head = None
+        self._chunks = None
+        self._waiter = asyncio.get_running_loop().create_future()
+        self.transport.write(data)
+        return self._waiter
+
+    def close(self) -> None:
+        self.lost = True
+        if self.transport is not None:
+            self.transport.close()
+
+    def data_received(self, data: bytes) -> None:
+        waiter = self._waiter
+        if waiter is None or waiter.done():
+            self.close()  # bytes nobody asked for: the connection's framing is lost
+            return
+        self._buf += data
+        try:
+            answer = self._parse()
+        except HttpProtocolError as exc:
+            waiter.set_exception(exc)
+            self.close()
+            return
+        if answer is not None:
+            self._waiter = None
+            waiter.set_result(answer)
+
+    def _parse(self) -> Answer | None:
+        buf = self._buf
+        if self._head is None:
+            end = buf.find(b"\r\n\r\n")
+            if end < 0:
+                if len(buf) > MAX_HEAD:
+                    raise HttpProtocolError("answer head too long")
+                return None
+            self._head = parse_head(bytes(buf[:end]))
+            self._body_at = end + 4
+            if self._head[1] < 0:
+                self._chunks = Dechunker(self._body_at)
+        status, length, keep_alive, _ = self._head
+        start = self._body_at
+        if self._chunks is None:
+            if len(buf) - start < length:
+                return None
+            return Answer(status, bytes(buf[start : start + length]), keep_alive)
+        body = self._chunks.feed(buf)
+        if body is None:
+            return None
+        return Answer(status, body, keep_alive)
+
+
+def parse_head(head: bytes) -> tuple[int, int, bool, bool]:
+    """(status, body length or -1 for chunked, keep-alive, has body) of an answer's head."""
+    lines = head.split(b"\r\n")
+    status_line = lines[0].split(b" ", 2)
+    if len(status_line) < 2 or not status_line[0].startswith(b"HTTP/1.") or not status_line[1].isdigit():
+        raise HttpProtocolError(f"not an HTTP/1.x status line: {lines[0][:80]!r}")
+    status = int(status_line[1])
+    length = -2  # no framing header: the body lasts until the connection closes (unsupported)
+    keep_alive = status_line[0] == b"HTTP/1.1"
+    for line in lines[1:]:
+        name, sep, value = line.partition(b":")
+        if not sep:
+            raise HttpProtocolError(f"malformed header line: {line[:80]!r}")
+        name = name.strip().lower()
+        if name == b"content-length":
+            text = value.strip()
+            if not text.isdigit() or int(text) > MAX_BODY:
+                raise HttpProtocolError(f"bad Content-Length: {text[:40]!r}")
+            length = int(text)
+        elif name == b"transfer-encoding":
+            if value.strip().lower() != b"chunked":
+                raise HttpProtocolError(f"unsupported Transfer-Encoding: {value.strip()[:40]!r}")
+            length = -1
+        elif name == b"connection":
+            keep_alive = value.strip().lower() != b"close"
+        elif name == b"content-encoding" and value.strip().lower() not in (b"", b"identity"):
+            raise HttpProtocolError(f"unsupported Content-Encoding: {value.strip()[:40]!r}")
+    if status in (204, 304) or 100 <= status < 200:
+        return status, 0, keep_alive, False
+    if length == -2:
+        raise HttpProtocolError("answer without Content-Length or chunked framing")
+    return status, length, keep_alive, True
+
+
+class Dechunker:
+    """Reads a chunked body incrementally from a growing buffer: each call resumes where the last
+    one stopped, so a big answer arriving in many reads is scanned once."""
+
+    __slots__ = ("parts", "pos", "total")
+
+    def __init__(self, start: int) -> None:
+        self.pos = start
+        self.parts: list[bytes] = []
+        self.total = 0
+
+    def feed(self, buf: bytearray) -> bytes | None:
+        """The whole body once `buf` holds the last chunk, else None (call again with more)."""
+        while True:
+            pos = self.pos
+            eol = buf.find(b"\r\n", pos)
+            if eol < 0:
+                if len(buf) - pos > 1024:
+                    raise HttpProtocolError("chunk size line too long")
+                return None
+            size_text = bytes(buf[pos:eol]).split(b";", 1)[0].strip()
+            if not size_text or any(c not in b"0123456789abcdefABCDEF" for c in size_text):
+                raise HttpProtocolError(f"bad chunk size: {size_text[:40]!r}")
+            size = int(size_text, 16)
+            if self.total + size > MAX_BODY:
+                raise HttpProtocolError("answer body too large")
+            data_at = eol + 2
+            if size == 0:
+                # Trailers (kube-apiserver sends none) end with an empty line.
+                if buf[data_at : data_at + 2] == b"\r\n" or buf.find(b"\r\n\r\n", eol) >= 0:
+                    return b"".join(self.parts)
+                return None
+            if len(buf) < data_at + size + 2:
+                return None
+            if buf[data_at + size : data_at + size + 2] != b"\r\n":
+                raise HttpProtocolError("chunk not followed by CRLF")
+            self.parts.append(bytes(buf[data_at : data_at + size]))
+            self.total += size
+            self.pos = data_at + size + 2
+
+
+class Http1Pool:
+    """Keep-alive connections to one host. A request takes an idle connection (the most recent
+    first) or opens one; a complete keep-alive answer gives it back. A connection cut, timed out
+    or cancelled mid-request is closed, never reused (its framing is lost).
+
+    At most `limit` connections at once (aiohttp's default connector limit), all kept when idle:
+    closing the ones above a smaller idle cap after a burst of concurrent writes would only make
+    the next burst pay their TLS handshakes again."""
+
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        *,
+        ssl_context: ssl.SSLContext | None,
+        server_hostname: str | None = None,
+        limit: int = 100,
+    ) -> None:
+        self.host = host
+        self.port = port
+        self._ssl = ssl_context
+        self._server_hostname = server_hostname if ssl_context is not None else None
+        self._slots = asyncio.Semaphore(limit)
+        self._idle: list[_Connection] = []
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self.opened = 0  # connections opened so far (tests, diagnostics)
+        host_header = f"[{host}]" if ":" in host else host
+        default_port = 443 if ssl_context is not None else 80
+        self._host_header = host_header if port == default_port else f"{host_header}:{port}"
+
+    async def _connect(self) -> _Connection:
+        loop = asyncio.get_running_loop()
+        if self._ssl is None:
+            _, conn = await loop.create_connection(_Connection, self.host, self.port)
+        else:
+            _, conn = await loop.create_connection(
+                _Connection,
+                self.host,
+                self.port,
+                ssl=self._ssl,
+                server_hostname=self._server_hostname or self.host,
+            )
+        self.opened += 1
+        return conn
+
+    def _take_idle(self) -> _Connection | None:
+        loop = asyncio.get_running_loop()
+        if loop is not self._loop:  # connections of another (closed) loop cannot be used here
+            self._idle, self._loop = [], loop
+        while self._idle:
+            conn = self._idle.pop()
+            if conn.usable():
+                return conn
+        return None
+
+    async def request(
+        self,
+        method: str,
+        target: str,
+        headers: Iterable[tuple[str, str]],
+        body: bytes | None,
+        *,
+        timeout: float | None,
+    ) -> Answer:
+        """Send one request and read its answer. Raises OSError (connection), TimeoutError or
+        HttpProtocolError; the connection is then closed."""
+        head = [f"{method} {target} HTTP/1.1\r\nHost: {self._host_header}\r\n"]
+        head.extend(f"{name}: {value}\r\n" for name, value in headers)
+        if body is not None or method in ("POST", "PUT", "PATCH"):
+            head.append(f"Content-Length: {len(body or b'')}\r\n")
+        head.append("\r\n")
+        data = "".join(head).encode("latin-1") + (body or b"")
+        conn: _Connection | None = None
+        async with self._slots:
+            try:
+                async with asyncio.timeout(timeout):
+                    conn = self._take_idle() or await self._connect()
+                    answer = await conn.send(data)
+            except BaseException:
+                if conn is not None:
+                    conn.close()
+                raise
+            if answer.keep_alive and conn.usable():
+                self._idle.append(conn)
+            else:
+                conn.close()
+        return answer
+
+    async def close(self) -> None:
+        """Close the idle connections and wait (at most a second) until their sockets are: a TLS
+        close is a few loop turns, and a loop stopped before them leaks the sockets."""
+        idle, self._idle = self._idle, []
+        for conn in idle:
+            conn.close()
+        waits = [conn.gone for conn in idle if conn.gone is not None and not conn.gone.done()]
+        if waits and self._loop is asyncio.get_running_loop():
+            await asyncio.wait(waits, timeout=1.0)
