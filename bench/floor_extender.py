@@ -37,7 +37,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 import aiohttp
-import uvloop
 from aiohttp import ClientSession, ClientTimeout, TCPConnector, web
 
 log = logging.getLogger("floor")
@@ -350,9 +349,7 @@ def main() -> None:
     p.add_argument("--serving-cert", required=True)
     p.add_argument("--serving-key", required=True)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
-    # The same event loop as our server's (vgpu_scheduler/cli.py), so the two compare like for like.
-    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-        runner.run(serve(p.parse_args()))
+    asyncio.run(serve(p.parse_args()))
 
 
 if __name__ == "__main__":

@@ -73,12 +73,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _serve(opts: SchedulerOptions) -> int:
     import asyncio
 
-    import uvloop
-
     from vgpu_scheduler.server.main import serve
 
-    # uvloop: its transports and TLS run in C, where asyncio's run in Python; a pod costs the
-    # server several TLS requests each way, so this is a measurable share of our CPU per pod
-    # (docs/performance.md).
-    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-        return runner.run(serve(opts, format_flags(opts)))
+    return asyncio.run(serve(opts, format_flags(opts)))

@@ -51,7 +51,7 @@ class _Connection(asyncio.Protocol):
         self.gone: asyncio.Future[None] | None = None  # resolved once the socket is closed
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
+        self.transport = cast(asyncio.Transport, transport)  # a stream transport: it has write()
         self.gone = asyncio.get_running_loop().create_future()
 
     def connection_lost(self, exc: Exception | None) -> None:
