@@ -11,6 +11,10 @@ from vgpu_scheduler.wire import objects
 
 Accessor = Callable[[Mapping[str, Any]], object]
 
+def annotation_a(obj: Mapping[str, Any]) -> str | None:
+    return objects.annotation(obj, "a")
+
+
 # (id, object, accessor, expected): malformed shapes next to the well-formed one.
 CASES: list[tuple[str, Mapping[str, Any], Accessor, object]] = [
     ("name", {"metadata": {"name": "p"}}, objects.name, "p"),
@@ -28,6 +32,11 @@ CASES: list[tuple[str, Mapping[str, Any], Accessor, object]] = [
     ("annotations-non-string-values-dropped", {"metadata": {"annotations": {"a": 1, "b": "2", "c": None}}},
      objects.annotations, {"b": "2"}),
     ("annotations-list", {"metadata": {"annotations": ["a"]}}, objects.annotations, {}),
+    ("annotation", {"metadata": {"annotations": {"a": "1"}}}, annotation_a, "1"),
+    ("annotation-absent", {"metadata": {"annotations": {"b": "1"}}}, annotation_a, None),
+    ("annotation-not-string", {"metadata": {"annotations": {"a": 1}}}, annotation_a, None),
+    ("annotation-annotations-list", {"metadata": {"annotations": ["a"]}}, annotation_a, None),
+    ("annotation-metadata-null", {"metadata": None}, annotation_a, None),
     ("labels", {"metadata": {"labels": {"l": "v"}}}, objects.labels, {"l": "v"}),
     ("labels-non-string-values-dropped", {"metadata": {"labels": {"l": True}}}, objects.labels, {}),
     ("labels-metadata-int", {"metadata": 3}, objects.labels, {}),
@@ -66,6 +75,7 @@ MALFORMED: list[Any] = [None, 1, "x", [], [1], {"a": 1}, True]
 @pytest.mark.parametrize("field", ["metadata", "spec", "status"])
 def test_no_accessor_raises_on_a_malformed_field(field: str, value: Any) -> None:
     obj = {field: value}
+    assert objects.annotation(obj, "a") is None
     for accessor in (objects.name, objects.namespace, objects.uid, objects.resource_version,
                      objects.annotations, objects.labels, objects.node_name, objects.phase,
                      objects.containers, objects.init_containers, objects.init_container_count):

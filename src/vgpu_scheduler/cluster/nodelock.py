@@ -227,10 +227,9 @@ def dangling_cause(pod: Mapping[str, Any], node_name: str, held: LockValue) -> s
     bound_to = objects.node_name(pod)
     if bound_to and bound_to != node_name:
         return HOLDER_ELSEWHERE
-    annotations = objects.annotations(pod)
-    if annotations.get(BIND_PHASE) == BIND_PHASE_FAILED:
+    if objects.annotation(pod, BIND_PHASE) == BIND_PHASE_FAILED:
         try:
-            failed_bind_started = int(annotations.get(BIND_TIME, ""))
+            failed_bind_started = int(objects.annotation(pod, BIND_TIME) or "")
         except ValueError:
             return None
         if failed_bind_started >= int(held.taken_at.timestamp()):
@@ -243,7 +242,7 @@ def probable_lock(pod: Mapping[str, Any]) -> str | None:
     pod's bind-time and takes the lock in the same second (one clock), here in UTC. None when the
     pod carries no bind-time. Only a guess: `NodeLocker.release(expected=...)` checks it."""
     try:
-        moment = datetime.fromtimestamp(int(objects.annotations(pod).get(BIND_TIME, "")), UTC)
+        moment = datetime.fromtimestamp(int(objects.annotation(pod, BIND_TIME) or ""), UTC)
     except (ValueError, OverflowError, OSError):  # not a number, or no representable time
         return None
     return format_lock(moment, objects.namespace(pod) or "default", objects.name(pod))
@@ -252,7 +251,7 @@ def probable_lock(pod: Mapping[str, Any]) -> str | None:
 def describe_lock(node: Mapping[str, Any], *, now: datetime, timeout: float) -> str:
     """The node lock in words ("" when there is none), for people asking why a pod waits; a stale
     one (expired, dated beyond `timeout` ahead, unparsable) says the next bind takes it over."""
-    value = objects.annotations(node).get(NODE_LOCK)
+    value = objects.annotation(node, NODE_LOCK)
     if value is None:
         return ""
     try:

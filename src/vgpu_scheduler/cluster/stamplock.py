@@ -89,7 +89,7 @@ def stamp_expires_at(value: str, expiry: float) -> datetime | None:
 
 def describe_stamp_lock(node: Mapping[str, Any], spec: NodeLockSpec, *, now: datetime) -> str:
     """The vendor lock `spec` on the node in words ("" when there is none), for explanations."""
-    value = objects.annotations(node).get(spec.key)
+    value = objects.annotation(node, spec.key)
     if value is None:
         return ""
     try:

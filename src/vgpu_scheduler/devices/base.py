@@ -179,7 +179,7 @@ class GenericVendor:
 
     def node_devices(self, node: Obj) -> list[DeviceInfo]:
         key = self.register_key
-        value = objects.annotations(node).get(key) if key else None
+        value = objects.annotation(node, key) if key else None
         if value is None:
             raise InventoryError(f"annos not found {key}")
         devices = decode_node_devices(value, self.inventory_dialect)

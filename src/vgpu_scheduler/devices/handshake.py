@@ -90,7 +90,7 @@ def check_node(
     node: Mapping[str, Any], key: str, count_resource: str, now: datetime, *, tz: tzinfo | None = None
 ) -> Health:
     """HAMi's `device.CheckHealth` for a vendor with handshake annotation `key` on a node object."""
-    value = objects.annotations(node).get(key)
+    value = objects.annotation(node, key)
     return check_handshake(value, now, allocatable_count(node, count_resource), tz)
 
 

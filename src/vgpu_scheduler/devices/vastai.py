@@ -135,7 +135,7 @@ class VastaiVendor(GenericVendor):
     # -- inventory --------------------------------------------------------------------------------
 
     def node_devices(self, node: Obj) -> list[DeviceInfo]:
-        value = objects.annotations(node).get(REGISTER)
+        value = objects.annotation(node, REGISTER)
         if value is None:
             raise InventoryError(f"annos not found {REGISTER}")
         decoded = decode_node_devices(value, "json")

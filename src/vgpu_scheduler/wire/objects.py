@@ -59,6 +59,13 @@ def annotations(obj: Mapping[str, Any]) -> Mapping[str, str]:
     return {k: v for k, v in raw.items() if isinstance(k, str) and isinstance(v, str)}
 
 
+def annotation(obj: Mapping[str, Any], key: str) -> str | None:
+    """One string-valued annotation (None when absent or not a string), without copying the rest:
+    what hot paths read of a pod or node carrying many annotations."""
+    value = as_mapping(metadata(obj).get("annotations")).get(key)
+    return value if isinstance(value, str) else None
+
+
 def labels(obj: Mapping[str, Any]) -> Mapping[str, str]:
     """String-valued labels; other values are dropped."""
     raw = as_mapping(metadata(obj).get("labels"))

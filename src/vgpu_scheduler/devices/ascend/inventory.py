@@ -61,7 +61,7 @@ def has_network_id(custom_info: dict[str, Any] | None) -> bool:
 
 def node_hami_core(node: Obj) -> bool | None:
     """The node's `hami-vnpu-core` annotation: None when absent, else whether it is "true"."""
-    flag = objects.annotations(node).get(NODE_HAMI_CORE)
+    flag = objects.annotation(node, NODE_HAMI_CORE)
     return None if flag is None else flag == "true"
 
 

@@ -321,7 +321,7 @@ class AscendVendor(GenericVendor):
         """PatchAnnotations, reading the pod's `huawei.com/vnpu-mode`: next to the allocation under
         both keys, `predicate-time` and the runtime JSON `huawei.com/<cw>` (a template name per
         device, except in hami-core mode)."""
-        hami_core = pod is not None and objects.annotations(pod).get(VNPU_MODE) == HAMI_CORE
+        hami_core = pod is not None and objects.annotation(pod, VNPU_MODE) == HAMI_CORE
         runtime: list[dict[str, Any]] = []
         for ctr in per_container:
             for dev in ctr:

@@ -141,7 +141,7 @@ class DrsVendor(GenericVendor):
     # -- registration -----------------------------------------------------------------------------
 
     def node_devices(self, node: Obj) -> list[DeviceInfo]:
-        value = objects.annotations(node).get(DRS_CAPACITY)
+        value = objects.annotation(node, DRS_CAPACITY)
         if value is None:
             raise InventoryError(f"annotation not found {DRS_CAPACITY}")
         return list(drs_devices(objects.name(node), value))

@@ -102,7 +102,7 @@ class XpuVendor(GenericVendor):
     # -- registration --------------------------------------------------------------------------
 
     def node_devices(self, node: Obj) -> list[DeviceInfo]:
-        value = objects.annotations(node).get(REGISTER)
+        value = objects.annotation(node, REGISTER)
         if value is None:
             raise InventoryError(f"annos not found {REGISTER}")
         devices = decode_node_devices(value, "json")

@@ -184,7 +184,7 @@ class MetaxSgpuVendor(GenericVendor):
     # -- registration ----------------------------------------------------------------------------
 
     def node_devices(self, node: Obj) -> list[DeviceInfo]:
-        value = objects.annotations(node).get(REGISTER)
+        value = objects.annotation(node, REGISTER)
         if value is None:
             raise InventoryError(f"annos not found {REGISTER}")
         devices = decode_sdevices(value)
@@ -192,7 +192,7 @@ class MetaxSgpuVendor(GenericVendor):
         return list(devices)
 
     def check_health(self, node: Obj, now: datetime, tz: tzinfo | None) -> Health:
-        value = objects.annotations(node).get(REGISTER)
+        value = objects.annotation(node, REGISTER)
         try:
             healthy = value is not None and bool(decode_sdevices(value))
         except InventoryError:

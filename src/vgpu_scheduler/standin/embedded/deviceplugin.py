@@ -174,7 +174,7 @@ def _wants_admission(pod: Mapping[str, Any]) -> bool:
     return (
         bool(objects.node_name(pod))
         and (objects.phase(pod) or "Pending") == "Pending"
-        and objects.annotations(pod).get(keys.BIND_PHASE) == keys.BIND_PHASE_ALLOCATING
+        and objects.annotation(pod, keys.BIND_PHASE) == keys.BIND_PHASE_ALLOCATING
     )
 
 
