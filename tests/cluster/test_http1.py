@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import socketserver
 import ssl
+import threading
 from collections.abc import AsyncIterator, Callable
 
 import pytest
@@ -260,6 +262,40 @@ async def test_idle_connection_closed_by_server() -> None:
     assert pool.opened == 3  # a closed idle connection is never handed out
     await pool.close()
     await server.stop()
+
+
+async def test_bytes_beyond_the_answer_end_the_connection() -> None:
+    answer = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}"
+    server = RawServer(lambda request: answer + answer)  # a second answer nobody asked for
+    pool = Http1Pool("127.0.0.1", await server.start(), ssl_context=None)
+    for _ in range(2):
+        got = await pool.request("GET", "/", [], None, timeout=5)
+        assert got.body == b"{}" and not got.keep_alive
+    assert pool.opened == 2
+    await pool.close()
+    await server.stop()
+
+
+def test_a_pool_used_again_from_another_loop() -> None:
+    class Answer(socketserver.BaseRequestHandler):
+        def handle(self) -> None:
+            while self.request.recv(65536):
+                self.request.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}")
+
+    with socketserver.ThreadingTCPServer(("127.0.0.1", 0), Answer) as server:
+        server.daemon_threads = True
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        pool = Http1Pool("127.0.0.1", server.server_address[1], ssl_context=None, limit=1)
+
+        async def two_at_once() -> list[bytes]:
+            answers = await asyncio.gather(*(pool.request("GET", "/", [], None, timeout=5) for _ in range(2)))
+            await pool.close()
+            return [a.body for a in answers]
+
+        # limit=1: the second request waits on the limit, in each loop its own
+        assert asyncio.run(two_at_once()) == [b"{}", b"{}"]
+        assert asyncio.run(two_at_once()) == [b"{}", b"{}"]
+        server.shutdown()
 
 
 async def test_host_header_and_head() -> None:

@@ -7,7 +7,8 @@ per request and parses the answer in place: status line, Content-Length or chunk
 Watches, long-lived streams, stay on aiohttp (cluster/transport.py).
 
 Only what kube-apiserver answers is supported: HTTP/1.1, `Content-Length` or `chunked` bodies,
-no `Content-Encoding` (we never send `Accept-Encoding`), `Connection: close` honoured.
+no `Content-Encoding` (we never send `Accept-Encoding`), `Connection: close` honoured; no HEAD
+requests (their answers announce a length they do not carry).
 """
 
 from __future__ import annotations
@@ -112,6 +113,8 @@ class _Connection(asyncio.Protocol):
         if self._chunks is None:
             if len(buf) - start < length:
                 return None
+            # Bytes beyond the answer belong to no request: the connection is not reused.
+            keep_alive = keep_alive and len(buf) - start == length
             return Answer(status, bytes(buf[start : start + length]), keep_alive)
         body = self._chunks.feed(buf)
         if body is None:
@@ -216,6 +219,7 @@ class Http1Pool:
         self.port = port
         self._ssl = ssl_context
         self._server_hostname = server_hostname if ssl_context is not None else None
+        self._limit = limit
         self._slots = asyncio.Semaphore(limit)
         self._idle: list[_Connection] = []
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -239,10 +243,15 @@ class Http1Pool:
         self.opened += 1
         return conn
 
-    def _take_idle(self) -> _Connection | None:
+    def _bind_to_running_loop(self) -> None:
+        """Connections and the limit's semaphore belong to one loop; a pool used again from
+        another loop (the last one closed) starts afresh there."""
         loop = asyncio.get_running_loop()
-        if loop is not self._loop:  # connections of another (closed) loop cannot be used here
+        if loop is not self._loop:
             self._idle, self._loop = [], loop
+            self._slots = asyncio.Semaphore(self._limit)
+
+    def _take_idle(self) -> _Connection | None:
         while self._idle:
             conn = self._idle.pop()
             if conn.usable():
@@ -267,6 +276,7 @@ class Http1Pool:
         head.append("\r\n")
         data = "".join(head).encode("latin-1") + (body or b"")
         conn: _Connection | None = None
+        self._bind_to_running_loop()
         async with self._slots:
             try:
                 async with asyncio.timeout(timeout):
