@@ -1,13 +1,14 @@
 """Server TLS with certificate hot reload.
 
-aiohttp hands our SSLContext to every new connection; its SNI callback (called on every handshake,
-with or without SNI) switches the connection to the context of the newest pair that loaded: new
-connections get the new certificate, open ones keep theirs. Each pair is loaded into a fresh
-context, never into the one in use: OpenSSL replaces a context's certificate before it checks the
-key, so a failed load in place would leave a certificate without its key and every handshake
-failing. A cheap poll of the files' stat replaces a file-watcher dependency and also catches
-Kubernetes' atomic symlink swaps of mounted Secrets (cert-manager or `vgpu-scheduler certs --every`
-rotating the Secret, kubelet updating the mounted files).
+aiohttp hands our SSLContext to every new connection. Once a reload has loaded a newer pair, its
+SNI callback (called on every handshake, with or without SNI) switches the connection to the context
+of the newest pair: new connections get the new certificate, open ones keep theirs. Until then the
+listener's context serves the first pair itself, with no Python call per handshake. Each reloaded
+pair is loaded into a fresh context, never into the one in use: OpenSSL replaces a context's
+certificate before it checks the key, so a failed load in place would leave a certificate without
+its key and every handshake failing. A cheap poll of the files' stat replaces a file-watcher
+dependency and also catches Kubernetes' atomic symlink swaps of mounted Secrets (cert-manager or
+`vgpu-scheduler certs --every` rotating the Secret, kubelet updating the mounted files).
 
 A pair that does not load (half-written rotation, key of another certificate) keeps the loaded pair
 serving; the next change of the files is tried again. It is logged once, when a second poll finds
