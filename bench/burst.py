@@ -444,7 +444,14 @@ def main() -> int:
     p.add_argument("--concurrency", type=int, default=100, help="API requests in flight while creating")
     p.add_argument("--keep-logs", action="store_true",
                    help="keep each scenario's temp dir (component logs) instead of removing it")
+    p.add_argument("--cpu-profile", metavar="FILE",
+                   help="sample our server's (and the floor's) CPU time: collapsed stacks in FILE.<pid> "
+                        "(bench/cpuprofile; read them with bench/cpuprofile/report.py)")
     args = p.parse_args()
+    if args.cpu_profile:
+        hook = str(BENCH_DIR / "cpuprofile")
+        os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [hook, os.environ.get("PYTHONPATH")]))
+        os.environ["VGPU_CPU_PROFILE"] = os.path.abspath(args.cpu_profile)
     if args.fleet:
         args.nodes, args.pods, args.policies, args.delays = 2000, 20000, ["binpack"], [0.015]
         args.timeout, args.concurrency = max(args.timeout, 1800.0), 200
