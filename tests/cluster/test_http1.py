@@ -151,6 +151,25 @@ async def test_keep_alive_reuses_one_connection(app_server: tuple[str, int, list
     await pool.close()
 
 
+async def test_before_send_runs_on_a_ready_connection_and_can_stop_the_request(
+    app_server: tuple[str, int, list[str]],
+) -> None:
+    host, port, seen = app_server
+    pool = Http1Pool(host, port, ssl_context=None)
+    opened_at_check: list[int] = []
+
+    def refuse() -> None:
+        opened_at_check.append(pool.opened)
+        raise PermissionError("deposed")
+
+    with pytest.raises(PermissionError):
+        await pool.request("PATCH", "/fixed", [], b"{}", timeout=5, before_send=refuse)
+    assert opened_at_check == [1] and seen == []  # checked once connected; nothing sent
+    await pool.request("PATCH", "/fixed", [], b"{}", timeout=5, before_send=lambda: None)
+    assert seen == ["PATCH /fixed {}"] and pool.opened == 1  # the unused connection was kept
+    await pool.close()
+
+
 async def test_concurrent_requests_get_their_own_answers(app_server: tuple[str, int, list[str]]) -> None:
     host, port, seen = app_server
     pool = Http1Pool(host, port, ssl_context=None, limit=4)

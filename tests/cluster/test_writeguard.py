@@ -79,3 +79,38 @@ async def test_the_guard_is_the_callers_own(cluster: MemoryCluster) -> None:
     assert calls == ["checked", "checked"]
     assert _annotation(cluster, "inside") is None and _annotation(cluster, "t") is None
     assert _annotation(cluster, "after") == "1"
+
+
+async def test_a_write_is_checked_after_its_connection_is_made(
+    server: FakeApiServer, cluster: MemoryCluster
+) -> None:
+    """A new connection's connect and TLS handshake are a wait too (a process paused in them wakes
+    with the write ready to go): the guard runs once the connection is ready, right before the write."""
+    cluster.create("nodes", node_object("n1"))
+    transport = HttpTransport(server.url, qps=0)
+    client = KubeClient(transport)
+    pool, _ = transport._get_pool()
+    connect = pool._connect
+    leading = True
+
+    async def deposed_while_connecting() -> object:
+        nonlocal leading
+        conn = await connect()
+        leading = False  # the Lease passed to another replica during the handshake
+        return conn
+
+    pool._connect = deposed_while_connecting  # type: ignore[method-assign]
+
+    def still_leading() -> None:
+        if not leading:
+            raise Deposed
+
+    try:
+        with guarded_writes(still_leading), pytest.raises(Deposed):
+            await client.patch_node("n1", {"metadata": {"annotations": {"late": "1"}}})
+        await client.patch_node("n1", {"metadata": {"annotations": {"unguarded": "1"}}})
+    finally:
+        await client.close()
+    assert _annotation(cluster, "late") is None
+    assert _annotation(cluster, "unguarded") == "1"
+    assert pool.opened == 1  # the refused write's connection, unused, served the next one

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import ssl
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import cast
 
 MAX_HEAD = 64 * 1024
@@ -266,9 +266,14 @@ class Http1Pool:
         body: bytes | None,
         *,
         timeout: float | None,
+        before_send: Callable[[], None] | None = None,
     ) -> Answer:
         """Send one request and read its answer. Raises OSError (connection), TimeoutError or
-        HttpProtocolError; the connection is then closed."""
+        HttpProtocolError; the connection is then closed.
+
+        `before_send` runs once the connection is ready (a new one connected and its TLS
+        handshake done), in the same step of the loop as the write: the last moment a caller can
+        still stop the request (what raises propagates, and nothing is sent)."""
         head = [f"{method} {target} HTTP/1.1\r\nHost: {self._host_header}\r\n"]
         head.extend(f"{name}: {value}\r\n" for name, value in headers)
         if body is not None or method in ("POST", "PUT", "PATCH"):
@@ -281,6 +286,13 @@ class Http1Pool:
             try:
                 async with asyncio.timeout(timeout):
                     conn = self._take_idle() or await self._connect()
+                    if before_send is not None:
+                        try:
+                            before_send()
+                        except BaseException:
+                            self._idle.append(conn)  # nothing was sent on it: still usable
+                            conn = None
+                            raise
                     answer = await conn.send(data)
             except BaseException:
                 if conn is not None:

@@ -233,14 +233,23 @@ class HttpTransport:
         for attempt in (1, 2):
             await self._acquire()
             headers = await self._headers(ctype)
-            check_write(method)  # after the waits: the caller may have been stopped meanwhile
             started = time.perf_counter()
             pool, prefix = self._get_pool()
             target = prefix + path if prefix else path
             if params:
                 target += "?" + urllib.parse.urlencode(params)
             try:
-                got = await pool.request(method, target, headers.items(), data, timeout=self.timeout or None)
+                # The write guard runs after every wait, a new connection's handshake included,
+                # in the same loop step as the write: a process paused before it (SIGSTOP past its
+                # lease) checks again when it wakes.
+                got = await pool.request(
+                    method,
+                    target,
+                    headers.items(),
+                    data,
+                    timeout=self.timeout or None,
+                    before_send=lambda: check_write(method),
+                )
             except (HttpProtocolError, OSError, TimeoutError) as exc:
                 stats.record(method, None, time.perf_counter() - started)
                 raise ApiConnectionError(f"{method} {path}: {type(exc).__name__}: {exc}") from exc
