@@ -170,6 +170,26 @@ async def test_before_send_runs_on_a_ready_connection_and_can_stop_the_request(
     await pool.close()
 
 
+@pytest.mark.parametrize(
+    ("target", "headers"),
+    [
+        ("/x", [("Authorization", "Bearer token\n")]),
+        ("/x", [("X-Evil\r\nHost", "a")]),
+        ("/x\r\nGET /y", []),
+    ],
+    ids=["newline-in-a-value", "crlf-in-a-name", "crlf-in-the-target"],
+)
+async def test_a_line_break_inside_a_line_is_refused_before_anything_is_sent(
+    app_server: tuple[str, int, list[str]], target: str, headers: list[tuple[str, str]]
+) -> None:
+    host, port, seen = app_server
+    pool = Http1Pool(host, port, ssl_context=None)
+    with pytest.raises(HttpProtocolError, match="CR or LF"):
+        await pool.request("GET", target, headers, None, timeout=5)
+    assert seen == [] and pool.opened == 0
+    await pool.close()
+
+
 async def test_concurrent_requests_get_their_own_answers(app_server: tuple[str, int, list[str]]) -> None:
     host, port, seen = app_server
     pool = Http1Pool(host, port, ssl_context=None, limit=4)

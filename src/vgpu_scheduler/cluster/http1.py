@@ -14,10 +14,12 @@ requests (their answers announce a length they do not carry).
 from __future__ import annotations
 
 import asyncio
+import re
 import ssl
 from collections.abc import Callable, Iterable
 from typing import cast
 
+_CR_OR_LF = re.compile(r"[\r\n]")
 MAX_HEAD = 64 * 1024
 """A status line and headers longer than this is not an API server's answer."""
 MAX_BODY = 256 * 1024 * 1024
@@ -274,8 +276,12 @@ class Http1Pool:
         `before_send` runs once the connection is ready (a new one connected and its TLS
         handshake done), in the same step of the loop as the write: the last moment a caller can
         still stop the request (what raises propagates, and nothing is sent)."""
+        fields = list(headers)
+        if any(_CR_OR_LF.search(text) for text in (method, target, *(t for pair in fields for t in pair))):
+            # It would end the line early and start another (a token file's newline, say).
+            raise HttpProtocolError("a request line or header contains CR or LF")
         head = [f"{method} {target} HTTP/1.1\r\nHost: {self._host_header}\r\n"]
-        head.extend(f"{name}: {value}\r\n" for name, value in headers)
+        head.extend(f"{name}: {value}\r\n" for name, value in fields)
         if body is not None or method in ("POST", "PUT", "PATCH"):
             head.append(f"Content-Length: {len(body or b'')}\r\n")
         head.append("\r\n")
