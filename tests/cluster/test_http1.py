@@ -70,14 +70,10 @@ def test_unreadable_heads(head: bytes) -> None:
 
 
 def test_heads() -> None:
-    assert parse_head(b"HTTP/1.1 201 Created\r\ncontent-length: 12") == (201, 12, True, True)
-    assert parse_head(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nConnection: close") == (
-        200,
-        -1,
-        False,
-        True,
-    )
-    assert parse_head(b"HTTP/1.1 204 No Content") == (204, 0, True, False)
+    assert parse_head(b"HTTP/1.1 201 Created\r\ncontent-length: 12") == (201, 12, True)
+    chunked_closing = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nConnection: close"
+    assert parse_head(chunked_closing) == (200, -1, False)
+    assert parse_head(b"HTTP/1.1 204 No Content") == (204, 0, True)
     assert parse_head(b"HTTP/1.0 200 OK\r\nContent-Length: 0")[2] is False  # 1.0: no keep-alive
 
 

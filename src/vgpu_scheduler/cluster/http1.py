@@ -48,7 +48,7 @@ class _Connection(asyncio.Protocol):
         self.lost = False
         self._buf = bytearray()
         self._waiter: asyncio.Future[Answer] | None = None
-        self._head: tuple[int, int, bool, bool] | None = None  # parse_head's answer
+        self._head: tuple[int, int, bool] | None = None  # parse_head's answer
         self._body_at = 0
         self._chunks: Dechunker | None = None
         self.gone: asyncio.Future[None] | None = None  # resolved once the socket is closed
@@ -110,7 +110,7 @@ class _Connection(asyncio.Protocol):
             self._body_at = end + 4
             if self._head[1] < 0:
                 self._chunks = Dechunker(self._body_at)
-        status, length, keep_alive, _ = self._head
+        status, length, keep_alive = self._head
         start = self._body_at
         if self._chunks is None:
             if len(buf) - start < length:
@@ -124,8 +124,9 @@ class _Connection(asyncio.Protocol):
         return Answer(status, body, keep_alive)
 
 
-def parse_head(head: bytes) -> tuple[int, int, bool, bool]:
-    """(status, body length or -1 for chunked, keep-alive, has body) of an answer's head."""
+def parse_head(head: bytes) -> tuple[int, int, bool]:
+    """(status, body length or -1 for chunked, keep-alive) of an answer's head; a status that
+    carries no body (1xx, 204, 304) has length 0."""
     lines = head.split(b"\r\n")
     status_line = lines[0].split(b" ", 2)
     if len(status_line) < 2 or not status_line[0].startswith(b"HTTP/1.") or not status_line[1].isdigit():
@@ -152,10 +153,10 @@ def parse_head(head: bytes) -> tuple[int, int, bool, bool]:
         elif name == b"content-encoding" and value.strip().lower() not in (b"", b"identity"):
             raise HttpProtocolError(f"unsupported Content-Encoding: {value.strip()[:40]!r}")
     if status in (204, 304) or 100 <= status < 200:
-        return status, 0, keep_alive, False
+        return status, 0, keep_alive
     if length == -2:
         raise HttpProtocolError("answer without Content-Length or chunked framing")
-    return status, length, keep_alive, True
+    return status, length, keep_alive
 
 
 class Dechunker:
