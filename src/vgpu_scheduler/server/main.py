@@ -35,6 +35,7 @@ from vgpu_scheduler.scheduler.options import SchedulerOptions, invalid_policy
 from vgpu_scheduler.scheduler.process import SchedulerProcess
 from vgpu_scheduler.server.app import make_app
 from vgpu_scheduler.server.explainroute import add_explain_route
+from vgpu_scheduler.server.http2 import Http2Site
 from vgpu_scheduler.server.readiness import readyz_handler
 from vgpu_scheduler.server.tls import ReloadingCertificate
 from vgpu_scheduler.server.warm import LedgerWarmer
@@ -148,7 +149,11 @@ async def _start_site(
     runner = web.AppRunner(app, access_log=None, handle_signals=False, handler_cancellation=True)
     await runner.setup()
     try:
-        await web.TCPSite(runner, host, port, ssl_context=ssl_context, reuse_address=True).start()
+        # Over TLS, HTTP/2 beside HTTP/1.1: Go's clients then multiplex on one connection (http2.py).
+        if ssl_context is not None:
+            await Http2Site(runner, host, port, ssl_context=ssl_context, reuse_address=True).start()
+        else:
+            await web.TCPSite(runner, host, port, reuse_address=True).start()
     except OSError as exc:
         await runner.cleanup()
         raise StartupError(listen_error(address, flag, exc)) from None

@@ -29,6 +29,8 @@ from datetime import datetime
 
 from cryptography import x509
 
+from vgpu_scheduler.server.http2 import ALPN_PROTOCOLS
+
 log = logging.getLogger(__name__)
 
 RELOAD_INTERVAL_SECONDS = 1.0
@@ -66,6 +68,7 @@ def leaf_details(pem: bytes) -> CertDetails:
 def _server_context() -> ssl.SSLContext:
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.minimum_version = ssl.TLSVersion.TLSv1_2
+    context.set_alpn_protocols(ALPN_PROTOCOLS)  # every context: a reload's SNI switch keeps h2
     return context
 
 

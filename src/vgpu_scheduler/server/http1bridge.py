@@ -1,0 +1,285 @@
+"""HTTP/2 requests answered by aiohttp's HTTP/1.1 handler, through in-memory connections.
+
+Each request is written as an HTTP/1.1 request into an in-memory connection of aiohttp's own
+(`_MemoryHttp1`), and the answer aiohttp writes back is parsed and returned for HTTP/2. So every
+route, middleware and answer (HAMi's httprouter fallbacks included) is the same on both protocols,
+and closing the in-memory connection cancels the handler as a client's closed connection does.
+The connections are kept alive in a pool per HTTP/2 connection, as many as its concurrent streams.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+from collections.abc import Callable
+from typing import Any
+
+from vgpu_scheduler.cluster.http1 import Dechunker, HttpProtocolError
+from vgpu_scheduler.server.h2conn import Answer, Headers
+
+log = logging.getLogger(__name__)
+
+MAX_ANSWER_HEAD = 64 * 1024
+
+_TOKEN = re.compile(rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+_CTL = re.compile(rb"[\x00-\x08\x0a-\x1f\x7f]")  # what may not appear in a header value (tab may)
+_PATH = re.compile(rb"[!-~]+")  # visible ASCII: no space or control character, as a request line needs
+_HOP_BY_HOP = frozenset(
+    (b"connection", b"keep-alive", b"proxy-connection", b"transfer-encoding", b"upgrade", b"te")
+)
+_NOT_FORWARDED = _HOP_BY_HOP | {b"host", b"content-length", b"expect"}
+
+
+class BadRequest(ValueError):
+    """A request that cannot be written as an HTTP/1.1 request line and head."""
+
+
+def http1_request(headers: list[tuple[bytes, bytes]], body: bytes) -> tuple[bytes, bool]:
+    """The HTTP/1.1 form of an HTTP/2 request (its head and body), and whether it is a HEAD."""
+    method = path = authority = b""
+    lines: list[bytes] = []
+    host = b""
+    for name, value in headers:
+        if name.startswith(b":"):
+            if name == b":method":
+                method = value
+            elif name == b":path":
+                path = value
+            elif name == b":authority":
+                authority = value
+        elif name == b"host":
+            host = value
+        elif name not in _NOT_FORWARDED:
+            if not _TOKEN.fullmatch(name) or _CTL.search(value):
+                raise BadRequest(f"bad header {name[:40]!r}")
+            lines.append(name + b": " + value)
+    if not _TOKEN.fullmatch(method):
+        raise BadRequest(f"bad method {method[:40]!r}")
+    if not _PATH.fullmatch(path):
+        raise BadRequest(f"bad path {path[:80]!r}")
+    host = authority or host
+    if host and not _PATH.fullmatch(host):
+        raise BadRequest(f"bad authority {host[:80]!r}")
+    head = [method + b" " + path + b" HTTP/1.1", b"Host: " + host, *lines]
+    head.append(b"Content-Length: " + str(len(body)).encode())
+    return b"\r\n".join(head) + b"\r\n\r\n" + body, method == b"HEAD"
+
+
+class Http1Answer:
+    __slots__ = ("body", "headers", "keep_alive", "status")
+
+    def __init__(
+        self, status: int, headers: list[tuple[bytes, bytes]], body: bytes, keep_alive: bool
+    ) -> None:
+        self.status = status
+        self.headers = headers
+        self.body = body
+        self.keep_alive = keep_alive
+
+
+_BAD_REQUEST = Http1Answer(400, [(b"content-type", b"text/plain; charset=utf-8")], b"400 Bad Request", True)
+"""A request no HTTP/1.1 request line can carry (Go's server answers such a request 400 too)."""
+
+
+def parse_answer_head(head: bytes, *, to_head: bool) -> tuple[int, list[tuple[bytes, bytes]], int, bool]:
+    """(status, headers for HTTP/2, body length (-1 chunked, -2 until close), keep-alive)."""
+    lines = head.split(b"\r\n")
+    parts = lines[0].split(b" ", 2)
+    if len(parts) < 2 or parts[0] != b"HTTP/1.1" or not parts[1].isdigit():
+        raise HttpProtocolError(f"not an HTTP/1.1 status line: {lines[0][:80]!r}")
+    status = int(parts[1])
+    headers: list[tuple[bytes, bytes]] = []
+    length = -2
+    keep_alive = True
+    for line in lines[1:]:
+        raw_name, sep, raw_value = line.partition(b":")
+        if not sep:
+            raise HttpProtocolError(f"malformed header line: {line[:80]!r}")
+        name, value = raw_name.strip().lower(), raw_value.strip()
+        if name == b"content-length":
+            if not value.isdigit():
+                raise HttpProtocolError(f"bad Content-Length: {value[:40]!r}")
+            length = int(value)
+        elif name == b"transfer-encoding":
+            length = -1
+        elif name == b"connection":
+            keep_alive = value.lower() != b"close"
+        if name not in _HOP_BY_HOP:
+            headers.append((name, value))
+    if to_head or status in (204, 304) or 100 <= status < 200:
+        length = 0
+    if length == -2:
+        keep_alive = False
+    return status, headers, length, keep_alive
+
+
+class _MemoryHttp1(asyncio.Transport):
+    """One in-memory HTTP/1.1 connection to aiohttp's request handler: a request is fed to it as
+    received bytes, and what it writes is read back as the answer."""
+
+    def __init__(self, protocol: asyncio.Protocol, outer: asyncio.BaseTransport) -> None:
+        super().__init__()
+        self._protocol = protocol
+        self._outer = outer
+        self._closing = False
+        self._buffer = bytearray()
+        self._waiter: asyncio.Future[Http1Answer] | None = None
+        self._to_head = False
+        self._head: tuple[int, list[tuple[bytes, bytes]], int, bool] | None = None
+        self._body_start = 0
+        self._dechunker: Dechunker | None = None
+        protocol.connection_made(self)
+
+    # --- what the pool asks --------------------------------------------------------------------
+
+    @property
+    def usable(self) -> bool:
+        return not self._closing and self._waiter is None
+
+    def exchange(self, request: bytes, *, to_head: bool) -> asyncio.Future[Http1Answer]:
+        assert self.usable
+        self._waiter = asyncio.get_running_loop().create_future()
+        self._to_head = to_head
+        self._buffer.clear()
+        self._head = None
+        self._dechunker = None
+        self._protocol.data_received(request)
+        return self._waiter
+
+    # --- the transport aiohttp writes to ----------------------------------------------------------
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        if self._closing or self._waiter is None:
+            return  # nothing asked: aiohttp writes only answers, so this is a late write after a reset
+        self._buffer += data
+        try:
+            answer = self._parse()
+        except HttpProtocolError as exc:
+            self._finish(exc)
+            self.close()
+            return
+        if answer is not None:
+            self._finish(answer)
+
+    def writelines(self, list_of_data: Any) -> None:
+        for data in list_of_data:
+            self.write(data)
+
+    def _parse(self) -> Http1Answer | None:
+        buf = self._buffer
+        if self._head is None:
+            end = buf.find(b"\r\n\r\n")
+            if end < 0:
+                if len(buf) > MAX_ANSWER_HEAD:
+                    raise HttpProtocolError("answer head too long")
+                return None
+            self._head = parse_answer_head(bytes(buf[:end]), to_head=self._to_head)
+            self._body_start = end + 4
+            if self._head[2] == -1:
+                self._dechunker = Dechunker(self._body_start)
+        status, headers, length, keep_alive = self._head
+        if length == -1:
+            assert self._dechunker is not None
+            body = self._dechunker.feed(buf)
+            if body is None:
+                return None
+        elif length >= 0:
+            if len(buf) - self._body_start < length:
+                return None
+            body = bytes(buf[self._body_start : self._body_start + length])
+        else:
+            return None  # until the connection closes
+        return Http1Answer(status, headers, body, keep_alive)
+
+    def _finish(self, outcome: Http1Answer | BaseException) -> None:
+        waiter, self._waiter = self._waiter, None
+        if waiter is None or waiter.done():
+            return
+        if isinstance(outcome, BaseException):
+            waiter.set_exception(outcome)
+        else:
+            if not outcome.keep_alive:
+                self.close()
+            waiter.set_result(outcome)
+
+    def is_closing(self) -> bool:
+        return self._closing
+
+    def close(self) -> None:
+        if self._closing:
+            return
+        self._closing = True
+        head = self._head
+        if self._waiter is not None and head is not None and head[2] == -2:
+            status, headers, _length, _keep = head
+            self._finish(Http1Answer(status, headers, bytes(self._buffer[self._body_start :]), False))
+        else:
+            self._finish(ConnectionResetError("the handler closed the connection before answering"))
+        asyncio.get_running_loop().call_soon(self._protocol.connection_lost, None)
+
+    def abort(self) -> None:
+        self.close()
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        if name == "socket":
+            return default  # socket options belong to the HTTP/2 connection
+        return self._outer.get_extra_info(name, default)
+
+    def pause_reading(self) -> None:
+        pass  # requests are fed one at a time
+
+    def resume_reading(self) -> None:
+        pass
+
+    def is_reading(self) -> bool:
+        return not self._closing
+
+    def can_write_eof(self) -> bool:
+        return False
+
+    def get_write_buffer_size(self) -> int:
+        return 0
+
+    def set_protocol(self, protocol: asyncio.BaseProtocol) -> None:
+        raise NotImplementedError
+
+    def get_protocol(self) -> asyncio.BaseProtocol:
+        return self._protocol
+
+
+class Http1Bridge:
+    """The answers of one HTTP/2 connection: its requests go to aiohttp's handler (`http1`)."""
+
+    def __init__(self, http1: Callable[[], asyncio.Protocol], outer: asyncio.BaseTransport) -> None:
+        self._http1 = http1
+        self._outer = outer
+        self._idle: list[_MemoryHttp1] = []
+
+    async def answer(self, headers: Headers, body: bytes) -> Answer:
+        try:
+            raw, to_head = http1_request(headers, body)
+        except BadRequest as exc:
+            log.debug("HTTP/2 request refused: %s", exc)
+            return _BAD_REQUEST.status, _BAD_REQUEST.headers, _BAD_REQUEST.body
+        memory = self._take()
+        try:
+            answer = await memory.exchange(raw, to_head=to_head)
+        except BaseException:
+            memory.close()  # a cancelled stream cancels its handler
+            raise
+        if memory.usable:
+            self._idle.append(memory)
+        return answer.status, answer.headers, answer.body
+
+    def close(self) -> None:
+        for memory in self._idle:
+            memory.close()
+        self._idle.clear()
+
+    def _take(self) -> _MemoryHttp1:
+        while self._idle:
+            memory = self._idle.pop()
+            if memory.usable:
+                return memory
+        return _MemoryHttp1(self._http1(), self._outer)
