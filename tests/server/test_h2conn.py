@@ -197,3 +197,30 @@ def test_hostile_bytes_after_the_preface_never_raise(data: bytes) -> None:
         h.server.connection_lost(None)
 
     asyncio.run(run())
+
+
+async def test_continuation_and_padding_are_read() -> None:
+    h = _Harness()
+    block = h.encoder.encode([(b":method", b"POST"), (b":path", b"/split"), (b":scheme", b"https")])
+    padded_headers = bytes([3]) + block[:4] + b"\0\0\0"
+    h.feed(PREFACE + frame(h2conn.SETTINGS, 0, 0))
+    h.feed(frame(h2conn.HEADERS, h2conn.PADDED, 1, padded_headers))
+    h.feed(frame(h2conn.CONTINUATION, h2conn.END_HEADERS, 1, block[4:]))
+    h.feed(frame(h2conn.DATA, h2conn.PADDED | h2conn.END_STREAM, 1, bytes([2]) + b"xy" + b"\0\0"))
+    frames = await h.settle()
+    assert [p for k, _f, s, p in frames if k == h2conn.DATA and s == 1] == [b"/split xy"]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.binary(min_size=1, max_size=60))
+def test_a_header_block_that_does_not_decode_ends_the_connection_cleanly(block: bytes) -> None:
+    async def run() -> None:
+        h = _Harness()
+        h.feed(PREFACE + frame(h2conn.HEADERS, h2conn.END_HEADERS | h2conn.END_STREAM, 1, block))
+        frames = await h.settle()
+        kinds = {k for k, _f, _s, _p in frames}
+        # either decoded (answered, possibly 400 upstream) or a GOAWAY: never an exception
+        assert h2conn.GOAWAY in kinds or h2conn.HEADERS in kinds or h2conn.RST_STREAM in kinds
+        h.server.connection_lost(None)
+
+    asyncio.run(run())
