@@ -224,3 +224,28 @@ def test_a_header_block_that_does_not_decode_ends_the_connection_cleanly(block: 
         h.server.connection_lost(None)
 
     asyncio.run(run())
+
+
+def test_the_static_names_are_hpacks() -> None:
+    from hpack.table import HeaderTable
+
+    for name, index in h2conn._STATIC_NAMES.items():
+        assert HeaderTable.STATIC_TABLE[index - 1][0] == name
+    assert {n for n, _v in HeaderTable.STATIC_TABLE} == set(h2conn._STATIC_NAMES)
+
+
+_NAMES = st.one_of(
+    st.sampled_from([b":status", b"content-type", b"content-length", b"date", b"www-authenticate"]),
+    st.from_regex(rb"\A[a-z0-9-]{1,300}\Z"),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(_NAMES, st.binary(max_size=400)), max_size=12), st.booleans())
+def test_our_header_blocks_decode_to_what_was_encoded(headers: Headers, size_update: bool) -> None:
+    block = h2conn.encode_headers(headers)
+    if size_update:
+        block = h2conn.TABLE_SIZE_ZERO + block
+    decoder = hpack.Decoder()
+    assert [(bytes(n), bytes(v)) for n, v in decoder.decode(block, raw=True)] == headers
+    assert len(decoder.header_table.dynamic_entries) == 0  # nothing was indexed

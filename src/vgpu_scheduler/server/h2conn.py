@@ -2,7 +2,8 @@
 
 Only what a server that never pushes needs: the prefaces, SETTINGS, HEADERS with CONTINUATION
 and padding, DATA, flow control both ways, PING, RST_STREAM, WINDOW_UPDATE, GOAWAY; PRIORITY and
-unknown frames are read and ignored. Header blocks are coded by `hpack`. Each request (its headers
+unknown frames are read and ignored. Header blocks are decoded by `hpack` (Go's client uses the
+dynamic table and Huffman coding) and encoded here without either. Each request (its headers
 and body, ended by the client) goes to `answer`, in a task of its own that a reset stream or a
 lost connection cancels.
 
@@ -72,6 +73,68 @@ class _StreamError(Exception):
         self.code = code
 
 
+_STATIC_NAMES = {
+    name: index
+    for index, name in enumerate(
+        (
+            b":authority", b":method", b":method", b":path", b":path", b":scheme", b":scheme",
+            b":status", b":status", b":status", b":status", b":status", b":status", b":status",
+            b"accept-charset", b"accept-encoding", b"accept-language", b"accept-ranges", b"accept",
+            b"access-control-allow-origin", b"age", b"allow", b"authorization", b"cache-control",
+            b"content-disposition", b"content-encoding", b"content-language", b"content-length",
+            b"content-location", b"content-range", b"content-type", b"cookie", b"date", b"etag",
+            b"expect", b"expires", b"from", b"host", b"if-match", b"if-modified-since",
+            b"if-none-match", b"if-range", b"if-unmodified-since", b"last-modified", b"link",
+            b"location", b"max-forwards", b"proxy-authenticate", b"proxy-authorization", b"range",
+            b"referer", b"refresh", b"retry-after", b"server", b"set-cookie",
+            b"strict-transport-security", b"transfer-encoding", b"user-agent", b"vary", b"via",
+            b"www-authenticate",
+        ),
+        start=1,
+    )
+}
+"""HPACK's static table by name (RFC 7541 Appendix A); for a name listed more than once, any of
+its indexes names it."""
+_STATUS_INDEX = {b"200": 8, b"204": 9, b"206": 10, b"304": 11, b"400": 12, b"404": 13, b"500": 14}
+TABLE_SIZE_ZERO = b"\x20"
+"""A dynamic table size update to 0: our encoder never uses the table (RFC 7541 §6.3)."""
+
+
+def _hpack_int(value: int, prefix_bits: int, first: int) -> bytes:
+    """RFC 7541 §5.1: `value` on a prefix of `prefix_bits` bits, `first` holding the bits above."""
+    limit = (1 << prefix_bits) - 1
+    if value < limit:
+        return bytes((first | value,))
+    out = bytearray((first | limit,))
+    value -= limit
+    while value >= 128:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def encode_headers(headers: Headers) -> bytes:
+    """HPACK without the dynamic table and without Huffman: `:status` indexed when the static
+    table has it, every other field a literal without indexing (§6.2.2), its name indexed when the
+    static table has it. A few byte joins per answer, and no table kept in step with the client's."""
+    out = bytearray()
+    for name, value in headers:
+        if name == b":status" and value in _STATUS_INDEX:
+            out.append(0x80 | _STATUS_INDEX[value])
+            continue
+        index = _STATIC_NAMES.get(name)
+        if index is not None:
+            out += _hpack_int(index, 4, 0)
+        else:
+            out.append(0)
+            out += _hpack_int(len(name), 7, 0)
+            out += name
+        out += _hpack_int(len(value), 7, 0)
+        out += value
+    return bytes(out)
+
+
 def frame(kind: int, flags: int, stream_id: int, payload: bytes = b"") -> bytes:
     size = len(payload)
     return _FRAME_HEAD.pack(size >> 8, size & 0xFF, kind, flags, stream_id) + payload
@@ -119,7 +182,7 @@ class Http2Server(asyncio.Protocol):
         self._buffer = bytearray()
         self._preface_seen = False
         self._decoder = hpack.Decoder(max_header_list_size=MAX_HEADER_LIST)
-        self._encoder = hpack.Encoder()
+        self._table_update_due = True  # a size update to 0 opens our first header block
         self._streams: dict[int, _Stream] = {}
         self._last_stream = 0
         self._block: bytearray | None = None  # a header block awaiting its CONTINUATIONs
@@ -346,7 +409,7 @@ class Http2Server(asyncio.Protocol):
         for offset in range(0, len(payload), 6):
             key, value = struct.unpack_from(">HL", payload, offset)
             if key == SETTINGS_HEADER_TABLE_SIZE:
-                self._encoder.header_table_size = min(value, 4096)
+                self._table_update_due = True  # acknowledged at the start of the next block
             elif key == SETTINGS_ENABLE_PUSH and value > 1:
                 raise _ConnectionError(PROTOCOL_ERROR, "ENABLE_PUSH above 1")
             elif key == SETTINGS_INITIAL_WINDOW_SIZE:
@@ -463,7 +526,10 @@ class Http2Server(asyncio.Protocol):
             self._close_if_done()
 
     def _send_headers(self, stream_id: int, headers: Headers, end_stream: bool) -> None:
-        block = self._encoder.encode(headers, huffman=False)
+        block = encode_headers(headers)
+        if self._table_update_due:
+            block = TABLE_SIZE_ZERO + block
+            self._table_update_due = False
         limit = self._peer_frame_size
         flags = END_STREAM if end_stream else 0
         if len(block) <= limit:
