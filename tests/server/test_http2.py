@@ -18,6 +18,7 @@ from aiohttp import web
 
 from tests.server.h2client import H2Client
 from vgpu_scheduler.server.app import make_app
+from vgpu_scheduler.server.http1bridge import BadRequest, http1_request
 from vgpu_scheduler.server.http2 import Http2Site
 from vgpu_scheduler.server.tls import ReloadingCertificate
 
@@ -226,3 +227,39 @@ async def test_http1_clients_still_get_http1(served: Served) -> None:
     url = f"https://127.0.0.1:{served.port}/healthz"
     async with aiohttp.ClientSession() as session, session.get(url, ssl=_insecure()) as response:
         assert response.status == 200 and response.version == aiohttp.HttpVersion11
+
+
+BAD_REQUESTS = {
+    "space-in-path": [(b":method", b"GET"), (b":path", b"/a b")],
+    "newline-in-path": [(b":method", b"GET"), (b":path", b"/a\r\nX: y")],
+    "no-path": [(b":method", b"GET")],
+    "bad-method": [(b":method", b"G T"), (b":path", b"/")],
+    "newline-in-value": [(b":method", b"GET"), (b":path", b"/"), (b"x-a", b"1\r\nx-b: 2")],
+    "colon-in-name": [(b":method", b"GET"), (b":path", b"/"), (b"x:a", b"1")],
+    "newline-in-authority": [(b":method", b"GET"), (b":path", b"/"), (b":authority", b"h\n")],
+}
+
+
+@pytest.mark.parametrize("case", BAD_REQUESTS, ids=list(BAD_REQUESTS))
+def test_a_request_no_request_line_can_carry_is_refused(case: str) -> None:
+    with pytest.raises(BadRequest):
+        http1_request(BAD_REQUESTS[case], b"")
+
+
+def test_a_request_becomes_its_http1_form() -> None:
+    headers = [
+        (b":method", b"POST"),
+        (b":scheme", b"https"),
+        (b":authority", b"127.0.0.1:443"),
+        (b":path", b"/filter?x=1"),
+        (b"content-type", b"application/json"),
+        (b"content-length", b"999"),  # ours is the body's length
+        (b"expect", b"100-continue"),  # would make aiohttp write an interim answer
+        (b"user-agent", b"kube-scheduler/v1.36.3"),
+    ]
+    raw, to_head = http1_request(headers, b"{}")
+    assert not to_head
+    assert raw == (
+        b"POST /filter?x=1 HTTP/1.1\r\nHost: 127.0.0.1:443\r\ncontent-type: application/json\r\n"
+        b"user-agent: kube-scheduler/v1.36.3\r\nContent-Length: 2\r\n\r\n{}"
+    )
