@@ -5,7 +5,10 @@ connection, flow control both ways, a reset stream cancelling its handler, GOAWA
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hashlib
+import io
+import json
 import ssl
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -17,10 +20,15 @@ import trustme
 from aiohttp import web
 
 from tests.server.h2client import H2Client
+from vgpu_scheduler.config import DeviceConfig, NvidiaConfig
+from vgpu_scheduler.devices.registry import build
+from vgpu_scheduler.scheduler.options import SchedulerOptions
 from vgpu_scheduler.server.app import make_app
 from vgpu_scheduler.server.http1bridge import BadRequest, http1_request
 from vgpu_scheduler.server.http2 import Http2Site
 from vgpu_scheduler.server.tls import ReloadingCertificate
+from vgpu_scheduler.server.webhook import webhook_handler
+from vgpu_scheduler.wire.extender import MAX_BODY_BYTES
 
 
 class _Extender:
@@ -28,6 +36,8 @@ class _Extender:
         return b'{"filtered": ' + str(len(body)).encode() + b"}"
 
     async def bind(self, body: bytes) -> bytes:
+        if body == b"boom":
+            raise RuntimeError("a verb that raises: aiohttp's 500, on both protocols")
         return b'{"Error": ""}'
 
 
@@ -40,13 +50,10 @@ class Served:
     release: asyncio.Event = field(default_factory=asyncio.Event)
 
 
-async def _webhook(request: web.Request) -> web.StreamResponse:
-    body = await request.read()
-    return web.json_response({"len": len(body), "type": request.content_type})
-
-
 def _test_app(served: list[Served]) -> web.Application:
-    app = make_app(_Extender(), _webhook)  # type: ignore[arg-type]
+    opts = dataclasses.replace(SchedulerOptions(), scheduler_name="hami-scheduler")
+    webhook = webhook_handler(opts, build(DeviceConfig(NvidiaConfig())))
+    app = make_app(_Extender(), webhook)  # type: ignore[arg-type]
 
     async def echo(request: web.Request) -> web.StreamResponse:
         body = await request.read()
@@ -107,12 +114,33 @@ def _insecure() -> ssl.SSLContext:
 
 
 _HOP = {b"date", b"connection", b"keep-alive", b"transfer-encoding"}
+REVIEW = {
+    "apiVersion": "admission.k8s.io/v1",
+    "kind": "AdmissionReview",
+    "request": {
+        "uid": "u-1",
+        "kind": {"group": "", "version": "v1", "kind": "Pod"},
+        "operation": "CREATE",
+        "namespace": "default",
+        "object": {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "p", "namespace": "default"},
+            "spec": {"containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]},
+        },
+    },
+}
 
 SAME_ANSWER_CASES = {
     "filter": ("POST", "/filter", b'{"Pod": {}}'),
     "filter-empty-body": ("POST", "/filter", b""),
     "bind": ("POST", "/bind", b"{}"),
-    "webhook": ("POST", "/webhook", b'{"kind": "AdmissionReview"}'),
+    "webhook": ("POST", "/webhook", json.dumps(REVIEW).encode()),
+    "webhook-not-a-review": ("POST", "/webhook", b'{"kind": "AdmissionReview"}'),
+    "webhook-empty": ("POST", "/webhook", b""),
+    "filter-oversized": ("POST", "/filter", b"x" * (MAX_BODY_BYTES + 5000)),
+    "filter-with-query": ("POST", "/filter?x=1", b"{}"),
+    "bind-raises": ("POST", "/bind", b"boom"),
     "healthz": ("GET", "/healthz", b""),
     "healthz-head-is-not-get": ("HEAD", "/healthz", b""),
     "healthz-wrong-method": ("PUT", "/healthz", b""),
@@ -134,7 +162,7 @@ async def test_http2_answers_as_http1_does(served: Served, case: str) -> None:
         session.request(
             method,
             f"https://127.0.0.1:{served.port}{path}",
-            data=body,
+            data=io.BytesIO(body) if len(body) > 1 << 20 else body,
             ssl=_insecure(),
             allow_redirects=False,
             headers={"Content-Type": "application/json"},
@@ -263,3 +291,17 @@ def test_a_request_becomes_its_http1_form() -> None:
         b"POST /filter?x=1 HTTP/1.1\r\nHost: 127.0.0.1:443\r\ncontent-type: application/json\r\n"
         b"user-agent: kube-scheduler/v1.36.3\r\nContent-Length: 2\r\n\r\n{}"
     )
+
+
+async def test_plain_routes_are_answered_without_aiohttps_machinery(served: Served) -> None:
+    server = served.runner.server
+    assert server is not None
+    client = await H2Client.connect(served.port)
+    try:
+        for path in ("/filter", "/bind", "/webhook"):
+            assert (await client.request("POST", path, b"{}")).status == 200
+        assert server.connections == []  # no in-memory HTTP/1.1 connection was needed
+        assert (await client.request("POST", "/filter?x=1", b"{}")).status == 200
+        assert len(server.connections) == 1  # a query string: the general path
+    finally:
+        await client.close()

@@ -784,7 +784,7 @@ def test_captured_patch_matches_stored_pod() -> None:
 async def post(body: bytes, content_type: str | None = "application/json") -> dict[str, Any]:
     """POST to a real aiohttp server running the handler (the body streamed, as large ones are)."""
     app = web.Application()
-    app.router.add_post("/webhook", webhook_handler(OPTS, vendors()))
+    app.router.add_post("/webhook", webhook_handler(OPTS, vendors()).handle)
     async with aiotest.TestClient(aiotest.TestServer(app)) as client:
         headers = {"Content-Type": content_type} if content_type else {}
         resp = await client.post("/webhook?timeout=10s", data=io.BytesIO(body), headers=headers)

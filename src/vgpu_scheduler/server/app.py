@@ -13,35 +13,23 @@ from vgpu_scheduler.scheduler.extender import Extender
 from vgpu_scheduler.server.debug import add_pprof_routes
 from vgpu_scheduler.server.explainroute import Explainer, add_explain_route
 from vgpu_scheduler.server.gohttp import httprouter_fallback
+from vgpu_scheduler.server.plainroute import FAST_POSTS, PlainAnswer, PlainHandler, PlainRoute
 from vgpu_scheduler.wire.extender import MAX_BODY_BYTES
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 JSON = "application/json"
+TEXT = "text/plain; charset=utf-8"
 
 
-async def read_at_most(request: web.Request, limit: int) -> bytes:
-    """Up to `limit` + 1 bytes of the body: enough to tell an oversized body without reading it all."""
-    chunks: list[bytes] = []
-    size = 0
-    while size <= limit:
-        chunk = await request.content.read(limit + 1 - size)
-        if not chunk:
-            break
-        chunks.append(chunk)
-        size += len(chunk)
-    return b"".join(chunks)
-
-
-def _extender_route(verb: Callable[[bytes], Awaitable[bytes]]) -> Handler:
-    async def handle(request: web.Request) -> web.StreamResponse:
-        body = await read_at_most(request, MAX_BODY_BYTES)
+def extender_route(verb: Callable[[bytes], Awaitable[bytes]]) -> PlainRoute:
+    async def answer(body: bytes, _content_type: str) -> PlainAnswer:
         if not body:
             # Go's http.Error: text/plain with a trailing newline.
-            return web.Response(status=400, text="Please send a request body\n")
-        return web.Response(body=await verb(body), content_type=JSON)
+            return PlainAnswer(400, TEXT, b"Please send a request body\n")
+        return PlainAnswer(200, JSON, await verb(body))
 
-    return handle
+    return PlainRoute(MAX_BODY_BYTES, answer)
 
 
 async def _ok(_request: web.Request) -> web.StreamResponse:
@@ -50,7 +38,7 @@ async def _ok(_request: web.Request) -> web.StreamResponse:
 
 def make_app(
     extender: Extender,
-    webhook: Handler,
+    webhook: Handler | PlainHandler,
     *,
     readyz: Handler | None = None,
     profiling: bool = False,
@@ -58,8 +46,13 @@ def make_app(
 ) -> web.Application:
     # A large client_max_size: body limits are enforced per route, with HAMi's own answers.
     app = web.Application(client_max_size=64 * MAX_BODY_BYTES)
-    app.router.add_post("/filter", _extender_route(extender.filter))
-    app.router.add_post("/bind", _extender_route(extender.bind))
+    fast = {"/filter": extender_route(extender.filter), "/bind": extender_route(extender.bind)}
+    if isinstance(webhook, PlainHandler):
+        fast["/webhook"] = webhook.route
+        webhook = webhook.handle
+    app[FAST_POSTS] = fast
+    app.router.add_post("/filter", PlainHandler(fast["/filter"]).handle)
+    app.router.add_post("/bind", PlainHandler(fast["/bind"]).handle)
     app.router.add_post("/webhook", webhook)
     # httprouter serves GET routes to GET only (no implicit HEAD).
     app.router.add_get("/healthz", _ok, allow_head=False)

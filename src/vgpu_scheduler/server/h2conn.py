@@ -97,11 +97,11 @@ _STATIC_NAMES = {
 its indexes names it."""
 _STATUS_INDEX = {b"200": 8, b"204": 9, b"206": 10, b"304": 11, b"400": 12, b"404": 13, b"500": 14}
 TABLE_SIZE_ZERO = b"\x20"
-"""A dynamic table size update to 0: our encoder never uses the table (RFC 7541 §6.3)."""
+"""A dynamic table size update to 0: our encoder never uses the table (RFC 7541, section 6.3)."""
 
 
 def _hpack_int(value: int, prefix_bits: int, first: int) -> bytes:
-    """RFC 7541 §5.1: `value` on a prefix of `prefix_bits` bits, `first` holding the bits above."""
+    """RFC 7541, section 5.1: `value` on a prefix of `prefix_bits` bits, `first` holding the bits above."""
     limit = (1 << prefix_bits) - 1
     if value < limit:
         return bytes((first | value,))
@@ -116,8 +116,9 @@ def _hpack_int(value: int, prefix_bits: int, first: int) -> bytes:
 
 def encode_headers(headers: Headers) -> bytes:
     """HPACK without the dynamic table and without Huffman: `:status` indexed when the static
-    table has it, every other field a literal without indexing (§6.2.2), its name indexed when the
-    static table has it. A few byte joins per answer, and no table kept in step with the client's."""
+    table has it, every other field a literal without indexing (RFC 7541, section 6.2.2), its
+    name indexed when the static table has it. A few byte joins per answer, and no table kept in
+    step with the client's."""
     out = bytearray()
     for name, value in headers:
         if name == b":status" and value in _STATUS_INDEX:
@@ -313,7 +314,7 @@ class Http2Server(asyncio.Protocol):
                     raise _StreamError(FRAME_SIZE_ERROR, "PRIORITY of a wrong size")
             elif kind == PUSH_PROMISE:
                 raise _ConnectionError(PROTOCOL_ERROR, "PUSH_PROMISE from a client")
-            # other types are extensions: ignored (RFC 9113 §5.5)
+            # other types are extensions: ignored (RFC 9113, section 5.5)
         except _StreamError as exc:
             self._reset(stream_id, exc.code)
 

@@ -12,11 +12,16 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Mapping
+from email.utils import formatdate
 from typing import Any
+
+from aiohttp.http import SERVER_SOFTWARE
 
 from vgpu_scheduler.cluster.http1 import Dechunker, HttpProtocolError
 from vgpu_scheduler.server.h2conn import Answer, Headers
+from vgpu_scheduler.server.plainroute import PlainRoute
 
 log = logging.getLogger(__name__)
 
@@ -35,11 +40,11 @@ class BadRequest(ValueError):
     """A request that cannot be written as an HTTP/1.1 request line and head."""
 
 
-def http1_request(headers: list[tuple[bytes, bytes]], body: bytes) -> tuple[bytes, bool]:
-    """The HTTP/1.1 form of an HTTP/2 request (its head and body), and whether it is a HEAD."""
-    method = path = authority = b""
+def check_headers(headers: Headers) -> tuple[bytes, bytes, bytes, list[bytes]]:
+    """(method, path, host, header lines) of a request an HTTP/1.1 request line and head can
+    carry; BadRequest for any other (a space or control character where HTTP/1.1 has none)."""
+    method = path = authority = host = b""
     lines: list[bytes] = []
-    host = b""
     for name, value in headers:
         if name.startswith(b":"):
             if name == b":method":
@@ -61,6 +66,12 @@ def http1_request(headers: list[tuple[bytes, bytes]], body: bytes) -> tuple[byte
     host = authority or host
     if host and not _PATH.fullmatch(host):
         raise BadRequest(f"bad authority {host[:80]!r}")
+    return method, path, host, lines
+
+
+def http1_request(headers: Headers, body: bytes) -> tuple[bytes, bool]:
+    """The HTTP/1.1 form of an HTTP/2 request (its head and body), and whether it is a HEAD."""
+    method, path, host, lines = check_headers(headers)
     head = [method + b" " + path + b" HTTP/1.1", b"Host: " + host, *lines]
     head.append(b"Content-Length: " + str(len(body)).encode())
     return b"\r\n".join(head) + b"\r\n\r\n" + body, method == b"HEAD"
@@ -249,14 +260,24 @@ class _MemoryHttp1(asyncio.Transport):
 
 
 class Http1Bridge:
-    """The answers of one HTTP/2 connection: its requests go to aiohttp's handler (`http1`)."""
+    """The answers of one HTTP/2 connection: a POST to the exact path of a plain route is answered
+    by the route itself (`direct`); every other request goes to aiohttp's handler (`http1`)."""
 
-    def __init__(self, http1: Callable[[], asyncio.Protocol], outer: asyncio.BaseTransport) -> None:
+    def __init__(
+        self,
+        http1: Callable[[], asyncio.Protocol],
+        outer: asyncio.BaseTransport,
+        direct: Mapping[str, PlainRoute] | None = None,
+    ) -> None:
         self._http1 = http1
         self._outer = outer
+        self._direct = {path.encode(): route for path, route in (direct or {}).items()}
         self._idle: list[_MemoryHttp1] = []
 
     async def answer(self, headers: Headers, body: bytes) -> Answer:
+        route = self._direct_route(headers)
+        if route is not None:
+            return await answer_directly(route, headers, body)
         try:
             raw, to_head = http1_request(headers, body)
         except BadRequest as exc:
@@ -272,6 +293,17 @@ class Http1Bridge:
             self._idle.append(memory)
         return answer.status, answer.headers, answer.body
 
+    def _direct_route(self, headers: Headers) -> PlainRoute | None:
+        if not self._direct:
+            return None
+        method = path = b""
+        for name, value in headers:
+            if name == b":method":
+                method = value
+            elif name == b":path":
+                path = value
+        return self._direct.get(path) if method == b"POST" else None
+
     def close(self) -> None:
         for memory in self._idle:
             memory.close()
@@ -283,3 +315,49 @@ class Http1Bridge:
             if memory.usable:
                 return memory
         return _MemoryHttp1(self._http1(), self._outer)
+
+
+_INTERNAL_ERROR = b"500 Internal Server Error\n\nServer got itself in trouble"
+"""aiohttp's answer to a handler that raised (to a client not asking for HTML)."""
+
+
+async def answer_directly(route: PlainRoute, headers: Headers, body: bytes) -> Answer:
+    """A plain route's answer with the headers aiohttp gives it (Content-Type, Content-Length,
+    Date, Server). A request aiohttp would have refused is refused alike (400)."""
+    try:
+        check_headers(headers)
+    except BadRequest as exc:
+        log.debug("HTTP/2 request refused: %s", exc)
+        return _BAD_REQUEST.status, _BAD_REQUEST.headers, _BAD_REQUEST.body
+    content_type = b""
+    for name, value in headers:
+        if name == b"content-type":
+            content_type = value
+            break
+    try:
+        plain = await route.answer(body[: route.limit + 1], content_type.decode("latin-1"))
+    except Exception:
+        log.exception("Error handling request")
+        status, kind, content = 500, b"text/plain; charset=utf-8", _INTERNAL_ERROR
+    else:
+        status, kind, content = plain.status, plain.content_type.encode("latin-1"), plain.body
+    answer_headers = [
+        (b"content-type", kind),
+        (b"content-length", str(len(content)).encode()),
+        (b"date", http_date()),
+        (b"server", _SERVER),
+    ]
+    return status, answer_headers, content
+
+
+_SERVER = SERVER_SOFTWARE.encode()
+_date_cache: tuple[int, bytes] = (0, b"")
+
+
+def http_date() -> bytes:
+    """The Date header's value (RFC 9110's IMF-fixdate), formatted once a second."""
+    global _date_cache
+    now = int(time.time())
+    if _date_cache[0] != now:
+        _date_cache = (now, formatdate(now, usegmt=True).encode())
+    return _date_cache[1]

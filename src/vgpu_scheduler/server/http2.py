@@ -8,7 +8,8 @@ HTTP/2 they multiplex every call on one connection.
 
 How: once the TLS handshake is done, `AlpnDispatch` hands the connection to aiohttp's HTTP/1.1
 protocol or to an HTTP/2 connection (h2conn.py) whose requests aiohttp's handler answers through
-in-memory HTTP/1.1 connections (http1bridge.py).
+in-memory HTTP/1.1 connections (http1bridge.py), except the plain routes' POSTs (/filter, /bind,
+/webhook), which their route answers directly (plainroute.py).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from aiohttp import web
 
 from vgpu_scheduler.server.h2conn import Http2Server
 from vgpu_scheduler.server.http1bridge import Http1Bridge
+from vgpu_scheduler.server.plainroute import FAST_POSTS
 
 ALPN_PROTOCOLS = ["h2", "http/1.1"]
 
@@ -56,7 +58,9 @@ class Http2Site(web.TCPSite):
     def _new_http2(self, transport: asyncio.BaseTransport) -> Http2Server:
         server = self._runner.server
         assert server is not None
-        bridge = Http1Bridge(server, transport)
+        app = getattr(self._runner, "app", None)  # an AppRunner's: its plain routes answer directly
+        direct = app.get(FAST_POSTS) if app is not None else None
+        bridge = Http1Bridge(server, transport, direct)
         connection = Http2Server(bridge.answer, on_close=self._closed)
         self._http2[connection] = bridge
         return connection

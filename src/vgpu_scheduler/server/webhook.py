@@ -16,16 +16,16 @@ to the mutated copy. Steps, in HAMi's order:
 
 from __future__ import annotations
 
+import json
 import logging
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
-
-from aiohttp import web
 
 from vgpu_scheduler.devices.protocol import MutationError, Vendors
 from vgpu_scheduler.engine.requests import pod_requests
 from vgpu_scheduler.model import ContainerRequests
 from vgpu_scheduler.scheduler.options import SchedulerOptions
+from vgpu_scheduler.server.plainroute import PlainAnswer, PlainHandler, PlainRoute
 from vgpu_scheduler.wire import objects
 from vgpu_scheduler.wire.admission import (
     UNTYPED,
@@ -225,37 +225,29 @@ def handle_admission_review(
     return 200, encode_admission_review(request.review_type, request.uid, response)
 
 
-async def _read_limited(request: web.Request, limit: int) -> bytes | None:
-    """The body, or None when it exceeds `limit` (independent of the app's client_max_size)."""
-    chunks: list[bytes] = []
-    size = 0
-    async for chunk in request.content.iter_chunked(64 * 1024):
-        size += len(chunk)
-        if size > limit:
-            return None
-        chunks.append(chunk)
-    return b"".join(chunks)
-
-
 def webhook_handler(
     opts: SchedulerOptions,
     vendors: Vendors,
     quota_fits: QuotaFits | None = None,
-) -> Callable[[web.Request], Awaitable[web.Response]]:
-    """The aiohttp handler for `POST /webhook` (controller-runtime's transport checks included)."""
+) -> PlainHandler:
+    """The handler for `POST /webhook` (controller-runtime's transport checks included); a plain
+    route, so HTTP/2 calls it without aiohttp's request machinery (plainroute.py)."""
 
-    async def handle(request: web.Request) -> web.Response:
-        body = await _read_limited(request, MAX_REQUEST_BYTES)
-        if body is None:
+    async def answer(body: bytes, content_type: str) -> PlainAnswer:
+        if len(body) > MAX_REQUEST_BYTES:
             error = AdmissionResponse.error(
                 413, f"request entity is too large; limit is {MAX_REQUEST_BYTES} bytes"
             )
-            return web.json_response(encode_admission_review(UNTYPED, "", error))
-        content_type = request.headers.get("Content-Type", "")
+            return _json_answer(200, encode_admission_review(UNTYPED, "", error))
         if body and content_type != "application/json":  # an empty body is reported first
             error = AdmissionResponse.error(400, f"contentType={content_type}, expected application/json")
-            return web.json_response(encode_admission_review(UNTYPED, "", error))
+            return _json_answer(200, encode_admission_review(UNTYPED, "", error))
         status, review = handle_admission_review(body, opts, vendors, quota_fits)
-        return web.json_response(review, status=status)
+        return _json_answer(status, review)
 
-    return handle
+    return PlainHandler(PlainRoute(MAX_REQUEST_BYTES, answer))
+
+
+def _json_answer(status: int, review: Mapping[str, Any]) -> PlainAnswer:
+    # What aiohttp's json_response wrote: json.dumps with its defaults, and this content type.
+    return PlainAnswer(status, "application/json; charset=utf-8", json.dumps(review).encode())
