@@ -249,3 +249,26 @@ def test_our_header_blocks_decode_to_what_was_encoded(headers: Headers, size_upd
     decoder = hpack.Decoder()
     assert [(bytes(n), bytes(v)) for n, v in decoder.decode(block, raw=True)] == headers
     assert len(decoder.header_table.dynamic_entries) == 0  # nothing was indexed
+
+
+async def test_bodies_beyond_the_connections_budget_are_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(h2conn, "MAX_KEPT_PER_CONNECTION", 100_000)
+    h = _Harness()
+    h.feed(PREFACE + frame(h2conn.SETTINGS, 0, 0))
+    chunk = b"x" * 10_000
+    for stream_id in (1, 3, 5):
+        h.feed(h.headers(stream_id, b"/slow", end_stream=False))
+        for _ in range(4):  # 40 KB each, never ended: the budget fills on the third stream
+            h.feed(frame(h2conn.DATA, 0, stream_id, chunk))
+    frames = await h.settle()
+    resets = [(s, p) for k, _f, s, p in frames if k == h2conn.RST_STREAM]
+    assert {s for s, _p in resets} == {5}
+    assert resets[0] == (5, struct.pack(">L", h2conn.ENHANCE_YOUR_CALM))  # then STREAM_CLOSED
+    assert h.server._kept == 80_000
+    h.feed(frame(h2conn.RST_STREAM, 0, 1, struct.pack(">L", h2conn.CANCEL)))
+    assert h.server._kept == 40_000  # a reset stream's body is released
+    h.feed(h.headers(7, b"/after", end_stream=False) + frame(h2conn.DATA, 0, 7, chunk) * 3)
+    h.feed(frame(h2conn.DATA, h2conn.END_STREAM, 7, chunk))
+    frames = await h.settle()
+    assert any(k == h2conn.DATA and s == 7 for k, _f, s, _p in frames)
+    assert h.server._kept == 40_000  # an ended stream's body is the answer's, not the budget's

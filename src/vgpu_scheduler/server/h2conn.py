@@ -54,6 +54,9 @@ CONNECTION_WINDOW = 16 << 20
 MAX_KEPT_BODY = 8 * 1024 * 1024
 """Request body bytes kept per stream; the rest is read and dropped. No route reads further (the
 largest limit is the webhook's 7 MiB), and each sees the first MAX_KEPT_BODY + 1 bytes."""
+MAX_KEPT_PER_CONNECTION = 64 * 1024 * 1024
+"""Body bytes kept across a connection's open streams: a client cannot make us hold more than
+this (a stream that would go beyond it is refused with ENHANCE_YOUR_CALM)."""
 MAX_HEADER_LIST = 64 * 1024
 MAX_HEADER_BLOCK = 256 * 1024
 """A header block's fragments (HEADERS and CONTINUATIONs) beyond this end the connection."""
@@ -165,12 +168,15 @@ class _Stream:
         self.task: asyncio.Task[None] | None = None
         self.waiter: asyncio.Future[None] | None = None
 
-    def keep(self, data: bytes) -> None:
+    def keep(self, data: bytes) -> int:
+        """Keep what fits under MAX_KEPT_BODY + 1; the number of bytes kept."""
         room = MAX_KEPT_BODY + 1 - self.kept
-        if room > 0:
-            piece = data[:room]
-            self.body.append(piece)
-            self.kept += len(piece)
+        if room <= 0:
+            return 0
+        piece = data[:room]
+        self.body.append(piece)
+        self.kept += len(piece)
+        return len(piece)
 
 
 class Http2Server(asyncio.Protocol):
@@ -185,6 +191,7 @@ class Http2Server(asyncio.Protocol):
         self._decoder = hpack.Decoder(max_header_list_size=MAX_HEADER_LIST)
         self._table_update_due = True  # a size update to 0 opens our first header block
         self._streams: dict[int, _Stream] = {}
+        self._kept = 0  # body bytes kept by the open streams
         self._last_stream = 0
         self._block: bytearray | None = None  # a header block awaiting its CONTINUATIONs
         self._block_stream = 0
@@ -394,7 +401,10 @@ class Http2Server(asyncio.Protocol):
             raise _StreamError(FLOW_CONTROL_ERROR, "DATA beyond the stream window")
         stream.recv_window -= size
         stream.unacked += size
-        stream.keep(_unpad(flags, payload))
+        data = _unpad(flags, payload)
+        if self._kept + min(len(data), MAX_KEPT_BODY + 1 - stream.kept) > MAX_KEPT_PER_CONNECTION:
+            raise _StreamError(ENHANCE_YOUR_CALM, "bodies beyond the connection's budget")
+        self._kept += stream.keep(data)
         if flags & END_STREAM:
             self._end_stream(stream_id, stream)
 
@@ -461,7 +471,7 @@ class Http2Server(asyncio.Protocol):
             raise _ConnectionError(FRAME_SIZE_ERROR, "RST_STREAM of a wrong size")
         if stream_id > self._last_stream:
             raise _ConnectionError(PROTOCOL_ERROR, f"RST_STREAM on idle stream {stream_id}")
-        stream = self._streams.pop(stream_id, None)
+        stream = self._forget(stream_id)
         if stream is not None:
             _drop(stream)  # the caller went away: its handler is cancelled
             self._close_if_done()
@@ -474,10 +484,19 @@ class Http2Server(asyncio.Protocol):
         if not flags & ACK:
             self._out.append(frame(PING, ACK, 0, payload))
 
+    def _forget(self, stream_id: int) -> _Stream | None:
+        stream = self._streams.pop(stream_id, None)
+        if stream is not None:
+            self._kept -= stream.kept
+            stream.kept = 0
+        return stream
+
     def _end_stream(self, stream_id: int, stream: _Stream) -> None:
         stream.ended = True
         body = b"".join(stream.body)
         stream.body = []
+        self._kept -= stream.kept  # the body is the answer's now; its size no longer counts
+        stream.kept = 0
         stream.task = asyncio.get_running_loop().create_task(self._respond(stream_id, stream, body))
 
     def _replenish(self) -> None:
@@ -515,14 +534,14 @@ class Http2Server(asyncio.Protocol):
                 stream.send_window -= size
                 sent += size
         except asyncio.CancelledError:
-            if self._streams.pop(stream_id, None) is not None:
+            if self._forget(stream_id) is not None:
                 self._reset(stream_id, CANCEL)
             raise
         except Exception:
             log.exception("HTTP/2 stream %d: no answer", stream_id)
             self._reset(stream_id, INTERNAL_ERROR)
         finally:
-            self._streams.pop(stream_id, None)
+            self._forget(stream_id)
             self._flush_soon()
             self._close_if_done()
 
@@ -546,7 +565,7 @@ class Http2Server(asyncio.Protocol):
     # --- writing ------------------------------------------------------------------------------------
 
     def _reset(self, stream_id: int, code: int) -> None:
-        stream = self._streams.pop(stream_id, None)
+        stream = self._forget(stream_id)
         if stream is not None:
             _drop(stream)
         self._out.append(frame(RST_STREAM, 0, stream_id, struct.pack(">L", code)))
