@@ -18,6 +18,8 @@ import aiohttp
 import pytest
 import trustme
 from aiohttp import web
+from cryptography import x509
+from cryptography.x509.oid import NameOID
 
 from tests.server.h2client import H2Client
 from vgpu_scheduler.config import DeviceConfig, NvidiaConfig
@@ -305,3 +307,32 @@ async def test_plain_routes_are_answered_without_aiohttps_machinery(served: Serv
         assert len(server.connections) == 1  # a query string: the general path
     finally:
         await client.close()
+
+
+async def test_http2_is_offered_after_a_certificate_reload_too(tmp_path: Path) -> None:
+    ca = trustme.CA()
+
+    def write_pair(name: str) -> None:
+        leaf = ca.issue_cert("127.0.0.1", common_name=name)
+        leaf.private_key_pem.write_to_path(str(tmp_path / "tls.key"))
+        leaf.cert_chain_pems[0].write_to_path(str(tmp_path / "tls.crt"))
+
+    write_pair("first")
+    cert = ReloadingCertificate(str(tmp_path / "tls.crt"), str(tmp_path / "tls.key"))
+    runner = web.AppRunner(_test_app([]))
+    await runner.setup()
+    site = Http2Site(runner, "127.0.0.1", 0, ssl_context=cert.context)
+    await site.start()
+    try:
+        write_pair("second")
+        assert cert.reload_if_changed()  # new handshakes now switch to the reloaded context
+        client = await H2Client.connect(site.port)  # asserts that h2 was chosen
+        try:
+            der = client.writer.get_extra_info("ssl_object").getpeercert(binary_form=True)
+            subject = x509.load_der_x509_certificate(der).subject
+            assert subject.get_attributes_for_oid(NameOID.COMMON_NAME)[0].value == "second"
+            assert (await client.request("GET", "/healthz")).status == 200
+        finally:
+            await client.close()
+    finally:
+        await runner.cleanup()
