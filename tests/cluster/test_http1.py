@@ -15,7 +15,15 @@ from aiohttp import web
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from vgpu_scheduler.cluster.http1 import Dechunker, Http1Pool, HttpProtocolError, parse_head
+from vgpu_scheduler.cluster.http1 import (
+    CHUNKED,
+    UNTIL_CLOSE,
+    Dechunker,
+    Http1Pool,
+    HttpProtocolError,
+    _Connection,
+    parse_head,
+)
 
 
 def chunked(body: bytes, cuts: list[int]) -> bytes:
@@ -58,7 +66,6 @@ def test_hostile_heads_and_chunks_raise_only_protocol_errors(junk: bytes) -> Non
         b"HTTP/1.1 200 OK\r\nContent-Length: 1e3",
         b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip",
         b"HTTP/1.1 200 OK\r\nContent-Encoding: gzip\r\nContent-Length: 3",
-        b"HTTP/1.1 200 OK",  # no framing: read-until-close is not supported
         b"SSH-2.0-OpenSSH_9.2",
         b"HTTP/1.1 2x0 OK\r\nContent-Length: 0",
         b"HTTP/1.1 200 OK\r\nno colon here",
@@ -69,12 +76,40 @@ def test_unreadable_heads(head: bytes) -> None:
         parse_head(head)
 
 
+def _framing(head: bytes, *, to_head: bool = False) -> tuple[int, int, bool]:
+    parsed = parse_head(head, to_head=to_head)
+    return parsed.status, parsed.length, parsed.keep_alive
+
+
 def test_heads() -> None:
-    assert parse_head(b"HTTP/1.1 201 Created\r\ncontent-length: 12") == (201, 12, True)
+    created = parse_head(b"HTTP/1.1 201 Created\r\nContent-Length: 12\r\nX-A:  b ")
+    assert created == (201, [(b"content-length", b"12"), (b"x-a", b"b")], 12, True)
     chunked_closing = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nConnection: close"
-    assert parse_head(chunked_closing) == (200, -1, False)
-    assert parse_head(b"HTTP/1.1 204 No Content") == (204, 0, True)
-    assert parse_head(b"HTTP/1.0 200 OK\r\nContent-Length: 0")[2] is False  # 1.0: no keep-alive
+    assert _framing(chunked_closing) == (200, CHUNKED, False)
+    assert _framing(b"HTTP/1.1 204 No Content") == (204, 0, True)
+    assert _framing(b"HTTP/1.0 200 OK\r\nContent-Length: 0")[2] is False  # 1.0: no keep-alive
+    assert _framing(b"HTTP/1.1 200 OK\r\nContent-Length: 5", to_head=True) == (200, 0, True)
+    assert _framing(b"HTTP/1.1 200 OK") == (200, UNTIL_CLOSE, False)  # the body ends with the connection
+
+
+class _Sink(asyncio.Transport):
+    def write(self, data: object) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+    def is_closing(self) -> bool:
+        return False
+
+
+async def test_the_client_refuses_an_answer_framed_by_the_connections_end() -> None:
+    connection = _Connection()
+    connection.connection_made(_Sink())
+    answer = connection.send(b"GET / HTTP/1.1\r\n\r\n")
+    connection.data_received(b"HTTP/1.1 200 OK\r\n\r\nsome body")
+    with pytest.raises(HttpProtocolError, match="framing"):
+        await answer
 
 
 @pytest.mark.parametrize(

@@ -17,7 +17,7 @@ import asyncio
 import re
 import ssl
 from collections.abc import Callable, Iterable
-from typing import cast
+from typing import NamedTuple, cast
 
 _CR_OR_LF = re.compile(r"[\r\n]")
 MAX_HEAD = 64 * 1024
@@ -48,9 +48,7 @@ class _Connection(asyncio.Protocol):
         self.lost = False
         self._buf = bytearray()
         self._waiter: asyncio.Future[Answer] | None = None
-        self._head: tuple[int, int, bool] | None = None  # parse_head's answer
-        self._body_at = 0
-        self._chunks: Dechunker | None = None
+        self._reader = AnswerReader()
         self.gone: asyncio.Future[None] | None = None  # resolved once the socket is closed
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -71,8 +69,7 @@ class _Connection(asyncio.Protocol):
     def send(self, data: bytes) -> asyncio.Future[Answer]:
         assert self.transport is not None
         self._buf.clear()
-        self._head = None
-        self._chunks = None
+        self._reader = AnswerReader()
         self._waiter = asyncio.get_running_loop().create_future()
         self.transport.write(data)
         return self._waiter
@@ -99,64 +96,107 @@ class _Connection(asyncio.Protocol):
             waiter.set_result(answer)
 
     def _parse(self) -> Answer | None:
-        buf = self._buf
-        if self._head is None:
-            end = buf.find(b"\r\n\r\n")
-            if end < 0:
-                if len(buf) > MAX_HEAD:
-                    raise HttpProtocolError("answer head too long")
-                return None
-            self._head = parse_head(bytes(buf[:end]))
-            self._body_at = end + 4
-            if self._head[1] < 0:
-                self._chunks = Dechunker(self._body_at)
-        status, length, keep_alive = self._head
-        start = self._body_at
-        if self._chunks is None:
-            if len(buf) - start < length:
-                return None
-            # Bytes beyond the answer belong to no request: the connection is not reused.
-            keep_alive = keep_alive and len(buf) - start == length
-            return Answer(status, bytes(buf[start : start + length]), keep_alive)
-        body = self._chunks.feed(buf)
-        if body is None:
+        buf, reader = self._buf, self._reader
+        body = reader.feed(buf)
+        head = reader.head
+        if head is not None and head.length == UNTIL_CLOSE:
+            raise HttpProtocolError("answer without Content-Length or chunked framing")
+        if body is None or head is None:
             return None
-        return Answer(status, body, keep_alive)
+        keep_alive = head.keep_alive
+        if head.length != CHUNKED:
+            # Bytes beyond the answer belong to no request: the connection is not reused.
+            keep_alive = keep_alive and len(buf) - reader.body_at == head.length
+        return Answer(head.status, body, keep_alive)
 
 
-def parse_head(head: bytes) -> tuple[int, int, bool]:
-    """(status, body length or -1 for chunked, keep-alive) of an answer's head; a status that
-    carries no body (1xx, 204, 304) has length 0."""
+CHUNKED = -1
+UNTIL_CLOSE = -2
+"""AnswerHead.length of an answer with neither Content-Length nor chunked framing: its body lasts
+until the connection closes (our API client refuses such an answer; aiohttp may write one)."""
+
+
+class AnswerHead(NamedTuple):
+    status: int
+    headers: list[tuple[bytes, bytes]]
+    """Lower-cased names, stripped values, in order."""
+    length: int
+    """The body's length, CHUNKED or UNTIL_CLOSE; 0 for a status without a body (1xx, 204, 304)
+    and for the answer to a HEAD."""
+    keep_alive: bool
+
+
+def parse_head(head: bytes, *, to_head: bool = False) -> AnswerHead:
+    """An answer's status line and headers (without the blank line). Strict: a Transfer-Encoding
+    other than chunked and a Content-Encoding other than identity are refused (we ask for none)."""
     lines = head.split(b"\r\n")
     status_line = lines[0].split(b" ", 2)
     if len(status_line) < 2 or not status_line[0].startswith(b"HTTP/1.") or not status_line[1].isdigit():
         raise HttpProtocolError(f"not an HTTP/1.x status line: {lines[0][:80]!r}")
     status = int(status_line[1])
-    length = -2  # no framing header: the body lasts until the connection closes (unsupported)
+    length = UNTIL_CLOSE
     keep_alive = status_line[0] == b"HTTP/1.1"
+    headers: list[tuple[bytes, bytes]] = []
     for line in lines[1:]:
-        name, sep, value = line.partition(b":")
+        raw_name, sep, raw_value = line.partition(b":")
         if not sep:
             raise HttpProtocolError(f"malformed header line: {line[:80]!r}")
-        name = name.strip().lower()
+        name, value = raw_name.strip().lower(), raw_value.strip()
+        headers.append((name, value))
         if name == b"content-length":
-            text = value.strip()
-            if not text.isdigit() or int(text) > MAX_BODY:
-                raise HttpProtocolError(f"bad Content-Length: {text[:40]!r}")
-            length = int(text)
+            if not value.isdigit() or int(value) > MAX_BODY:
+                raise HttpProtocolError(f"bad Content-Length: {value[:40]!r}")
+            length = int(value)
         elif name == b"transfer-encoding":
-            if value.strip().lower() != b"chunked":
-                raise HttpProtocolError(f"unsupported Transfer-Encoding: {value.strip()[:40]!r}")
-            length = -1
+            if value.lower() != b"chunked":
+                raise HttpProtocolError(f"unsupported Transfer-Encoding: {value[:40]!r}")
+            length = CHUNKED
         elif name == b"connection":
-            keep_alive = value.strip().lower() != b"close"
-        elif name == b"content-encoding" and value.strip().lower() not in (b"", b"identity"):
-            raise HttpProtocolError(f"unsupported Content-Encoding: {value.strip()[:40]!r}")
-    if status in (204, 304) or 100 <= status < 200:
-        return status, 0, keep_alive
-    if length == -2:
-        raise HttpProtocolError("answer without Content-Length or chunked framing")
-    return status, length, keep_alive
+            keep_alive = value.lower() != b"close"
+        elif name == b"content-encoding" and value.lower() not in (b"", b"identity"):
+            raise HttpProtocolError(f"unsupported Content-Encoding: {value[:40]!r}")
+    if to_head or status in (204, 304) or 100 <= status < 200:
+        length = 0
+    elif length == UNTIL_CLOSE:
+        keep_alive = False
+    return AnswerHead(status, headers, length, keep_alive)
+
+
+class AnswerReader:
+    """One answer read in place from a growing buffer, as its bytes arrive: the head once, then
+    the body by its length or its chunks."""
+
+    __slots__ = ("_chunks", "_to_head", "body_at", "head")
+
+    def __init__(self, *, to_head: bool = False) -> None:
+        self._to_head = to_head
+        self.head: AnswerHead | None = None
+        self.body_at = 0
+        self._chunks: Dechunker | None = None
+
+    def feed(self, buf: bytearray) -> bytes | None:
+        """The body once `buf` holds all of it (the head is then `head`), else None. An answer
+        framed by the connection's end is never complete here (`rest` gives it at the end)."""
+        head = self.head
+        if head is None:
+            end = buf.find(b"\r\n\r\n")
+            if end < 0:
+                if len(buf) > MAX_HEAD:
+                    raise HttpProtocolError("answer head too long")
+                return None
+            head = self.head = parse_head(bytes(buf[:end]), to_head=self._to_head)
+            self.body_at = end + 4
+            if head.length == CHUNKED:
+                self._chunks = Dechunker(self.body_at)
+        if self._chunks is not None:
+            return self._chunks.feed(buf)
+        if head.length == UNTIL_CLOSE or len(buf) - self.body_at < head.length:
+            return None
+        return bytes(buf[self.body_at : self.body_at + head.length])
+
+    def rest(self, buf: bytearray) -> bytes:
+        """What came after the head: the body of an answer framed by the connection's end."""
+        return bytes(buf[self.body_at :])
 
 
 class Dechunker:

@@ -19,13 +19,11 @@ from typing import Any
 
 from aiohttp.http import SERVER_SOFTWARE
 
-from vgpu_scheduler.cluster.http1 import Dechunker, HttpProtocolError
+from vgpu_scheduler.cluster.http1 import UNTIL_CLOSE, AnswerReader, HttpProtocolError
 from vgpu_scheduler.server.h2conn import Answer, Headers
 from vgpu_scheduler.server.plainroute import PlainRoute
 
 log = logging.getLogger(__name__)
-
-MAX_ANSWER_HEAD = 64 * 1024
 
 _TOKEN = re.compile(rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 _CTL = re.compile(rb"[\x00-\x08\x0a-\x1f\x7f]")  # what may not appear in a header value (tab may)
@@ -93,36 +91,9 @@ _BAD_REQUEST = Http1Answer(400, [(b"content-type", b"text/plain; charset=utf-8")
 """A request no HTTP/1.1 request line can carry (Go's server answers such a request 400 too)."""
 
 
-def parse_answer_head(head: bytes, *, to_head: bool) -> tuple[int, list[tuple[bytes, bytes]], int, bool]:
-    """(status, headers for HTTP/2, body length (-1 chunked, -2 until close), keep-alive)."""
-    lines = head.split(b"\r\n")
-    parts = lines[0].split(b" ", 2)
-    if len(parts) < 2 or parts[0] != b"HTTP/1.1" or not parts[1].isdigit():
-        raise HttpProtocolError(f"not an HTTP/1.1 status line: {lines[0][:80]!r}")
-    status = int(parts[1])
-    headers: list[tuple[bytes, bytes]] = []
-    length = -2
-    keep_alive = True
-    for line in lines[1:]:
-        raw_name, sep, raw_value = line.partition(b":")
-        if not sep:
-            raise HttpProtocolError(f"malformed header line: {line[:80]!r}")
-        name, value = raw_name.strip().lower(), raw_value.strip()
-        if name == b"content-length":
-            if not value.isdigit():
-                raise HttpProtocolError(f"bad Content-Length: {value[:40]!r}")
-            length = int(value)
-        elif name == b"transfer-encoding":
-            length = -1
-        elif name == b"connection":
-            keep_alive = value.lower() != b"close"
-        if name not in _HOP_BY_HOP:
-            headers.append((name, value))
-    if to_head or status in (204, 304) or 100 <= status < 200:
-        length = 0
-    if length == -2:
-        keep_alive = False
-    return status, headers, length, keep_alive
+def _for_http2(headers: Headers) -> Headers:
+    """An HTTP/1.1 answer's headers without those HTTP/2 forbids (connection-specific ones)."""
+    return [(name, value) for name, value in headers if name not in _HOP_BY_HOP]
 
 
 class _MemoryHttp1(asyncio.Transport):
@@ -136,10 +107,7 @@ class _MemoryHttp1(asyncio.Transport):
         self._closing = False
         self._buffer = bytearray()
         self._waiter: asyncio.Future[Http1Answer] | None = None
-        self._to_head = False
-        self._head: tuple[int, list[tuple[bytes, bytes]], int, bool] | None = None
-        self._body_start = 0
-        self._dechunker: Dechunker | None = None
+        self._reader = AnswerReader()
         protocol.connection_made(self)
 
     # --- what the pool asks --------------------------------------------------------------------
@@ -151,10 +119,8 @@ class _MemoryHttp1(asyncio.Transport):
     def exchange(self, request: bytes, *, to_head: bool) -> asyncio.Future[Http1Answer]:
         assert self.usable
         self._waiter = asyncio.get_running_loop().create_future()
-        self._to_head = to_head
         self._buffer.clear()
-        self._head = None
-        self._dechunker = None
+        self._reader = AnswerReader(to_head=to_head)
         self._protocol.data_received(request)
         return self._waiter
 
@@ -178,30 +144,11 @@ class _MemoryHttp1(asyncio.Transport):
             self.write(data)
 
     def _parse(self) -> Http1Answer | None:
-        buf = self._buffer
-        if self._head is None:
-            end = buf.find(b"\r\n\r\n")
-            if end < 0:
-                if len(buf) > MAX_ANSWER_HEAD:
-                    raise HttpProtocolError("answer head too long")
-                return None
-            self._head = parse_answer_head(bytes(buf[:end]), to_head=self._to_head)
-            self._body_start = end + 4
-            if self._head[2] == -1:
-                self._dechunker = Dechunker(self._body_start)
-        status, headers, length, keep_alive = self._head
-        if length == -1:
-            assert self._dechunker is not None
-            body = self._dechunker.feed(buf)
-            if body is None:
-                return None
-        elif length >= 0:
-            if len(buf) - self._body_start < length:
-                return None
-            body = bytes(buf[self._body_start : self._body_start + length])
-        else:
-            return None  # until the connection closes
-        return Http1Answer(status, headers, body, keep_alive)
+        body = self._reader.feed(self._buffer)
+        head = self._reader.head
+        if body is None or head is None:
+            return None
+        return Http1Answer(head.status, _for_http2(head.headers), body, head.keep_alive)
 
     def _finish(self, outcome: Http1Answer | BaseException) -> None:
         waiter, self._waiter = self._waiter, None
@@ -221,10 +168,10 @@ class _MemoryHttp1(asyncio.Transport):
         if self._closing:
             return
         self._closing = True
-        head = self._head
-        if self._waiter is not None and head is not None and head[2] == -2:
-            status, headers, _length, _keep = head
-            self._finish(Http1Answer(status, headers, bytes(self._buffer[self._body_start :]), False))
+        head = self._reader.head
+        if self._waiter is not None and head is not None and head.length == UNTIL_CLOSE:
+            body = self._reader.rest(self._buffer)
+            self._finish(Http1Answer(head.status, _for_http2(head.headers), body, False))
         else:
             self._finish(ConnectionResetError("the handler closed the connection before answering"))
         asyncio.get_running_loop().call_soon(self._protocol.connection_lost, None)
