@@ -4,7 +4,7 @@ Why not aiohttp's client for these: a bind makes three writes and the events one
 aiohttp's request machinery (URL objects, cookie jar, tracing hooks, a stream reader and a task
 per response) cost more of our CPU per pod than the writes' TLS. This client writes one buffer
 per request and parses the answer in place: status line, Content-Length or chunked body.
-Watches, long-lived streams, stay on aiohttp (cluster/transport.py).
+Watches, long-lived streams, are read by its twin, cluster/http1stream.py.
 
 Only what kube-apiserver answers is supported: HTTP/1.1, `Content-Length` or `chunked` bodies,
 no `Content-Encoding` (we never send `Accept-Encoding`), `Connection: close` honoured; no HEAD
@@ -17,13 +17,17 @@ import asyncio
 import re
 import ssl
 from collections.abc import Callable, Iterable
-from typing import NamedTuple, cast
+from typing import NamedTuple, TypeVar, cast
 
 _CR_OR_LF = re.compile(r"[\r\n]")
+_HEX_DIGITS = b"0123456789abcdefABCDEF"
 MAX_HEAD = 64 * 1024
 """A status line and headers longer than this is not an API server's answer."""
 MAX_BODY = 256 * 1024 * 1024
 """Bound on one answer's body: a list of every pod of a big cluster fits; garbage does not."""
+
+
+_P = TypeVar("_P", bound=asyncio.Protocol)
 
 
 class HttpProtocolError(Exception):
@@ -199,6 +203,40 @@ class AnswerReader:
         return bytes(buf[self.body_at :])
 
 
+def next_chunk(buf: bytearray, pos: int, room: int = MAX_BODY) -> tuple[int, int] | None:
+    """The chunk whose size line starts at `pos`: (where its data starts, its size), or None until
+    `buf` holds the chunk whole (its data and CRLF; the size line and trailers for the last). A
+    chunk bigger than `room` is refused as soon as its size is read."""
+    eol = buf.find(b"\r\n", pos)
+    if eol < 0:
+        if len(buf) - pos > 1024:
+            raise HttpProtocolError("chunk size line too long")
+        return None
+    size_text = bytes(buf[pos:eol])
+    if b";" in size_text:
+        size_text = size_text.split(b";", 1)[0]
+    size_text = size_text.strip()
+    # Hex digits only (int() alone would take "0x1f", "+1f" or "1_f"); translate() deletes them
+    # at C speed, so anything left is a stray byte.
+    if not size_text or size_text.translate(None, _HEX_DIGITS):
+        raise HttpProtocolError(f"bad chunk size: {size_text[:40]!r}")
+    size = int(size_text, 16)
+    if size > room:
+        raise HttpProtocolError("answer body too large")
+    data_at = eol + 2
+    if size == 0:
+        # Trailers (kube-apiserver sends none) end with an empty line.
+        if buf[data_at : data_at + 2] == b"\r\n":
+            return data_at + 2, 0
+        end = buf.find(b"\r\n\r\n", eol)
+        return (end + 4, 0) if end >= 0 else None
+    if len(buf) < data_at + size + 2:
+        return None
+    if buf[data_at + size : data_at + size + 2] != b"\r\n":
+        raise HttpProtocolError("chunk not followed by CRLF")
+    return data_at, size
+
+
 class Dechunker:
     """Reads a chunked body incrementally from a growing buffer: each call resumes where the last
     one stopped, so a big answer arriving in many reads is scanned once."""
@@ -213,30 +251,14 @@ class Dechunker:
     def feed(self, buf: bytearray) -> bytes | None:
         """The whole body once `buf` holds the last chunk, else None (call again with more)."""
         while True:
-            pos = self.pos
-            eol = buf.find(b"\r\n", pos)
-            if eol < 0:
-                if len(buf) - pos > 1024:
-                    raise HttpProtocolError("chunk size line too long")
+            chunk = next_chunk(buf, self.pos, MAX_BODY - self.total)
+            if chunk is None:
                 return None
-            size_text = bytes(buf[pos:eol]).split(b";", 1)[0].strip()
-            if not size_text or any(c not in b"0123456789abcdefABCDEF" for c in size_text):
-                raise HttpProtocolError(f"bad chunk size: {size_text[:40]!r}")
-            size = int(size_text, 16)
-            if self.total + size > MAX_BODY:
-                raise HttpProtocolError("answer body too large")
-            data_at = eol + 2
+            data_at, size = chunk
             if size == 0:
-                # Trailers (kube-apiserver sends none) end with an empty line.
-                if buf[data_at : data_at + 2] == b"\r\n" or buf.find(b"\r\n\r\n", eol) >= 0:
-                    return b"".join(self.parts)
-                return None
-            if len(buf) < data_at + size + 2:
-                return None
-            if buf[data_at + size : data_at + size + 2] != b"\r\n":
-                raise HttpProtocolError("chunk not followed by CRLF")
-            self.parts.append(bytes(buf[data_at : data_at + size]))
+                return b"".join(self.parts)
             self.total += size
+            self.parts.append(bytes(buf[data_at : data_at + size]))
             self.pos = data_at + size + 2
 
 
@@ -272,19 +294,40 @@ class Http1Pool:
         self._host_header = host_header if port == default_port else f"{host_header}:{port}"
 
     async def _connect(self) -> _Connection:
+        conn = await self.open(_Connection)
+        self.opened += 1
+        return conn
+
+    async def open(self, protocol: Callable[[], _P]) -> _P:
+        """A new connection to the host (TLS as the pool's), outside the pool: the caller's."""
         loop = asyncio.get_running_loop()
         if self._ssl is None:
-            _, conn = await loop.create_connection(_Connection, self.host, self.port)
+            _, conn = await loop.create_connection(protocol, self.host, self.port)
         else:
             _, conn = await loop.create_connection(
-                _Connection,
+                protocol,
                 self.host,
                 self.port,
                 ssl=self._ssl,
                 server_hostname=self._server_hostname or self.host,
             )
-        self.opened += 1
         return conn
+
+    def encode(
+        self, method: str, target: str, headers: Iterable[tuple[str, str]], body: bytes | None
+    ) -> bytes:
+        """The request as one buffer; refused (HttpProtocolError) when a CR or LF inside the
+        request line or a header would end its line early and start another (a token file's
+        newline, say)."""
+        fields = list(headers)
+        if any(_CR_OR_LF.search(text) for text in (method, target, *(t for pair in fields for t in pair))):
+            raise HttpProtocolError("a request line or header contains CR or LF")
+        head = [f"{method} {target} HTTP/1.1\r\nHost: {self._host_header}\r\n"]
+        head.extend(f"{name}: {value}\r\n" for name, value in fields)
+        if body is not None or method in ("POST", "PUT", "PATCH"):
+            head.append(f"Content-Length: {len(body or b'')}\r\n")
+        head.append("\r\n")
+        return "".join(head).encode("latin-1") + (body or b"")
 
     def _bind_to_running_loop(self) -> None:
         """Connections and the limit's semaphore belong to one loop; a pool used again from
@@ -317,16 +360,7 @@ class Http1Pool:
         `before_send` runs once the connection is ready (a new one connected and its TLS
         handshake done), in the same step of the loop as the write: the last moment a caller can
         still stop the request (what raises propagates, and nothing is sent)."""
-        fields = list(headers)
-        if any(_CR_OR_LF.search(text) for text in (method, target, *(t for pair in fields for t in pair))):
-            # It would end the line early and start another (a token file's newline, say).
-            raise HttpProtocolError("a request line or header contains CR or LF")
-        head = [f"{method} {target} HTTP/1.1\r\nHost: {self._host_header}\r\n"]
-        head.extend(f"{name}: {value}\r\n" for name, value in fields)
-        if body is not None or method in ("POST", "PUT", "PATCH"):
-            head.append(f"Content-Length: {len(body or b'')}\r\n")
-        head.append("\r\n")
-        data = "".join(head).encode("latin-1") + (body or b"")
+        data = self.encode(method, target, headers, body)
         conn: _Connection | None = None
         self._bind_to_running_loop()
         async with self._slots:

@@ -1,7 +1,7 @@
 """How requests reach "the API server": over HTTP(S), or straight into a MemoryCluster.
 
 Over HTTP(S), short requests go through our lean keep-alive client (cluster/http1.py) and watches
-through aiohttp's, whose C parser reads long chunked streams well.
+through its streaming twin (cluster/http1stream.py), each on a connection of its own.
 
 Both transports speak the same tiny protocol, so `KubeClient` (and everything above it) runs the
 same code against a real cluster, the fake API server, and the in-process cluster.
@@ -17,12 +17,12 @@ import urllib.parse
 from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
 from typing import Any, Protocol
 
-import aiohttp
 import msgspec
 
 from vgpu_scheduler.cluster.apistats import WATCH, ApiStats
 from vgpu_scheduler.cluster.errors import ApiConnectionError, ApiError
 from vgpu_scheduler.cluster.http1 import Http1Pool, HttpProtocolError
+from vgpu_scheduler.cluster.http1stream import open_line_stream
 from vgpu_scheduler.cluster.writeguard import check_write
 from vgpu_scheduler.gctuning import gc_paused
 
@@ -135,8 +135,8 @@ class TokenBucket:
 
 
 class HttpTransport:
-    """Short requests over an Http1Pool, watches over one aiohttp ClientSession (created lazily
-    inside the running loop)."""
+    """Short requests over an Http1Pool's kept connections, each watch on a connection of its own
+    to the same host (`cluster/http1stream.py`)."""
 
     def __init__(
         self,
@@ -157,7 +157,6 @@ class HttpTransport:
         self.timeout = timeout
         self._server_hostname = server_hostname
         self._user_agent = user_agent
-        self._session: aiohttp.ClientSession | None = None
         self._pool: Http1Pool | None = None
         self._prefix = ""
         self._owner: HttpTransport | None = None  # a sibling borrows its owner's session and pool
@@ -180,14 +179,6 @@ class HttpTransport:
         sibling._owner = self._owner or self
         sibling.stats = self.stats  # one API, one set of metrics
         return sibling
-
-    def _get_session(self) -> aiohttp.ClientSession:
-        if self._owner is not None:
-            return self._owner._get_session()
-        if self._session is None or self._session.closed:
-            # No session-wide timeout: each request sets its own (watches must outlive `timeout`).
-            self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None))
-        return self._session
 
     def _get_pool(self) -> tuple[Http1Pool, str]:
         """The pool and the base URL's path prefix (prepended to every request's path)."""
@@ -267,44 +258,40 @@ class HttpTransport:
         self, path: str, params: Mapping[str, str] | None = None
     ) -> AsyncGenerator[dict[str, Any], None]:
         params = dict(params or {})
-        # Only the connection and headers are bounded by `timeout`; the body lasts as long as the
-        # server keeps the watch (timeoutSeconds), plus slack for a silent dead connection.
+        # Only the connection and the answer's head are bounded by `timeout`; the body lasts as
+        # long as the server keeps the watch (timeoutSeconds), plus slack for a silent dead
+        # connection.
         server_timeout = params.get("timeoutSeconds")
         read_timeout = float(server_timeout) + 30.0 if server_timeout else None
-        timeout = aiohttp.ClientTimeout(total=None, connect=self.timeout or None, sock_read=read_timeout)
         for attempt in (1, 2):
             await self._acquire()
             headers = await self._headers(None)
+            pool, prefix = self._get_pool()
+            target = prefix + path if prefix else path
+            if params:
+                target += "?" + urllib.parse.urlencode(params)
             opened = False  # a stream cut after its answer is not a request without one
             try:
-                async with self._get_session().get(
-                    self.base_url + path,
-                    params=params,
-                    headers=headers,
-                    ssl=self._ssl,
-                    timeout=timeout,
-                    server_hostname=self._server_hostname,
-                ) as resp:
+                lines = await open_line_stream(
+                    pool, target, headers.items(), timeout=self.timeout or None, read_timeout=read_timeout
+                )
+                try:
                     opened = True
-                    self.stats.record(WATCH, resp.status, None)
-                    if resp.status == 401 and attempt == 1:
+                    answer = lines.answer
+                    status = 200 if answer is None else answer.status
+                    self.stats.record(WATCH, status, None)
+                    if status == 401 and attempt == 1:
                         await self._auth.invalidate()
                         continue
-                    if resp.status != 200:
-                        raise ApiError(resp.status, decode_body(await resp.read()))
-                    buf = b""
-                    # Split lines ourselves: StreamReader.readline() caps line length, and one
-                    # Pod with big annotations can exceed it.
-                    async for chunk in resp.content.iter_any():
-                        buf += chunk
-                        while (nl := buf.find(b"\n")) >= 0:
-                            line, buf = buf[:nl], buf[nl + 1 :]
-                            if line.strip():
-                                yield decode_watch_line(line)
-                    if buf.strip():
-                        yield decode_watch_line(buf)
+                    if answer is not None:
+                        raise ApiError(status, decode_body(answer.body))
+                    while batch := await lines.next_lines():
+                        for line in batch:
+                            yield decode_watch_line(line)
                     return
-            except (aiohttp.ClientError, OSError, TimeoutError) as exc:
+                finally:
+                    lines.close()
+            except (HttpProtocolError, OSError, TimeoutError) as exc:
                 if not opened:
                     self.stats.record(WATCH, None, None)
                 raise ApiConnectionError(f"watch {path}: {type(exc).__name__}: {exc}") from exc
@@ -321,9 +308,6 @@ class HttpTransport:
         if self._pool is not None:
             pool, self._pool = self._pool, None
             await pool.close()
-        if self._session is not None and not self._session.closed:
-            await self._session.close()
-        self._session = None
 
 
 def decode_watch_line(line: bytes) -> dict[str, Any]:
