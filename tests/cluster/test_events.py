@@ -201,11 +201,11 @@ class FlakyClient(KubeClient):
         super().__init__(inner.transport)
         self.failures = failures
 
-    async def create_event(self, namespace: str, event: Any) -> Obj:
+    async def create_event(self, namespace: str, event: Any, *, answer: bool = True) -> Obj:
         if self.failures:
             self.failures -= 1
             raise ApiConnectionError("connection reset")
-        return await super().create_event(namespace, event)
+        return await super().create_event(namespace, event, answer=answer)
 
 
 async def test_connection_errors_are_retried(cluster: MemoryCluster, client: KubeClient) -> None:

@@ -300,10 +300,11 @@ class KubeClient:
             "POST", api.resource_path(api.PODS, namespace, name, "binding"), body=binding, answer=answer
         )
 
-    async def create_event(self, namespace: str, event: Mapping[str, Any]) -> Obj:
-        """Create a core/v1 Event (use `create("events.events.k8s.io", ...)` for the new API)."""
+    async def create_event(self, namespace: str, event: Mapping[str, Any], *, answer: bool = True) -> Obj:
+        """Create a core/v1 Event (use `create("events.events.k8s.io", ...)` for the new API);
+        `answer=False`: {} instead of the created Event, its body not decoded."""
         body = {"apiVersion": "v1", "kind": "Event", **event}
-        return await self.create(api.EVENTS, body, namespace)
+        return await self.create(api.EVENTS, body, namespace, answer=answer)
 
     async def get_lease(self, namespace: str, name: str) -> Obj:
         return await self.get(api.LEASES, name, namespace)

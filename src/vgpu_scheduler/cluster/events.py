@@ -268,7 +268,7 @@ class EventRecorder:
             patch = {"count": count, "lastTimestamp": event["lastTimestamp"]}
             try:
                 done = await self._attempt(
-                    lambda: self.client.patch(api.EVENTS, seen.name, patch, namespace), event
+                    lambda: self.client.patch(api.EVENTS, seen.name, patch, namespace, answer=False), event
                 )
             except ApiError as exc:
                 if not is_not_found(exc):
@@ -287,7 +287,9 @@ class EventRecorder:
                     self._remember(key, _Seen(seen.name, count, seen.first))
                 return
         try:
-            done = await self._attempt(lambda: self.client.create_event(namespace, event), event)
+            done = await self._attempt(
+                lambda: self.client.create_event(namespace, event, answer=False), event
+            )
         except ApiError as exc:
             self._failed(event, exc)
             return
