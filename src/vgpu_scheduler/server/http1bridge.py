@@ -12,16 +12,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-import time
 from collections.abc import Callable, Mapping
-from email.utils import formatdate
 from typing import Any
-
-from aiohttp.http import SERVER_SOFTWARE
 
 from vgpu_scheduler.cluster.http1 import UNTIL_CLOSE, AnswerReader, HttpProtocolError
 from vgpu_scheduler.server.h2conn import Answer, Headers
-from vgpu_scheduler.server.plainroute import PlainRoute
+from vgpu_scheduler.server.plainroute import PlainRoute, plain_answer
 
 log = logging.getLogger(__name__)
 
@@ -249,7 +245,8 @@ class Http1Bridge:
                 method = value
             elif name == b":path":
                 path = value
-        return self._direct.get(path) if method == b"POST" else None
+        # Routed on the path alone, as aiohttp's router does (a query string is not part of it).
+        return self._direct.get(path.partition(b"?")[0]) if method == b"POST" else None
 
     def close(self) -> None:
         for memory in self._idle:
@@ -264,13 +261,9 @@ class Http1Bridge:
         return _MemoryHttp1(self._http1(), self._outer)
 
 
-_INTERNAL_ERROR = b"500 Internal Server Error\n\nServer got itself in trouble"
-"""aiohttp's answer to a handler that raised (to a client not asking for HTML)."""
-
-
 async def answer_directly(route: PlainRoute, headers: Headers, body: bytes) -> Answer:
-    """A plain route's answer with the headers aiohttp gives it (Content-Type, Content-Length,
-    Date, Server). A request aiohttp would have refused is refused alike (400)."""
+    """A plain route's answer to an HTTP/2 request, with the headers aiohttp gives it. A request
+    aiohttp would have refused is refused alike (400)."""
     try:
         check_headers(headers)
     except BadRequest as exc:
@@ -281,30 +274,5 @@ async def answer_directly(route: PlainRoute, headers: Headers, body: bytes) -> A
         if name == b"content-type":
             content_type = value
             break
-    try:
-        plain = await route.answer(body[: route.limit + 1], content_type.decode("latin-1"))
-    except Exception:
-        log.exception("Error handling request")
-        status, kind, content = 500, b"text/plain; charset=utf-8", _INTERNAL_ERROR
-    else:
-        status, kind, content = plain.status, plain.content_type.encode("latin-1"), plain.body
-    answer_headers = [
-        (b"content-type", kind),
-        (b"content-length", str(len(content)).encode()),
-        (b"date", http_date()),
-        (b"server", _SERVER),
-    ]
+    status, answer_headers, content, _ = await plain_answer(route, body, content_type)
     return status, answer_headers, content
-
-
-_SERVER = SERVER_SOFTWARE.encode()
-_date_cache: tuple[int, bytes] = (0, b"")
-
-
-def http_date() -> bytes:
-    """The Date header's value (RFC 9110's IMF-fixdate), formatted once a second."""
-    global _date_cache
-    now = int(time.time())
-    if _date_cache[0] != now:
-        _date_cache = (now, formatdate(now, usegmt=True).encode())
-    return _date_cache[1]

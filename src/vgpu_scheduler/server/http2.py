@@ -6,23 +6,25 @@ new TLS connection for every concurrent call beyond that: in a burst, 1.16 new T
 bound pod, each costing our server ~1 ms of CPU (the handshake and the connection's setup). Over
 HTTP/2 they multiplex every call on one connection.
 
-How: once the TLS handshake is done, `AlpnDispatch` hands the connection to aiohttp's HTTP/1.1
-protocol or to an HTTP/2 connection (h2conn.py) whose requests aiohttp's handler answers through
-in-memory HTTP/1.1 connections (http1bridge.py), except the plain routes' POSTs (/filter, /bind,
-/webhook), which their route answers directly (plainroute.py).
+How: once the TLS handshake is done, `AlpnDispatch` hands the connection to an HTTP/2 connection
+(h2conn.py) whose requests aiohttp's handler answers through in-memory HTTP/1.1 connections
+(http1bridge.py), except the plain routes' POSTs (/filter, /bind, /webhook), which their route
+answers directly (plainroute.py); or, for HTTP/1.1, to a connection answering those POSTs itself
+until a request is not one, when aiohttp's HTTP/1.1 handler takes it over (http1server.py).
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from aiohttp import web
 
 from vgpu_scheduler.server.h2conn import Http2Server
 from vgpu_scheduler.server.http1bridge import Http1Bridge
-from vgpu_scheduler.server.plainroute import FAST_POSTS
+from vgpu_scheduler.server.http1server import Http1Server
+from vgpu_scheduler.server.plainroute import FAST_POSTS, PlainRoute
 
 ALPN_PROTOCOLS = ["h2", "http/1.1"]
 
@@ -31,7 +33,7 @@ ProtocolFactory = Callable[[], asyncio.Protocol]
 
 class AlpnDispatch(asyncio.Protocol):
     """The listener's protocol: after the handshake, the connection goes to HTTP/2 when the client
-    chose `h2`, else to aiohttp's HTTP/1.1 handler."""
+    chose `h2`, else to HTTP/1.1 (`http1`: ours for the plain routes, or aiohttp's handler)."""
 
     def __init__(self, http1: ProtocolFactory, http2: Callable[[asyncio.BaseTransport], Http2Server]) -> None:
         self._http1 = http1
@@ -54,13 +56,27 @@ class Http2Site(web.TCPSite):
     def __init__(self, runner: web.BaseRunner, host: str | None, port: int, **kwargs: Any) -> None:
         super().__init__(runner, host, port, **kwargs)
         self._http2: dict[Http2Server, Http1Bridge] = {}
+        self._http1: set[Http1Server] = set()
+
+    def _plain_routes(self) -> Mapping[str, PlainRoute]:
+        app = getattr(self._runner, "app", None)  # an AppRunner's: its plain routes answer directly
+        direct = app.get(FAST_POSTS) if app is not None else None
+        return direct or {}
+
+    def _new_http1(self) -> asyncio.Protocol:
+        server = self._runner.server
+        assert server is not None
+        routes = self._plain_routes()
+        if not routes:
+            return server()
+        connection = Http1Server(routes, server, on_close=self._http1.discard)
+        self._http1.add(connection)
+        return connection
 
     def _new_http2(self, transport: asyncio.BaseTransport) -> Http2Server:
         server = self._runner.server
         assert server is not None
-        app = getattr(self._runner, "app", None)  # an AppRunner's: its plain routes answer directly
-        direct = app.get(FAST_POSTS) if app is not None else None
-        bridge = Http1Bridge(server, transport, direct)
+        bridge = Http1Bridge(server, transport, self._plain_routes())
         connection = Http2Server(bridge.answer, on_close=self._closed)
         self._http2[connection] = bridge
         return connection
@@ -75,7 +91,7 @@ class Http2Site(web.TCPSite):
         server = self._runner.server
         assert server is not None and self._ssl_context is not None
         self._server = await asyncio.get_running_loop().create_server(
-            lambda: AlpnDispatch(server, self._new_http2),
+            lambda: AlpnDispatch(self._new_http1, self._new_http2),
             self._host,
             self._port,
             ssl=self._ssl_context,
@@ -90,4 +106,6 @@ class Http2Site(web.TCPSite):
         # GOAWAY first: open streams are answered while the runner drains its handlers.
         for connection in list(self._http2):
             connection.begin_shutdown()
+        for plain in list(self._http1):
+            plain.begin_shutdown()
         await super().stop()
