@@ -2,8 +2,8 @@
 
 Only what a server that never pushes needs: the prefaces, SETTINGS, HEADERS with CONTINUATION
 and padding, DATA, flow control both ways, PING, RST_STREAM, WINDOW_UPDATE, GOAWAY; PRIORITY and
-unknown frames are read and ignored. Header blocks are decoded by `hpack` (Go's client uses the
-dynamic table and Huffman coding) and encoded here without either. Each request (its headers
+unknown frames are read and ignored. Header blocks are decoded by hpackdecode.py (Go's client uses
+the dynamic table and Huffman coding) and encoded here without either. Each request (its headers
 and body, ended by the client) goes to `answer`, in a task of its own that a reset stream or a
 lost connection cancels.
 
@@ -19,7 +19,7 @@ import logging
 import struct
 from collections.abc import Awaitable, Callable
 
-import hpack
+from vgpu_scheduler.server.hpackdecode import STATIC_TABLE, HeaderListTooLarge, HpackDecoder, HpackError
 
 log = logging.getLogger(__name__)
 
@@ -76,28 +76,8 @@ class _StreamError(Exception):
         self.code = code
 
 
-_STATIC_NAMES = {
-    name: index
-    for index, name in enumerate(
-        (
-            b":authority", b":method", b":method", b":path", b":path", b":scheme", b":scheme",
-            b":status", b":status", b":status", b":status", b":status", b":status", b":status",
-            b"accept-charset", b"accept-encoding", b"accept-language", b"accept-ranges", b"accept",
-            b"access-control-allow-origin", b"age", b"allow", b"authorization", b"cache-control",
-            b"content-disposition", b"content-encoding", b"content-language", b"content-length",
-            b"content-location", b"content-range", b"content-type", b"cookie", b"date", b"etag",
-            b"expect", b"expires", b"from", b"host", b"if-match", b"if-modified-since",
-            b"if-none-match", b"if-range", b"if-unmodified-since", b"last-modified", b"link",
-            b"location", b"max-forwards", b"proxy-authenticate", b"proxy-authorization", b"range",
-            b"referer", b"refresh", b"retry-after", b"server", b"set-cookie",
-            b"strict-transport-security", b"transfer-encoding", b"user-agent", b"vary", b"via",
-            b"www-authenticate",
-        ),
-        start=1,
-    )
-}
-"""HPACK's static table by name (RFC 7541 Appendix A); for a name listed more than once, any of
-its indexes names it."""
+_STATIC_NAMES = {name: index for index, (name, _) in enumerate(STATIC_TABLE, start=1)}
+"""HPACK's static table by name; for a name listed more than once, any of its indexes names it."""
 _STATUS_INDEX = {b"200": 8, b"204": 9, b"206": 10, b"304": 11, b"400": 12, b"404": 13, b"500": 14}
 TABLE_SIZE_ZERO = b"\x20"
 """A dynamic table size update to 0: our encoder never uses the table (RFC 7541, section 6.3)."""
@@ -188,7 +168,7 @@ class Http2Server(asyncio.Protocol):
         self._transport: asyncio.Transport | None = None
         self._buffer = bytearray()
         self._preface_seen = False
-        self._decoder = hpack.Decoder(max_header_list_size=MAX_HEADER_LIST)
+        self._decoder = HpackDecoder(max_header_list_size=MAX_HEADER_LIST)
         self._table_update_due = True  # a size update to 0 opens our first header block
         self._streams: dict[int, _Stream] = {}
         self._kept = 0  # body bytes kept by the open streams
@@ -356,10 +336,10 @@ class Http2Server(asyncio.Protocol):
         block, stream_id, flags = bytes(self._block), self._block_stream, self._block_flags
         self._block = None
         try:
-            headers: Headers = [(bytes(n), bytes(v)) for n, v in self._decoder.decode(block, raw=True)]
-        except hpack.OversizedHeaderListError:
+            headers: Headers = self._decoder.decode(block)
+        except HeaderListTooLarge:
             raise _ConnectionError(ENHANCE_YOUR_CALM, "a header list too large") from None
-        except hpack.HPACKError as exc:
+        except HpackError as exc:
             raise _ConnectionError(COMPRESSION_ERROR, f"header block: {exc}") from None
         stream = self._streams.get(stream_id)
         if stream is not None:  # trailers: must end the stream; their fields are not used
