@@ -21,6 +21,10 @@ from typing import NamedTuple, TypeVar, cast
 
 _CR_OR_LF = re.compile(r"[\r\n]")
 _HEX_DIGITS = b"0123456789abcdefABCDEF"
+TOKEN = re.compile(rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+"""RFC 9110's token: a method or a field name."""
+NOT_IN_FIELD_VALUE = re.compile(rb"[\x00-\x08\x0a-\x1f\x7f]")
+"""The control characters a field value may not carry (a tab may)."""
 MAX_HEAD = 64 * 1024
 """A status line and headers longer than this is not an API server's answer."""
 MAX_BODY = 256 * 1024 * 1024

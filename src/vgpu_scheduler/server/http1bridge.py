@@ -15,14 +15,18 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from vgpu_scheduler.cluster.http1 import UNTIL_CLOSE, AnswerReader, HttpProtocolError
+from vgpu_scheduler.cluster.http1 import (
+    NOT_IN_FIELD_VALUE,
+    TOKEN,
+    UNTIL_CLOSE,
+    AnswerReader,
+    HttpProtocolError,
+)
 from vgpu_scheduler.server.h2conn import Answer, Headers
 from vgpu_scheduler.server.plainroute import PlainRoute, plain_answer
 
 log = logging.getLogger(__name__)
 
-_TOKEN = re.compile(rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
-_CTL = re.compile(rb"[\x00-\x08\x0a-\x1f\x7f]")  # what may not appear in a header value (tab may)
 _PATH = re.compile(rb"[!-~]+")  # visible ASCII: no space or control character, as a request line needs
 _HOP_BY_HOP = frozenset(
     (b"connection", b"keep-alive", b"proxy-connection", b"transfer-encoding", b"upgrade", b"te")
@@ -50,10 +54,10 @@ def check_headers(headers: Headers) -> tuple[bytes, bytes, bytes, list[bytes]]:
         elif name == b"host":
             host = value
         elif name not in _NOT_FORWARDED:
-            if not _TOKEN.fullmatch(name) or _CTL.search(value):
+            if not TOKEN.fullmatch(name) or NOT_IN_FIELD_VALUE.search(value):
                 raise BadRequest(f"bad header {name[:40]!r}")
             lines.append(name + b": " + value)
-    if not _TOKEN.fullmatch(method):
+    if not TOKEN.fullmatch(method):
         raise BadRequest(f"bad method {method[:40]!r}")
     if not _PATH.fullmatch(path):
         raise BadRequest(f"bad path {path[:80]!r}")

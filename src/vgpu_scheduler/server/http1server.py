@@ -20,12 +20,12 @@ closed after `KEEPALIVE_SECONDS`.
 from __future__ import annotations
 
 import asyncio
-import re
 import socket
 from collections.abc import Callable, Mapping
 from http import HTTPStatus
 from typing import cast
 
+from vgpu_scheduler.cluster.http1 import NOT_IN_FIELD_VALUE, TOKEN
 from vgpu_scheduler.server.plainroute import PlainRoute, plain_answer
 
 KEEPALIVE_SECONDS = 3630.0
@@ -35,8 +35,6 @@ MAX_HEAD = 8190
 MAX_UNREAD = 1 << 20
 """Bytes a client may send ahead of the answer it waits for before reading pauses."""
 
-_TOKEN = re.compile(rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
-_CTL = re.compile(rb"[\x00-\x08\x0a-\x1f\x7f]")  # what may not appear in a header value (tab may)
 _HANDED_OVER = frozenset((b"transfer-encoding", b"expect", b"upgrade", b"connection"))
 _REASONS = {status.value: status.phrase.encode() for status in HTTPStatus}
 
@@ -54,10 +52,10 @@ def plain_request(head: bytes, routes: Mapping[bytes, PlainRoute]) -> tuple[Plai
     length, content_type, host = -1, b"", False
     for line in lines[1:]:
         raw_name, sep, raw_value = line.partition(b":")
-        if not sep or not _TOKEN.fullmatch(raw_name):
+        if not sep or not TOKEN.fullmatch(raw_name):
             return None
         name, value = raw_name.lower(), raw_value.strip(b" \t")
-        if _CTL.search(value) or name in _HANDED_OVER:
+        if NOT_IN_FIELD_VALUE.search(value) or name in _HANDED_OVER:
             return None
         if name == b"content-length":
             if length >= 0 or not value.isdigit():
