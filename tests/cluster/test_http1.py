@@ -387,26 +387,33 @@ async def test_host_header_and_head() -> None:
     await server.stop()
 
 
-async def test_over_tls(tmp_path: object) -> None:
+@contextlib.asynccontextmanager
+async def tls_pool(app: web.Application) -> AsyncIterator[Http1Pool]:
+    """A pool to `app` served over TLS on loopback (a fresh CA trusted by the pool only)."""
     ca = trustme.CA()
     server_ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     ca.issue_cert("127.0.0.1").configure_cert(server_ctx)
     client_ctx = ssl.create_default_context()
     ca.configure_trust(client_ctx)
+    runner = web.AppRunner(app, access_log=None, handler_cancellation=True)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=server_ctx)
+    await site.start()
+    pool = Http1Pool("127.0.0.1", runner.addresses[0][1], ssl_context=client_ctx)
+    try:
+        yield pool
+    finally:
+        await pool.close()
+        await runner.cleanup()
 
+
+async def test_over_tls() -> None:
     async def fixed(request: web.Request) -> web.Response:
         return web.json_response({"ok": True})
 
     app = web.Application()
     app.router.add_get("/x", fixed)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=server_ctx)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    pool = Http1Pool("127.0.0.1", port, ssl_context=client_ctx)
-    for _ in range(2):
-        assert (await pool.request("GET", "/x", [], None, timeout=5)).body == b'{"ok": true}'
-    assert pool.opened == 1
-    await pool.close()
-    await runner.cleanup()
+    async with tls_pool(app) as pool:
+        for _ in range(2):
+            assert (await pool.request("GET", "/x", [], None, timeout=5)).body == b'{"ok": true}'
+        assert pool.opened == 1

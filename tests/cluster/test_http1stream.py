@@ -4,16 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import socket
-import ssl
 from collections.abc import AsyncIterator
 
 import pytest
-import trustme
 from aiohttp import web
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.cluster.test_http1 import chunked
+from tests.cluster.test_http1 import chunked, tls_pool
 from vgpu_scheduler.cluster import http1stream
 from vgpu_scheduler.cluster.http1 import Http1Pool, HttpProtocolError
 from vgpu_scheduler.cluster.http1stream import ChunkedBody, LineStream, open_line_stream
@@ -182,11 +180,6 @@ async def test_a_silent_connection_times_out_and_data_keeps_it_alive() -> None:
 @pytest.fixture
 async def tls_watch_server() -> AsyncIterator[Http1Pool]:
     """A pool to an HTTPS server streaming lines as a watch would."""
-    ca = trustme.CA()
-    server_ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    ca.issue_cert("127.0.0.1").configure_cert(server_ctx)
-    client_ctx = ssl.create_default_context()
-    ca.configure_trust(client_ctx)
 
     async def watch(request: web.Request) -> web.StreamResponse:
         if request.query.get("fail"):
@@ -201,15 +194,8 @@ async def tls_watch_server() -> AsyncIterator[Http1Pool]:
 
     app = web.Application()
     app.router.add_get("/watch", watch)
-    runner = web.AppRunner(app, handler_cancellation=True)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=server_ctx)
-    await site.start()
-    port = runner.addresses[0][1]
-    try:
-        yield Http1Pool("127.0.0.1", port, ssl_context=client_ctx)
-    finally:
-        await runner.cleanup()
+    async with tls_pool(app) as pool:
+        yield pool
 
 
 async def test_a_stream_over_tls_and_its_close(tls_watch_server: Http1Pool) -> None:
