@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 from vgpu_scheduler.cluster.http1 import (
@@ -23,7 +23,7 @@ from vgpu_scheduler.cluster.http1 import (
     HttpProtocolError,
 )
 from vgpu_scheduler.server.h2conn import Answer, Headers
-from vgpu_scheduler.server.plainroute import PlainRoute, plain_answer
+from vgpu_scheduler.server.plainroute import PlainRoute, RouteTable, plain_answer
 
 log = logging.getLogger(__name__)
 
@@ -214,11 +214,11 @@ class Http1Bridge:
         self,
         http1: Callable[[], asyncio.Protocol],
         outer: asyncio.BaseTransport,
-        direct: Mapping[str, PlainRoute] | None = None,
+        direct: RouteTable | None = None,
     ) -> None:
         self._http1 = http1
         self._outer = outer
-        self._direct = {path.encode(): route for path, route in (direct or {}).items()}
+        self._direct = direct
         self._idle: list[_MemoryHttp1] = []
 
     async def answer(self, headers: Headers, body: bytes) -> Answer:
@@ -249,8 +249,7 @@ class Http1Bridge:
                 method = value
             elif name == b":path":
                 path = value
-        # Routed on the path alone, as aiohttp's router does (a query string is not part of it).
-        return self._direct.get(path.partition(b"?")[0]) if method == b"POST" else None
+        return self._direct.get(path) if method == b"POST" else None
 
     def close(self) -> None:
         for memory in self._idle:

@@ -21,12 +21,12 @@ from __future__ import annotations
 
 import asyncio
 import socket
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from http import HTTPStatus
 from typing import cast
 
 from vgpu_scheduler.cluster.http1 import NOT_IN_FIELD_VALUE, TOKEN
-from vgpu_scheduler.server.plainroute import PlainRoute, plain_answer
+from vgpu_scheduler.server.plainroute import PlainRoute, RouteTable, plain_answer
 
 KEEPALIVE_SECONDS = 3630.0
 """aiohttp's default keep-alive timeout, which the handler a connection is handed to keeps too."""
@@ -39,14 +39,14 @@ _HANDED_OVER = frozenset((b"transfer-encoding", b"expect", b"upgrade", b"connect
 _REASONS = {status.value: status.phrase.encode() for status in HTTPStatus}
 
 
-def plain_request(head: bytes, routes: Mapping[bytes, PlainRoute]) -> tuple[PlainRoute, int, bytes] | None:
+def plain_request(head: bytes, routes: RouteTable) -> tuple[PlainRoute, int, bytes] | None:
     """(route, Content-Length, Content-Type) of a request head (without its blank line) that is a
     plain POST we answer ourselves; None for any other request, aiohttp's to answer."""
     lines = head.split(b"\r\n")
     parts = lines[0].split(b" ")
     if len(parts) != 3 or parts[0] != b"POST" or parts[2] != b"HTTP/1.1":
         return None
-    route = routes.get(parts[1].partition(b"?")[0])  # not routed on the query (?timeout=10s)
+    route = routes.get(parts[1])
     if route is None:
         return None
     length, content_type, host = -1, b"", False
@@ -86,12 +86,12 @@ class Http1Server(asyncio.Protocol):
 
     def __init__(
         self,
-        routes: Mapping[str, PlainRoute],
+        routes: RouteTable,
         handover: Callable[[], asyncio.Protocol],
         *,
         on_close: Callable[[Http1Server], None] = lambda _: None,
     ) -> None:
-        self._routes = {path.encode(): route for path, route in routes.items()}
+        self._routes = routes
         self._handover_to = handover
         self._on_close = on_close
         self._loop = asyncio.get_running_loop()

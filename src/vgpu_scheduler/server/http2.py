@@ -16,7 +16,7 @@ until a request is not one, when aiohttp's HTTP/1.1 handler takes it over (http1
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 from aiohttp import web
@@ -24,7 +24,7 @@ from aiohttp import web
 from vgpu_scheduler.server.h2conn import Http2Server
 from vgpu_scheduler.server.http1bridge import Http1Bridge
 from vgpu_scheduler.server.http1server import Http1Server
-from vgpu_scheduler.server.plainroute import FAST_POSTS, PlainRoute
+from vgpu_scheduler.server.plainroute import FAST_POSTS, RouteTable
 
 ALPN_PROTOCOLS = ["h2", "http/1.1"]
 
@@ -57,26 +57,21 @@ class Http2Site(web.TCPSite):
         super().__init__(runner, host, port, **kwargs)
         self._http2: dict[Http2Server, Http1Bridge] = {}
         self._http1: set[Http1Server] = set()
-
-    def _plain_routes(self) -> Mapping[str, PlainRoute]:
-        app = getattr(self._runner, "app", None)  # an AppRunner's: its plain routes answer directly
-        direct = app.get(FAST_POSTS) if app is not None else None
-        return direct or {}
+        self._routes = RouteTable({})  # the app's plain routes, read at start()
 
     def _new_http1(self) -> asyncio.Protocol:
         server = self._runner.server
         assert server is not None
-        routes = self._plain_routes()
-        if not routes:
+        if not self._routes:
             return server()
-        connection = Http1Server(routes, server, on_close=self._http1.discard)
+        connection = Http1Server(self._routes, server, on_close=self._http1.discard)
         self._http1.add(connection)
         return connection
 
     def _new_http2(self, transport: asyncio.BaseTransport) -> Http2Server:
         server = self._runner.server
         assert server is not None
-        bridge = Http1Bridge(server, transport, self._plain_routes())
+        bridge = Http1Bridge(server, transport, self._routes)
         connection = Http2Server(bridge.answer, on_close=self._closed)
         self._http2[connection] = bridge
         return connection
@@ -88,6 +83,8 @@ class Http2Site(web.TCPSite):
 
     async def start(self) -> None:
         await web.BaseSite.start(self)
+        app = getattr(self._runner, "app", None)  # an AppRunner's: its plain routes answer directly
+        self._routes = RouteTable((app.get(FAST_POSTS) if app is not None else None) or {})
         server = self._runner.server
         assert server is not None and self._ssl_context is not None
         self._server = await asyncio.get_running_loop().create_server(

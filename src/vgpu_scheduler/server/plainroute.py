@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from email.utils import formatdate
 from typing import NamedTuple
@@ -38,7 +38,23 @@ class PlainRoute:
 
 
 FAST_POSTS = web.AppKey("fast_posts", dict[str, PlainRoute])
-"""The app's plain POST routes by exact path, for the HTTP/2 direct path."""
+"""The app's plain POST routes by exact path, for the direct paths (HTTP/2 and HTTP/1.1)."""
+
+
+class RouteTable:
+    """Plain routes by request target, routed on the path alone as aiohttp's router does: the
+    query string (kube-apiserver calls `/webhook?timeout=10s`) is not part of it."""
+
+    __slots__ = ("_by_path",)
+
+    def __init__(self, routes: Mapping[str, PlainRoute]) -> None:
+        self._by_path = {path.encode(): route for path, route in routes.items()}
+
+    def __bool__(self) -> bool:
+        return bool(self._by_path)
+
+    def get(self, target: bytes) -> PlainRoute | None:
+        return self._by_path.get(target.partition(b"?")[0])
 
 
 async def read_at_most(request: web.Request, limit: int) -> bytes:
