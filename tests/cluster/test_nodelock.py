@@ -573,6 +573,35 @@ def test_the_many_node_test_answers_as_a_fresh_judgement(steps: list[tuple[str, 
             assert test(asked) == expected
 
 
+@settings(max_examples=300, deadline=None)
+@given(
+    taken_at=st.sampled_from(
+        [T0, datetime(1, 1, 1, tzinfo=UTC), datetime(9999, 12, 31, 23, 59, 59, tzinfo=UTC)]
+    ),
+    timeout=st.sampled_from([0.0, 0.5, 300.0, 299.999999, 1e6]),
+    offset=st.one_of(
+        st.integers(-2, 2).flatmap(lambda side: st.integers(-3, 3).map(lambda us: (side, us))),
+        st.tuples(st.integers(-10**6, 10**6), st.integers(-(10**6), 10**6)),
+    ),
+)
+def test_a_lock_is_live_exactly_within_its_timeout_on_either_side(
+    taken_at: datetime, timeout: float, offset: tuple[int, int]
+) -> None:
+    """The walk's kept live window agrees with `judge_lock` to the microsecond: at and around
+    both ends, with fractional and huge timeouts, for locks dated at the first and last times."""
+    sides, micros = offset
+    try:
+        now = taken_at + sides * timedelta(seconds=timeout) + timedelta(microseconds=micros)
+    except OverflowError:
+        return
+    value = format_lock(taken_at, "ns", "p")
+    locker = NodeLocker(RecordingApi({}), now=lambda: now, cached_node={"n1": _node("n1", value)}.get,
+                        timeout=timeout)
+    held, stale = judge_lock(value, now=now, timeout=timeout)
+    assert held is not None
+    assert locker.live_holder_test(lambda _held, _node: True)("n1") == (held if stale is None else None)
+
+
 def _messages(caplog: pytest.LogCaptureFixture) -> list[str]:
     return [r.getMessage() for r in caplog.records if r.name == nodelock.__name__]
 

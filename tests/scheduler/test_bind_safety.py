@@ -326,6 +326,25 @@ async def test_a_lock_of_a_finished_pod_does_not_count_as_busy(
     assert _chosen(await stack.filter(second, ["n1", "n2"])) == chosen
 
 
+async def test_a_holder_that_finishes_after_being_judged_frees_its_node(stack: Stack) -> None:
+    """The busy test keeps each holder's verdict while its lock and cached pod are the same: a
+    new pod object (here: it finished) is judged again."""
+    first = await stack.create(pod("first"))
+    await stack.filter(first, ["n1"])
+    assert await stack.bind(first, "n1") == ""  # binpack now prefers n1
+    holder: Obj = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "holder", "namespace": "default"},
+                   "spec": {"nodeName": "n1", "containers": [{"name": "c", "image": "x"}]},
+                   "status": {"phase": "Running"}}
+    await stack.create(holder)
+    await stack.lock_node_for("n1", "holder")
+    second = await stack.create(pod("second"))
+    assert _chosen(await stack.filter(second, ["n1", "n2"])) == "n2"  # n1 busy
+    stack.cluster.patch("pods", "holder", {"status": {"phase": "Succeeded"}}, namespace="default",
+                        subresource="status")
+    await stack.settle()
+    assert _chosen(await stack.filter(second, ["n1", "n2"])) == "n1"  # the lock is dangling now
+
+
 async def test_filtering_succeed_lists_every_fitting_node_with_its_score(stack: Stack) -> None:
     p = await stack.create(pod("p"))
     await stack.filter(p, ["n1", "n2", "ghost"])

@@ -269,6 +269,35 @@ def stale_words(cause: str, timeout: float) -> str:
     return f"{TAKEN_OVER_BECAUSE[cause]} ({format_go_duration(timeout)}): the next bind takes it over"
 
 
+@dataclass(frozen=True, slots=True)
+class _HeldLock:
+    """A cached node object's lock value, parsed, and the moments it is live between (both ends
+    included; None: beyond the representable times), so a filter's walk compares two datetimes
+    per locked node instead of redoing `stale_cause`'s arithmetic on every question."""
+
+    node: dict[str, Any]
+    held: LockValue | None
+    live_from: datetime | None
+    live_until: datetime | None
+
+    @classmethod
+    def of(cls, node: dict[str, Any], held: LockValue | None, timeout: float) -> _HeldLock:
+        if held is None:
+            return cls(node, None, None, None)
+        limit = timedelta(seconds=timeout)
+        try:
+            live_from: datetime | None = held.taken_at - limit
+        except OverflowError:
+            live_from = None
+        return cls(node, held, live_from, expiry_of(held.taken_at, timeout))
+
+    def live_at(self, now: datetime) -> bool:
+        """`stale_cause(taken_at, now=now, timeout=timeout) is None`, from the kept window."""
+        return (self.live_from is None or self.live_from <= now) and (
+            self.live_until is None or now <= self.live_until
+        )
+
+
 class NodeLocker:
     """Takes and releases node locks for binds; one instance per scheduler process."""
 
@@ -291,8 +320,8 @@ class NodeLocker:
         self.stats = NodeLockStats()
         # Serialises this process's lock writes per node (HAMi keeps the same in-process mutex).
         self._local: dict[str, asyncio.Lock] = {}
-        # node -> (the cached node object, its lock value parsed): `live_holder_test`'s memo.
-        self._held_by_node: dict[str, tuple[dict[str, Any], LockValue | None]] = {}
+        # node -> the cached node object's lock, parsed with its live window: `live_holder_test`'s memo.
+        self._held_by_node: dict[str, _HeldLock] = {}
 
     @property
     def api(self) -> LockApi:
@@ -398,16 +427,16 @@ class NodeLocker:
             if node is None:
                 return None
             entry = parsed.get(node_name)
-            if entry is None or entry[0] is not node:
+            if entry is None or entry.node is not node:
                 value = _annotations(node).get(NODE_LOCK)
                 if value is None:
                     parsed.pop(node_name, None)
                     return None
                 if len(parsed) >= PARSED_LOCKS_KEPT:
                     parsed.clear()
-                entry = parsed[node_name] = (node, _parsed(value))
-            held = entry[1]
-            if held is None or stale_cause(held.taken_at, now=now, timeout=timeout) is not None:
+                entry = parsed[node_name] = _HeldLock.of(node, _parsed(value), timeout)
+            held = entry.held
+            if held is None or not entry.live_at(now):
                 return None
             if held.namespace and held.pod and not holder_live(held, node_name):
                 return None

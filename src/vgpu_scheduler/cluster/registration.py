@@ -382,6 +382,7 @@ class RegistrationLoop:
         """One registration pass over the node Store (regardless of leadership/readiness)."""
         report = PassReport()
         now = self.now()
+        requesting = hs.format_requesting(now, self.tz)  # one stamp per pass: every node is asked at `now`
         nodes = self.nodes.list()
         report.nodes = len(nodes)
         for done, listed in enumerate(nodes):
@@ -399,7 +400,7 @@ class RegistrationLoop:
                     continue
                 node = current
             try:
-                self._register(name, node, now, report)
+                self._register(name, node, now, report, requesting=requesting)
             except Exception:  # a bug on one node must not stop the others
                 log.exception("node %s: registration failed", name)
         self.passes += 1
@@ -425,7 +426,7 @@ class RegistrationLoop:
         """Wait for the handshake writes asked for so far (tests, shutdown)."""
         await self.writer.flush()
 
-    def _register(self, name: str, node: Obj, now: datetime, report: PassReport) -> None:
+    def _register(self, name: str, node: Obj, now: datetime, report: PassReport, *, requesting: str) -> None:
         annotations = node_annotations(node)
         stored = self._inventory.get(name, {})
         changed = updated = current = False
@@ -436,7 +437,7 @@ class RegistrationLoop:
             decoded = self._decode(name, vendor, node, annotations)
             health = vendor.check_health(node, now, self.tz)
             if health.write_requesting and vendor.handshake_key is not None:
-                self.writer.submit(name, hs.format_requesting(now, self.tz), vendor.handshake_key)
+                self.writer.submit(name, requesting, vendor.handshake_key)
                 _note(report.requested, name)
             if not health.healthy:
                 _note(report.unhealthy, name)
@@ -498,7 +499,7 @@ class RegistrationLoop:
 
     def _decode(self, name: str, vendor: Vendor, node: Obj, annotations: dict[str, str]) -> _Decoded:
         """The vendor's inventory, decoded once per distinct value of its inventory annotations."""
-        source = tuple(annotations.get(k) for k in vendor.inventory_keys)
+        source = tuple(map(annotations.get, vendor.inventory_keys))
         cached = self._decoded.get((name, vendor.key)) if source else None
         if cached is not None and cached.source == source:
             return cached
