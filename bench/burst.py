@@ -114,6 +114,8 @@ class Result:
     failed_attempts: int = 0
     extender_errors: int = 0
     violations: Counter[str] = field(default_factory=Counter)
+    events: Counter[str] = field(default_factory=Counter)
+    """Events in the namespace after the burst, by reason (what `kubectl describe pod` shows)."""
     timed_out: bool = False
     wall: float = 0.0
     notes: list[str] = field(default_factory=list)
@@ -226,7 +228,10 @@ async def run_scenario(cp: ControlPlane, sc: Scenario, n_nodes: int, gpus: int, 
             waits = [recorder.bound[n] - created[n] for n in recorder.bound if n in created]
             res.bind_p50, res.bind_p99 = pct(waits, 0.50), pct(waits, 0.99)
             if plugin is not None:
-                await asyncio.sleep(max(0.5, sc.delay * 2))  # let in-flight confirmations land
+                # Let in-flight admissions land: their lock releases follow the confirmations the
+                # wait above counted (a fleet's slow PATCHes once left 21 locks cut by `stop`).
+                await asyncio.sleep(max(0.5, sc.delay * 2))
+                await plugin.drain(timeout=30.0)
                 res.notes.extend(plugin.errors[:3])
         finally:
             if plugin is not None:
@@ -235,6 +240,7 @@ async def run_scenario(cp: ControlPlane, sc: Scenario, n_nodes: int, gpus: int, 
         events, _ = await client.list_all(api.EVENTS_V1, NAMESPACE)
         why: Counter[str] = Counter()
         for ev in events:
+            res.events[str(ev.get("reason") or "")] += 1
             if ev.get("reason") != "FailedScheduling":
                 continue
             n = int((ev.get("series") or {}).get("count") or 1)
@@ -508,6 +514,11 @@ def main() -> int:
             print("   CPU ms per bound pod: " + ", ".join(
                 f"{k} {v * 1000 / res.bound:.1f}" for k, v in sorted(cpu.items(), key=lambda kv: -kv[1])
             ) + f" (over a {res.wall:.1f} s burst on {os.cpu_count()} cores)", flush=True)
+        if res.bound and res.events:
+            shown = ("FilteringSucceed", "BindingSucceed", "Scheduled", "FilteringFailed", "FailedScheduling")
+            print("   events per bound pod: " + ", ".join(
+                f"{reason} {res.events[reason] / res.bound:.2f}" for reason in shown if res.events[reason]
+            ), flush=True)
         extra = "\n             ".join(res.notes)
         print(f"   bound {res.bound}/{res.pods}, confirmed {res.confirmed}, burst {res.wall:.1f}s, "
               f"scenario {time.monotonic() - started:.0f}s" + (" (TIMED OUT)" if res.timed_out else "")

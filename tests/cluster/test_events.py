@@ -233,14 +233,82 @@ async def test_stop_flushes_then_refuses(cluster: MemoryCluster, client: KubeCli
     assert len(events(cluster)) == 3
 
 
-async def test_stop_wait_is_bounded(cluster: MemoryCluster, client: KubeClient) -> None:
+async def test_stop_waits_for_a_write_already_in_flight(cluster: MemoryCluster, client: KubeClient) -> None:
     rec = EventRecorder(client, "s", now=Clock())
+    rec.record(pod(), NORMAL, BINDING_SUCCEED, "a")
+    await asyncio.sleep(0)  # a sender has taken it: the queue is empty, the write not done
+    await rec.stop()
+    assert [e["message"] for e in events(cluster)] == ["a"] and rec.stats.dropped == 0
+
+
+async def test_stop_wait_is_bounded(cluster: MemoryCluster, client: KubeClient) -> None:
+    rec = EventRecorder(client, "s", now=Clock(), senders=1)
     cluster.delay_next("create", 1, 30.0, resource="events")
     for i in range(3):
         rec.record(pod(), NORMAL, BINDING_SUCCEED, f"m{i}")
     await asyncio.wait_for(rec.stop(timeout=0.05), 5)
     assert rec.stats.dropped == 3  # one cancelled in flight, two never left the queue
     assert events(cluster) == []
+
+
+async def test_a_slow_write_does_not_hold_the_others_back(cluster: MemoryCluster, client: KubeClient) -> None:
+    rec = EventRecorder(client, "s", now=Clock())
+    cluster.delay_next("create", 1, 30.0, resource="events")
+    for i in range(3):
+        rec.record(pod(), NORMAL, BINDING_SUCCEED, f"m{i}")
+    await asyncio.wait_for(rec.stop(timeout=0.5), 5)
+    assert sorted(e["message"] for e in events(cluster)) == ["m1", "m2"]
+    assert rec.stats.dropped == 1  # the slow one, cancelled in flight
+
+
+class GatedClient(KubeClient):
+    """Event writes wait at a gate; counts how many are in flight at once."""
+
+    def __init__(self, inner: KubeClient) -> None:
+        super().__init__(inner.transport)
+        self.gate = asyncio.Event()
+        self.in_flight = 0
+        self.most_in_flight = 0
+
+    async def create_event(self, namespace: str, event: Any, *, answer: bool = True) -> Obj:
+        self.in_flight += 1
+        self.most_in_flight = max(self.most_in_flight, self.in_flight)
+        try:
+            await self.gate.wait()
+            return await super().create_event(namespace, event, answer=answer)
+        finally:
+            self.in_flight -= 1
+
+
+async def test_events_are_written_several_at_a_time(cluster: MemoryCluster, client: KubeClient) -> None:
+    gated = GatedClient(client)
+    rec = EventRecorder(gated, "s", now=Clock(), senders=4)
+    for i in range(10):
+        rec.record(pod(f"p{i}"), NORMAL, BINDING_SUCCEED, "bound")
+    for _ in range(5):
+        await asyncio.sleep(0)
+    assert gated.most_in_flight == 4  # the senders' bound, not one at a time
+    gated.gate.set()
+    await rec.flush()
+    assert len(events(cluster)) == 10 and rec.stats.created == 10
+    await rec.stop()
+
+
+async def test_identical_events_in_flight_together_still_fold(
+    cluster: MemoryCluster, client: KubeClient
+) -> None:
+    gated = GatedClient(client)
+    rec = EventRecorder(gated, "s", now=Clock(), senders=4)
+    for _ in range(3):
+        rec.record(pod(), WARNING, FILTERING_FAILED, "0/1 nodes are available")
+    for _ in range(5):
+        await asyncio.sleep(0)
+    assert gated.most_in_flight == 1  # the others wait for the first: they fold into it
+    gated.gate.set()
+    await rec.flush()
+    [stored] = events(cluster)
+    assert stored["count"] == 3 and rec.stats.created == 1 and rec.stats.patched == 2
+    await rec.stop()
 
 
 async def test_records_over_http(cluster: MemoryCluster) -> None:

@@ -157,6 +157,12 @@ class DevicePluginStandIn:
             self.errors.append(f"{key}: {result.error}")
         self.confirmed[key] = asyncio.get_running_loop().time()
 
+    async def drain(self, timeout: float) -> None:
+        """Wait (at most `timeout` seconds) for the admissions in flight: a pod confirmed whose
+        lock release is still on its way must not be cut there by `stop`."""
+        if self._tasks:
+            await asyncio.wait(list(self._tasks), timeout=timeout)
+
     async def stop(self) -> None:
         await self.reflector.stop()
         for task in list(self._tasks):

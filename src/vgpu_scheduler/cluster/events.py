@@ -12,9 +12,11 @@ client-go's legacy recorder, i.e. core/v1 Events:
   null, `type` Normal or Warning.
 
 `record()` never blocks and never does I/O: it builds the event and puts it on a bounded queue
-(full ⇒ dropped, logged at debug level, like the broadcaster's `ActionOrDrop`). A background task
-sends the events. Identical events (same pod, type, reason, message) are folded like client-go's
-correlator does: the Event already written is patched with `count+1` and a new `lastTimestamp`
+(full ⇒ dropped, logged at debug level, like the broadcaster's `ActionOrDrop`). A few background
+senders write the events, several at a time: one at a time, a burst's API latency (a few hundred
+ms per write under load) let them keep up with one pod in five, and the rest were dropped.
+Identical events (same pod, type, reason, message) are folded like client-go's correlator does,
+one after the other: the Event already written is patched with `count+1` and a new `lastTimestamp`
 (recreated under the same name if it expired meanwhile); the last 4096 distinct events are
 remembered, with no time window, as in client-go. Not reproduced: client-go's aggregation of 10+
 *similar* events with different messages, and its per-object spam filter.
@@ -51,6 +53,8 @@ BINDING_SUCCEED = "BindingSucceed"
 BINDING_FAILED = "BindingFailed"
 
 CACHE_SIZE = 4096  # client-go's maxLruCacheEntries
+SENDERS = 32
+"""Event writes in flight at most: enough for a burst of binds at a few hundred ms per write."""
 
 
 def utc_now() -> datetime:
@@ -148,9 +152,10 @@ class EventRecorder:
         cache_size: int = CACHE_SIZE,
         retries: int = 3,
         retry_delay: float = 1.0,
+        senders: int = SENDERS,
     ) -> None:
         """component: --scheduler-name (may be empty). retries/retry_delay: attempts after a
-        connection error (API errors are final, as in client-go)."""
+        connection error (API errors are final, as in client-go). senders: writes in flight at most."""
         self.client = client
         self.component = component
         self.now = now
@@ -161,7 +166,11 @@ class EventRecorder:
         self._queue: asyncio.Queue[tuple[tuple[str, ...], Obj]] = asyncio.Queue(max(1, max_queue))
         self._seen: OrderedDict[tuple[str, ...], _Seen] = OrderedDict()
         self._last_nanos = 0
-        self._task: asyncio.Task[None] | None = None
+        self._senders = max(1, senders)
+        self._tasks: list[asyncio.Task[None]] = []
+        # key -> done when the write of an identical event in flight ends: the next one waits for
+        # it, then patches its count instead of creating a second Event.
+        self._in_flight: dict[tuple[str, ...], asyncio.Future[None]] = {}
         self._closed = False
 
     # -- producer side (sync, non-blocking) ------------------------------------------------------
@@ -209,16 +218,19 @@ class EventRecorder:
         self._ensure_started()
 
     def _ensure_started(self) -> None:
-        if self._task is None or self._task.done():
-            try:
-                loop = asyncio.get_running_loop()
-            except RuntimeError:
-                return  # queued; sent once start() runs inside the event loop
-            self._task = loop.create_task(self._run(), name="event recorder")
+        if self._tasks and not any(task.done() for task in self._tasks):
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return  # queued; sent once start() runs inside the event loop
+        self._tasks = [task for task in self._tasks if not task.done()]
+        while len(self._tasks) < self._senders:
+            self._tasks.append(loop.create_task(self._run(), name="event recorder"))
 
     async def flush(self) -> None:
         """Wait until everything queued so far has been sent (or given up on)."""
-        if self._queue.empty() and (self._task is None or self._task.done()):
+        if self._queue.empty() and not self._tasks:
             return
         self._ensure_started()
         await self._queue.join()
@@ -228,11 +240,13 @@ class EventRecorder:
         self._closed = True
         if not self._queue.empty():
             self._ensure_started()
+        if self._tasks:  # queued or in flight: a write already taken from the queue is waited for too
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._queue.join(), timeout)
-        task, self._task = self._task, None
-        if task is not None and not task.done():
+        tasks, self._tasks = self._tasks, []
+        for task in tasks:
             task.cancel()
+        for task in tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         left = 0
@@ -250,7 +264,7 @@ class EventRecorder:
         while True:
             key, event = await self._queue.get()
             try:
-                await self._send(key, event)
+                await self._send_in_turn(key, event)
             except asyncio.CancelledError:
                 self.stats.dropped += 1  # stop() gave up on it in flight
                 raise
@@ -259,6 +273,18 @@ class EventRecorder:
                 log.exception("sending event %s failed", event["metadata"]["name"])
             finally:
                 self._queue.task_done()
+
+    async def _send_in_turn(self, key: tuple[str, ...], event: Obj) -> None:
+        """`_send`, after any identical event already in flight (it folds into that one)."""
+        while (earlier := self._in_flight.get(key)) is not None:
+            await asyncio.shield(earlier)
+        done = asyncio.get_running_loop().create_future()
+        self._in_flight[key] = done
+        try:
+            await self._send(key, event)
+        finally:
+            del self._in_flight[key]
+            done.set_result(None)
 
     async def _send(self, key: tuple[str, ...], event: Obj) -> None:
         namespace = event["metadata"]["namespace"]
