@@ -7,7 +7,8 @@ bench/burst.py runs it in place of our server, so each run prints our pods/s as 
 the same protocol costs with (almost) nothing else around it on the machine at hand. Per bound pod it
 writes what our server writes (docs/performance.md, "API writes per bound pod"):
 
-* filter: the `FilteringSucceed` event (off the request path, as ours);
+* filter: the `FilteringSucceed` event (off the request path, as ours; events on our events'
+  budget of 50 per second, 100 saved, at most 1,000 waiting);
 * bind: the node lock `hami.io/mutex.lock` (merge patch guarded by the node's resourceVersion), the
   pod patch (HAMi's allocation annotations, `bind-phase: allocating`, `bind-time`; guarded by the
   pod's resourceVersion), the Binding (guarded by the patched pod's resourceVersion), and the
@@ -39,6 +40,8 @@ from typing import Any
 import aiohttp
 from aiohttp import ClientSession, ClientTimeout, TCPConnector, web
 
+from vgpu_scheduler.cluster.transport import TokenBucket
+
 log = logging.getLogger("floor")
 
 Obj = dict[str, Any]
@@ -50,6 +53,9 @@ MERGE_PATCH = "application/merge-patch+json"
 LOCK_TIMEOUT_TEXT = "5m0s"  # our --node-lock-timeout's default, in HAMi's contention text
 CONTENTION = "node {} has been locked within " + LOCK_TIMEOUT_TEXT + ": node lock contention"
 BIND_WINDOW = 20.0  # s a filter's choice counts as "about to be locked" (our --bind-timeout)
+# Our events' budget (scheduler/process.py EVENT_QPS, EVENT_BURST; cluster/events.py's queue):
+# beyond it ours wait, and past the queue they are dropped, so the floor writes no more than ours.
+EVENT_QPS, EVENT_BURST, EVENT_QUEUE = 50.0, 100, 1000
 
 
 @dataclass
@@ -100,6 +106,8 @@ class Floor:
         self.turn = 0
         self.synced = asyncio.Event()
         self.tasks: set[asyncio.Task[Any]] = set()
+        self.event_budget = TokenBucket(EVENT_QPS, EVENT_BURST)
+        self.events_waiting = 0
 
     # -- node watch: resourceVersion, lock present, device ids ---------------------------------------
 
@@ -282,10 +290,19 @@ class Floor:
             "count": 1, "type": type_, "eventTime": None, "reportingComponent": SCHEDULER_NAME,
             "reportingInstance": "",
         }
-        task = asyncio.get_running_loop().create_task(
-            self.api.call("POST", f"/api/v1/namespaces/{ref['namespace']}/events", body))
+        if self.events_waiting >= EVENT_QUEUE:
+            return  # dropped, as ours are
+        self.events_waiting += 1
+        task = asyncio.get_running_loop().create_task(self._send_event(ref["namespace"], body))
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
+
+    async def _send_event(self, namespace: str, body: Obj) -> None:
+        try:
+            await self.event_budget.acquire()
+            await self.api.call("POST", f"/api/v1/namespaces/{namespace}/events", body)
+        finally:
+            self.events_waiting -= 1
 
     # -- webhook: the schedulerName mutation only ---------------------------------------------------
 

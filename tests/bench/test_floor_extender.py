@@ -248,3 +248,13 @@ def test_histogram_quantile_bounds_by_bucket() -> None:
     assert burst.histogram_quantile(text, "m", 0.5) == pytest.approx(0.001)
     assert burst.histogram_quantile(text, "m", 0.99) == pytest.approx(0.004)
     assert burst.histogram_quantile(text, "absent", 0.99) is None
+
+
+async def test_events_past_the_queue_are_dropped_as_ours_are(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(floor, "EVENT_QUEUE", 2)
+    f, api = _floor(_node("n1"))
+    for i in range(5):  # no await in between: none has been sent yet
+        f.event({"kind": "Pod", "namespace": "ns", "name": f"p{i}", "uid": f"u{i}"}, "Normal", "X", "m")
+    await _settle(f)
+    sent = sorted(b["involvedObject"]["name"] for _, path, b, _ in api.calls if path.endswith("/events"))
+    assert sent == ["p0", "p1"] and f.events_waiting == 0
