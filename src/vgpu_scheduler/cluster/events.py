@@ -167,7 +167,7 @@ class EventRecorder:
         self._seen: OrderedDict[tuple[str, ...], _Seen] = OrderedDict()
         self._last_nanos = 0
         self._senders = max(1, senders)
-        self._tasks: list[asyncio.Task[None]] = []
+        self._tasks: set[asyncio.Task[None]] = set()  # the running senders (each leaves when it ends)
         # key -> done when the write of an identical event in flight ends: the next one waits for
         # it, then patches its count instead of creating a second Event.
         self._in_flight: dict[tuple[str, ...], asyncio.Future[None]] = {}
@@ -218,15 +218,16 @@ class EventRecorder:
         self._ensure_started()
 
     def _ensure_started(self) -> None:
-        if self._tasks and not any(task.done() for task in self._tasks):
+        if len(self._tasks) >= self._senders:
             return
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:
             return  # queued; sent once start() runs inside the event loop
-        self._tasks = [task for task in self._tasks if not task.done()]
         while len(self._tasks) < self._senders:
-            self._tasks.append(loop.create_task(self._run(), name="event recorder"))
+            task = loop.create_task(self._run(), name="event recorder")
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
 
     async def flush(self) -> None:
         """Wait until everything queued so far has been sent (or given up on)."""
@@ -243,7 +244,7 @@ class EventRecorder:
         if self._tasks:  # queued or in flight: a write already taken from the queue is waited for too
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._queue.join(), timeout)
-        tasks, self._tasks = self._tasks, []
+        tasks, self._tasks = list(self._tasks), set()
         for task in tasks:
             task.cancel()
         for task in tasks:
